@@ -70,6 +70,8 @@ class CacheError(TilexError):
 
 
 def render(message: str, span: Span, source: str | None, notes: tuple[str, ...] = (), level: str = "error") -> str:
+    if span.line < 1:  # a whole-file or command-line problem
+        return "\n".join([f"{span.file}: {level}: {message}"] + [f"  note: {n}" for n in notes])
     head = f"{span.file}:{span.line}:{span.col}: {level}: {message}"
     lines = [head]
     if source is not None and span.line >= 1:

@@ -1,0 +1,77 @@
+"""Pass 4, check_constraints: turn `where` clauses into compile-time facts.
+
+Needs: infer_shapes. Guarantees: each constraint is a bool scalar over shape symbols;
+a constraint with no symbol left (only compile-time parameters) is decided now, and a
+false one is an error; `kernel.facts` records what later passes may assume about the
+symbols: known divisors (`N % 8 == 0`) and lower bounds (`K >= 64`). Every constraint is
+also checked again at launch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from .. import ast as A
+from ..diagnostics import CompileError
+from ..exprs import fold, unparse
+
+
+@dataclass
+class Facts:
+    divisors: dict[str, int] = field(default_factory=dict)  # symbol -> known divisor
+    lower: dict[str, int] = field(default_factory=dict)  # symbol -> known minimum
+
+    def divisor(self, sym: str) -> int:
+        return self.divisors.get(sym, 1)
+
+    def minimum(self, sym: str) -> int:
+        return self.lower.get(sym, 0)
+
+
+def check_constraints(program: A.Program) -> A.Program:
+    return replace(program, kernels=tuple(_kernel(k) for k in program.kernels))
+
+
+def _kernel(k: A.Kernel) -> A.Kernel:
+    facts = Facts()
+    for c in k.where:
+        v = fold(c)
+        if v is not None:
+            if not v:
+                raise CompileError(f"constraint '{unparse(c)}' is false for these compile-time parameters", c.span,
+                                   ("values: " + ", ".join(f"{n} = {x}" for n, x in k.defines),) if k.defines else ())
+            continue
+        for part in _conjuncts(c):
+            _learn(part, facts)
+    return replace(k, facts=facts)
+
+
+def _conjuncts(e: A.Expr):
+    if isinstance(e, A.BinOp) and e.op is A.BinOpKind.AND:
+        yield from _conjuncts(e.lhs)
+        yield from _conjuncts(e.rhs)
+    else:
+        yield e
+
+
+def _learn(e: A.Expr, facts: Facts) -> None:
+    if not isinstance(e, A.BinOp) or not e.op.is_compare:
+        return
+    lhs, rhs, op = e.lhs, e.rhs, e.op
+    # SYM % c == 0
+    if op is A.BinOpKind.EQ and isinstance(rhs, A.IntLit) and rhs.value == 0 and isinstance(lhs, A.BinOp) \
+            and lhs.op is A.BinOpKind.MOD and isinstance(lhs.lhs, A.Name) and isinstance(lhs.rhs, A.IntLit) and lhs.rhs.value > 0:
+        sym, d = lhs.lhs.id, lhs.rhs.value
+        old = facts.divisors.get(sym, 1)
+        from math import gcd
+
+        facts.divisors[sym] = old * d // gcd(old, d)
+        return
+    if isinstance(lhs, A.Name) and isinstance(rhs, A.IntLit):
+        sym, c = lhs.id, rhs.value
+        if op is A.BinOpKind.GE:
+            facts.lower[sym] = max(facts.lower.get(sym, 0), c)
+        elif op is A.BinOpKind.GT:
+            facts.lower[sym] = max(facts.lower.get(sym, 0), c + 1)
+        elif op is A.BinOpKind.EQ:
+            facts.lower[sym] = c
+            facts.divisors[sym] = c if c > 0 else 1

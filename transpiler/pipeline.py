@@ -1,0 +1,82 @@
+"""The pass pipeline: parse, then each semantic pass in order.
+
+`PASSES` is the visible list; `compile_program` runs it and `tilex translate
+--dump-after NAME` shows the IR after any one of them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import ast as A
+from .diagnostics import CompileError, Span
+from .parser import parse
+from .passes.check_constraints import check_constraints
+from .passes.infer_dtypes import infer_dtypes
+from .passes.infer_memory import infer_memory
+from .passes.infer_shapes import infer_shapes
+from .passes.resolve_names import resolve_names
+from .verify import verify
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything that changes what the compiler produces; passed explicitly, never read from the environment."""
+
+    defines: dict = field(default_factory=dict)
+    arch: str = "sm_90a"
+    kernel: str | None = None  # restrict to one kernel
+
+    def key(self) -> str:
+        return repr((sorted(self.defines.items()), self.arch, self.kernel))
+
+
+PASSES: list[tuple[str, Callable]] = [
+    ("resolve_names", lambda p, o: resolve_names(p, o.defines)),
+    ("infer_dtypes", lambda p, o: infer_dtypes(p)),
+    ("infer_shapes", lambda p, o: infer_shapes(p)),
+    ("check_constraints", lambda p, o: check_constraints(p)),
+    ("infer_memory", lambda p, o: infer_memory(p, o.arch)),
+]
+
+PASS_NAMES = ["parse"] + [n for n, _ in PASSES]
+
+
+def compile_program(source: str, file: str = "<string>", options: Options | None = None,
+                    stop_after: str | None = None, check: bool = False) -> A.Program:
+    """Parse and check a .tile program; returns the annotated IR (after `stop_after`, if given)."""
+    options = options or Options()
+    try:
+        program = parse(source, file)
+        if options.kernel is not None:
+            names = [k.name for k in program.kernels]
+            if options.kernel not in names:
+                raise CompileError(f"no kernel named '{options.kernel}' in {file} (it has: {', '.join(names) or 'none'})",
+                                   Span(file, 0, 0, 0, 0))
+            program = A.Program(tuple(k for k in program.kernels if k.name == options.kernel), program.file, program.source)
+        _check_defines(program, options)
+        if stop_after == "parse":
+            return program
+        for name, run in PASSES:
+            program = run(program, options)
+            if check:
+                verify(program, name)
+            if stop_after == name:
+                return program
+        return program
+    except CompileError as e:
+        raise e.with_source(source)
+
+
+def _check_defines(program: A.Program, options: Options) -> None:
+    known = {cp.name for k in program.kernels for cp in k.cparams}
+    for name in options.defines:
+        if name not in known:
+            raise CompileError(f"-D {name}: no kernel in {program.file} has a compile-time parameter '{name}'"
+                               + (f" (they have: {', '.join(sorted(known))})" if known else ""), Span(program.file, 0, 0, 0, 0))
+
+
+def compile_file(path: str, options: Options | None = None, **kw) -> A.Program:
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    return compile_program(source, path, options, **kw)

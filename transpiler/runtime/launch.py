@@ -1,0 +1,216 @@
+"""`Kernel`: compile generated CUDA once, load the cubin with CuPy, launch it.
+
+Calling a Kernel binds and checks the arguments against its KernelSpec (`args.py`),
+then launches `spec.name` with the grid the spec computes, `spec.threads` threads and
+`spec.smem_bytes` bytes of dynamic shared memory. Argument order, as KernelSpec
+documents: one device pointer per tensor, one value per scalar, one int32 per symbol.
+
+CuPy is imported on first compile/launch only. Torch tensors are passed by pointer
+(`data_ptr()`) after the checks, and launches that involve them go to torch's current
+stream unless a stream is given.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+from typing import Any
+
+import numpy as np
+
+from ..diagnostics import LaunchError
+from ..spec import KernelSpec
+from .args import BoundArgs, bind_arguments, is_cupy_array, is_torch_tensor
+from .nvrtc import compile_cubin, default_arch
+
+STATIC_SMEM_LIMIT = 48 * 1024
+# CUfunction_attribute value of CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (cuda.h).
+_ATTR_MAX_DYNAMIC_SMEM = 8
+
+_SCALAR_TYPES = {"f32": np.float32, "f16": np.float32, "bf16": np.float32,
+                 "i32": np.int32, "i64": np.int64, "bool": np.bool_}
+
+
+def _device_index(bound: BoundArgs) -> int | None:
+    """The CUDA ordinal of the arguments, or None when no tensor says (use current)."""
+    dev = bound.device
+    if dev is None or not dev.startswith("cuda:") or dev == "cuda:?":
+        return None
+    return int(dev.split(":", 1)[1])
+
+
+def _pointer(x: Any) -> np.uint64:
+    """The device address of a checked array argument."""
+    if is_cupy_array(x):
+        return np.uint64(x.data.ptr)
+    if is_torch_tensor(x):
+        return np.uint64(x.data_ptr())
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if isinstance(cai, dict):
+        return np.uint64(cai["data"][0])
+    raise LaunchError(f"internal error: cannot take the device address of {type(x).__name__}")
+
+
+def kernel_arguments(spec: KernelSpec, bound: BoundArgs) -> list:
+    """The launch argument list: tensor pointers, scalars (C types), int32 per symbol."""
+    out: list = []
+    for p in spec.params:
+        if p.kind == "tensor":
+            out.append(_pointer(bound.arrays[p.name]))
+    for p in spec.params:
+        if p.kind == "scalar":
+            out.append(_SCALAR_TYPES[p.dtype](bound.scalars[p.name]))
+    for s in spec.symbols:
+        out.append(np.int32(bound.symbols[s]))
+    return out
+
+
+def _as_cupy_stream(stream: Any, device: int | None):
+    """A CuPy stream object for `stream`: a CuPy stream, a torch stream, or a raw handle."""
+    if stream is None or type(stream).__module__.split(".")[0] == "cupy":  # Stream, ExternalStream
+        return stream
+    handle = getattr(stream, "cuda_stream", stream)  # torch.cuda.Stream has .cuda_stream
+    if not isinstance(handle, int):
+        raise LaunchError(f"stream: expected a CuPy stream, torch.cuda.Stream or stream handle, "
+                          f"got {type(stream).__name__}")
+    return _external_stream(handle, device)
+
+
+class _StreamHandle:
+    """A raw cudaStream_t exposed through the CUDA stream protocol (`__cuda_stream__`)."""
+
+    def __init__(self, handle: int):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
+def _external_stream(handle: int, device: int | None):
+    """Wrap a stream handle owned by someone else (torch, a raw handle) as a CuPy stream."""
+    import cupy
+
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)  # CuPy >= 14
+    if from_external is not None:
+        return from_external(_StreamHandle(handle))
+    return cupy.cuda.ExternalStream(handle, device if device is not None else -1)
+
+
+def _torch_stream(device: int | None):
+    import torch
+
+    dev = torch.device("cuda", device) if device is not None else None
+    return int(torch.cuda.current_stream(dev).cuda_stream)
+
+
+class Kernel:
+    """A launchable generated kernel: `Kernel(spec, cuda_source)(x, w, out, eps=1e-6)`."""
+
+    def __init__(self, spec: KernelSpec, cuda_source: str, arch: str | None = None,
+                 options: tuple = (), cache_dir: str | os.PathLike | None | bool = None,
+                 *, backend: str = "nvrtc"):
+        """arch None: the launching device's arch. cache_dir None: the default cache
+        directory; False: no disk cache. backend: "nvrtc" or "nvcc"."""
+        self.spec = spec
+        self.source = cuda_source
+        self.arch = arch
+        self.options = tuple(options)
+        self.cache_dir = cache_dir
+        self.backend = backend
+        self._cubins: dict[str, bytes] = {}
+        self._functions: dict[int, tuple[Any, Any]] = {}  # device -> (module, function)
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.spec.name!r}, arch={self.arch!r})"
+
+    # -- compiling and loading -------------------------------------------------------
+
+    def cubin_for(self, arch: str) -> bytes:
+        """The compiled cubin for `arch` (compiled, or read from the cache, once)."""
+        if arch not in self._cubins:
+            self._cubins[arch] = compile_cubin(self.source, arch, self.options, self.cache_dir,
+                                               backend=self.backend)
+        return self._cubins[arch]
+
+    @property
+    def cubin(self) -> bytes:
+        """The cubin for `self.arch`, or for the current device when arch is None."""
+        return self.cubin_for(self.arch or default_arch())
+
+    def _function(self, device: int):
+        """The loaded entry point on `device` (loads the module there on first use)."""
+        hit = self._functions.get(device)
+        if hit is not None:
+            return hit[1]
+        import cupy
+
+        with cupy.cuda.Device(device):
+            cubin = self.cubin_for(self.arch or default_arch())
+            from cupy.cuda import function as cuda_function
+
+            module = cuda_function.Module()
+            module.load(cubin)
+            fn = module.get_function(self.spec.name)
+            if self.spec.smem_bytes > STATIC_SMEM_LIMIT:
+                from cupy_backends.cuda.api import driver
+
+                attr = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES",
+                               _ATTR_MAX_DYNAMIC_SMEM)
+                driver.funcSetAttribute(fn.ptr, attr, int(self.spec.smem_bytes))
+        self._functions[device] = (module, fn)
+        return fn
+
+    # -- launching -------------------------------------------------------------------
+
+    def bind(self, *args, **kwargs) -> BoundArgs:
+        """Bind and check arguments (no launch); LaunchError on bad arguments."""
+        return bind_arguments(self.spec, args, kwargs)
+
+    def _prepare(self, bound: BoundArgs, stream: Any):
+        """(launch thunk) for checked arguments, or None when the grid is empty."""
+        if bound.empty:
+            return None
+        import cupy
+
+        device = _device_index(bound)
+        if device is None:
+            device = cupy.cuda.Device().id
+        if stream is None and bound.uses_torch:
+            stream = _external_stream(_torch_stream(device), device)
+        else:
+            stream = _as_cupy_stream(stream, device)
+        fn = self._function(device)
+        grid, block = bound.grid, (int(self.spec.threads), 1, 1)
+        kargs = kernel_arguments(self.spec, bound)
+        smem = int(self.spec.smem_bytes)
+
+        def launch():
+            with cupy.cuda.Device(device):
+                fn(grid, block, kargs, shared_mem=smem, stream=stream)
+        return launch, device, stream
+
+    def __call__(self, *args, stream: Any = None, **kwargs) -> None:
+        """Check the arguments and launch asynchronously (skipped when the grid is empty)."""
+        prepared = self._prepare(bind_arguments(self.spec, args, kwargs), stream)
+        if prepared is not None:
+            prepared[0]()
+
+    def bench(self, *args, warmup: int = 10, rep: int = 100, stream: Any = None, **kwargs) -> float:
+        """Median time of one launch in milliseconds, measured with CUDA events."""
+        prepared = self._prepare(bind_arguments(self.spec, args, kwargs), stream)
+        if prepared is None:
+            return 0.0
+        import cupy
+
+        launch, device, stream = prepared
+        with cupy.cuda.Device(device):
+            s = stream if stream is not None else cupy.cuda.get_current_stream()
+            for _ in range(max(0, warmup)):
+                launch()
+            events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(max(1, rep))]
+            for start, end in events:
+                start.record(s)
+                launch()
+                end.record(s)
+            events[-1][1].synchronize()
+            times = [cupy.cuda.get_elapsed_time(start, end) for start, end in events]
+        return float(statistics.median(times))
