@@ -1,2 +1,295 @@
-def infer_memory(program, arch):
-    return program
+"""Pass 5, infer_memory: decide where every value lives and how tiles are laid out.
+
+Needs: check_constraints. Guarantees: every value has `ty.space` (UNIFORM scalars,
+REGISTERS tiles, SHARED for matmul operands, GLOBAL tensors) and every tile a
+`ty.layout` (`tilex.layout.Layout`); elementwise results take the layout of the value
+they are assigned to or of their first full-shape operand (so `acc += t * t` moves no
+data), operands are read through broadcast views of it, loads and constructors are
+materialized directly in the layout their consumer wants, a reduction yields the slice
+of its operand's layout. `kernel.info` (KernelMemory) holds the threads per block and
+the shared memory each op needs (cross-warp reductions, layout conversions, matmul
+staging), checked against the target's per-block budget.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from .. import ast as A
+from ..builtins import FUNCTIONS
+from ..diagnostics import CompileError
+from ..layout import Layout, canonical
+from ..types import MemSpace, Ty, numel
+from .base import Rewriter, fail
+
+# shared memory a block may use, by target (bytes, with the opt-in attribute)
+SMEM_LIMIT = {"sm_90": 232448, "sm_90a": 232448, "sm_80": 166912, "sm_86": 101376, "sm_87": 166912,
+              "sm_89": 101376, "sm_100": 232448, "sm_100a": 232448, "sm_120": 101376}
+DEFAULT_SMEM_LIMIT = 49152
+MATMUL_PAD = 8  # elements of padding per staged row (16 bytes of bf16): no bank conflicts on column reads
+
+
+@dataclass
+class SmemUse:
+    what: str
+    bytes: int
+    line: int
+
+
+@dataclass
+class KernelMemory:
+    threads: int
+    smem_bytes: int  # dynamic shared memory per block (the largest single use; uses do not overlap)
+    smem_limit: int
+    uses: list[SmemUse] = field(default_factory=list)
+    var_layouts: dict = field(default_factory=dict)
+
+
+def infer_memory(program: A.Program, arch: str = "sm_90a") -> A.Program:
+    return replace(program, kernels=tuple(_Memory(k, arch).run() for k in program.kernels))
+
+
+def _threads(k: A.Kernel) -> int:
+    for name, v in k.defines:
+        if name == "WARPS":
+            if not isinstance(v, int) or v < 1 or v > 32 or v & (v - 1):
+                raise CompileError(f"WARPS must be a power of two from 1 to 32, got {v}", k.span)
+            return 32 * v
+    biggest = [1]
+
+    class _Sizes(Rewriter):
+        def generic(self, node):
+            ty = getattr(node, "ty", None)
+            if ty is not None and ty.what == "value" and ty.shape:
+                biggest[0] = max(biggest[0], numel(ty.shape))
+            return super().generic(node)
+
+    _Sizes().visit(k.body)
+    t = 32
+    while t < 256 and t * 8 < biggest[0]:
+        t *= 2
+    return t
+
+
+def compute_bytes(dt) -> int:
+    return dt.compute.itemsize if dt.compute.itemsize >= 4 else 4
+
+
+def reduce_smem_groups(layout: Layout, axis: int) -> int:
+    """How many warps' partial results a reduction along `axis` must combine in shared memory."""
+    d = layout.dims[axis]
+    if d is None:
+        return 1
+    t, st = layout.root.threads[d], layout.root.tstride(d)
+    inwarp = 1 if st >= 32 else min(t, 32 // st)
+    return t // inwarp
+
+
+class _Memory(Rewriter):
+    def __init__(self, k: A.Kernel, arch: str):
+        self.k = k
+        self.T = _threads(k)
+        self.limit = SMEM_LIMIT.get(arch, DEFAULT_SMEM_LIMIT)
+        self.vars: dict[str, Layout | None] = {}
+        self.uses: list[SmemUse] = []
+
+    def run(self) -> A.Kernel:
+        k = self.k
+        where = tuple(self.assign(e) for e in k.where)
+        grid = tuple(self.assign(e) for e in k.grid)
+        body = self.visit(k.body)
+        smem = max((u.bytes for u in self.uses), default=0)
+        if smem > self.limit:
+            worst = max(self.uses, key=lambda u: u.bytes)
+            raise CompileError(f"{worst.what} needs {worst.bytes} bytes of shared memory; the target allows {self.limit} per block",
+                               _line_span(k, worst.line),
+                               ("use smaller tiles (lower the compile-time parameters with -D)",))
+        info = KernelMemory(self.T, smem, self.limit, self.uses, dict(self.vars))
+        return replace(k, where=where, grid=grid, body=body, info=info)
+
+    def canon(self, shape) -> Layout:
+        return Layout.of(canonical(tuple(shape), self.T))
+
+    def need(self, what: str, nbytes: int, node) -> None:
+        self.uses.append(SmemUse(what, nbytes, node.span.line))
+
+    # ---- layout choice
+    def natural(self, e: A.Expr) -> Layout:
+        """The layout an elementwise expression computes in when nothing asks for one."""
+        shape = e.ty.shape
+        found = self._find(e, shape)
+        return found or self.canon(shape)
+
+    def _find(self, e: A.Expr, shape) -> Layout | None:
+        if e.ty is None or e.ty.what != "value" or e.ty.shape != shape:
+            return None
+        if isinstance(e, A.Name) and e.kind is A.NameKind.LOCAL:
+            return self.vars.get(e.id)
+        if _elementwise(e):
+            for c in _operands(e):
+                got = self._find(c, shape)
+                if got is not None:
+                    return got
+        return None
+
+    def assign(self, e: A.Expr, want: Layout | None = None) -> A.Expr:
+        """Annotate `e` (and below) with space and layout; `want` is the view its consumer reads."""
+        if e is None or isinstance(e, (A.Slice, A.NewAxis)):
+            return e
+        ty = e.ty
+        if ty.what == "tensor":
+            return replace(e, ty=replace(ty, space=MemSpace.GLOBAL))
+        if ty.what in ("dtype", "type"):
+            if isinstance(e, A.TileTypeExpr):
+                return replace(e, dims=tuple(self.assign(d) for d in e.dims))
+            return e
+        is_reduction = isinstance(e, A.Call) and FUNCTIONS[e.func].kind in ("reduce", "argreduce") \
+            or (isinstance(e, A.Call) and e.func in ("max", "min") and len(e.args) == 1)
+        if not ty.shape and not is_reduction:  # scalars: every thread holds the same value
+            return self._children(e, None, MemSpace.UNIFORM, None)
+        if isinstance(e, A.Name):
+            layout = self.vars[e.id]
+            if want is not None and not layout.compatible(want):
+                self.need(f"converting the layout of '{e.id}'", numel(ty.shape) * compute_bytes(ty.dtype), e)
+            return replace(e, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
+        if _elementwise(e):
+            layout = want or self.natural(e)
+            return self._children(e, layout, MemSpace.REGISTERS, layout)
+        if isinstance(e, A.Index):
+            if e.base.ty.what == "tensor":  # a load: materialized where it is consumed
+                layout = want or self.canon(ty.shape)
+                return self._children(e, None, MemSpace.REGISTERS, layout, operand_layout=None)
+            base = self.assign(e.base)
+            layout = base.ty.layout
+            for axis, item in enumerate(e.items):
+                if isinstance(item, A.NewAxis):
+                    layout = layout.expand(axis)
+            return replace(e, base=base, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
+        if isinstance(e, A.Attr):  # .T of a tile: a free view
+            obj = self.assign(e.obj)
+            return replace(e, obj=obj, ty=replace(ty, space=MemSpace.REGISTERS, layout=obj.ty.layout.transpose()))
+        if isinstance(e, A.BinOp) and e.op is A.BinOpKind.MATMUL:
+            lhs, rhs = self.assign(e.lhs), self.assign(e.rhs)
+            lhs = replace(lhs, ty=replace(lhs.ty, space=MemSpace.SHARED))
+            rhs = replace(rhs, ty=replace(rhs.ty, space=MemSpace.SHARED))
+            (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
+            item = e.lhs.ty.dtype.itemsize
+            self.need(f"staging the operands of '@' ({m}x{kk} and {kk}x{n})",
+                      (m * (kk + MATMUL_PAD) + kk * (n + MATMUL_PAD)) * item, e)
+            layout = want or self.canon(ty.shape)
+            return replace(e, lhs=lhs, rhs=rhs, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
+        if is_reduction:
+            x = self.assign(e.args[0])
+            layout = x.ty.layout
+            if not isinstance(layout, Layout):
+                fail("internal: reduction operand without a layout")
+            axes = _reduced_axes(e, len(x.ty.shape))
+            keep = _keepdims(e)
+            out = layout
+            for axis in sorted(axes, reverse=True):
+                groups = reduce_smem_groups(out, axis if not keep else axis)
+                red = out.reduce(axis, keepdims=keep)
+                if groups > 1:
+                    per = 8 if FUNCTIONS[e.func].kind == "argreduce" else compute_bytes(e.ty.dtype)
+                    self.need(f"combining {e.func}() across {groups} warps", groups * max(1, numel(red.shape)) * per, e)
+                out = red
+            args = (x,) + tuple(self.assign(a) for a in e.args[1:])
+            if not ty.shape:
+                return replace(e, args=args, ty=replace(ty, space=MemSpace.UNIFORM, layout=None))
+            return replace(e, args=args, ty=replace(ty, space=MemSpace.REGISTERS, layout=out))
+        if isinstance(e, A.Call):  # constructors: materialized where consumed
+            layout = want or self.canon(ty.shape)
+            return self._children(e, None, MemSpace.REGISTERS, layout)
+        fail(f"internal: no memory rule for {type(e).__name__}")
+
+    def _children(self, e, view_of: Layout | None, space, layout, operand_layout=None):
+        changes = {}
+        for name in ("lhs", "rhs", "operand", "cond", "then", "orelse", "obj"):
+            if hasattr(e, name):
+                c = getattr(e, name)
+                changes[name] = self.assign(c, view_of.view_for(c.ty.shape) if view_of is not None and _is_tile(c) else None)
+        if hasattr(e, "args"):
+            changes["args"] = tuple(self.assign(a, view_of.view_for(a.ty.shape) if view_of is not None and _is_tile(a) else None)
+                                    for a in e.args)
+        if hasattr(e, "kwargs"):
+            changes["kwargs"] = tuple((k, self.assign(v)) for k, v in e.kwargs)
+        if isinstance(e, A.Index):
+            changes["items"] = tuple(self.assign(i) if not isinstance(i, A.Slice) else
+                                     replace(i, start=self.assign(i.start), stop=self.assign(i.stop)) for i in e.items)
+            changes["base"] = self.assign(e.base)
+        return replace(e, **changes, ty=replace(e.ty, space=space, layout=layout))
+
+    # ---- statements
+    def visit_Assign(self, s):
+        shape = s.value.ty.shape
+        if s.name in self.vars:
+            layout = self.vars[s.name]
+            want = layout.view_for(shape) if layout is not None and shape else None
+            value = self.assign(s.value, want)
+        else:
+            value = self.assign(s.value)
+            self.vars[s.name] = value.ty.layout
+        return replace(s, value=value)
+
+    def visit_Store(self, s):
+        tshape = s.target.ty.shape
+        if tshape:
+            natural = self.natural(s.value) if s.value.ty.shape == tshape else self.canon(tshape)
+            value = self.assign(s.value, natural.view_for(s.value.ty.shape) if s.value.ty.shape else None)
+            target = self.assign(s.target, natural)
+        else:
+            value, target = self.assign(s.value), self.assign(s.target)
+        return replace(s, target=target, value=value)
+
+    def visit_For(self, s):
+        start, stop, step = (self.assign(x) for x in (s.start, s.stop, s.step))
+        return replace(s, start=start, stop=stop, step=step, body=self.visit(s.body))
+
+    def visit_If(self, s):
+        return replace(s, cond=self.assign(s.cond), then=self.visit(s.then), orelse=self.visit(s.orelse))
+
+
+def _line_span(k: A.Kernel, line: int):
+    from ..diagnostics import Span
+
+    return Span(k.span.file, line, 1, line, 1) if line else k.span
+
+
+def _is_tile(e) -> bool:
+    return isinstance(e, A.Expr) and e.ty is not None and e.ty.what == "value" and bool(e.ty.shape)
+
+
+def _elementwise(e: A.Expr) -> bool:
+    if isinstance(e, A.BinOp):
+        return e.op is not A.BinOpKind.MATMUL
+    if isinstance(e, (A.UnaryOp, A.Ternary)):
+        return True
+    if isinstance(e, A.Method):
+        return e.name == "to"
+    if isinstance(e, A.Call):
+        kind = FUNCTIONS[e.func].kind
+        return kind in ("math", "abs", "where") or (kind == "minmax" and len(e.args) == 2)
+    return False
+
+
+def _operands(e: A.Expr):
+    if isinstance(e, A.BinOp):
+        return (e.lhs, e.rhs)
+    if isinstance(e, A.UnaryOp):
+        return (e.operand,)
+    if isinstance(e, A.Ternary):
+        return (e.then, e.orelse)
+    if isinstance(e, A.Method):
+        return (e.obj,)
+    if isinstance(e, A.Call):
+        return e.args
+    return ()
+
+
+def _reduced_axes(e: A.Call, rank: int) -> list[int]:
+    axis = e.kwarg("axis")
+    return [axis.value] if axis is not None else list(range(rank))
+
+
+def _keepdims(e: A.Call) -> bool:
+    k = e.kwarg("keepdims")
+    return bool(k is not None and k.value)
