@@ -113,7 +113,7 @@ class Layout:
         q = f"{s} / {st}" if st > 1 else s
         return f"({q}) % {r}" if st * r < self.slots else f"({q})"
 
-    def coord(self, axis: int, s: str = "s") -> str:
+    def coord(self, axis: int, s: str = "tx_s") -> str:
         """C expression: the coordinate along tile axis `axis` of this thread's slot `s`."""
         d = self.dims[axis]
         if d is None:
@@ -180,7 +180,7 @@ class Layout:
                 return False
         return set(g for g in self.digits if self.root.radix(g) > 1) <= set(want.digits)
 
-    def slot_map(self, want: "Layout", s: str = "s") -> str:
+    def slot_map(self, want: "Layout", s: str = "tx_s") -> str:
         """C expression: which of this layout's slots holds the element `want` has at slot `s`."""
         if self == want or self.slots == 1:
             return s if self.slots > 1 else "0"

@@ -181,6 +181,8 @@ class _Resolver(Rewriter):
 
     # ---- statements
     def _bind(self, name: str, kind: A.NameKind, stmt) -> None:
+        if name.startswith(("tx_", "tilex")):
+            fail(f"names starting with 'tx_' or 'tilex' are reserved for generated code: rename '{name}'")
         prior = self.lookup(name)
         if prior in (A.NameKind.TENSOR, A.NameKind.SCALAR_PARAM, A.NameKind.SYMBOL):
             fail(f"cannot assign to '{name}': it is a {prior.value}")

@@ -1,0 +1,15 @@
+// tilex device helpers: math and integer semantics shared with the NumPy interpreter.
+__device__ __forceinline__ float tilex_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float tilex_silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float tilex_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ float tilex_gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
+// floor division and modulo (Python semantics), as the language defines // and %
+template <typename T> __device__ __forceinline__ T tilex_floordiv(T a, T b) { T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+template <typename T> __device__ __forceinline__ T tilex_floormod(T a, T b) { T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+__device__ __forceinline__ float tilex_floormod(float a, float b) { return a - floorf(a / b) * b; }
+template <typename T> __device__ __forceinline__ T tilex_cdiv(T a, T b) { return tilex_floordiv<T>(a + b - 1, b); }
+template <typename T> __device__ __forceinline__ T tilex_imax(T a, T b) { return a > b ? a : b; }
+template <typename T> __device__ __forceinline__ T tilex_imin(T a, T b) { return a < b ? a : b; }
+// float -> int truncation toward zero; NaN gives 0 and out-of-range saturates (PTX cvt.rzi semantics)
+__device__ __forceinline__ int tilex_f2i(float x) { return __float2int_rz(x); }
+__device__ __forceinline__ long long tilex_f2ll(float x) { return __float2ll_rz(x); }

@@ -1,0 +1,34 @@
+// tilex device helpers: masked, vectorized global loads and stores.
+// Elements [first, last) of a VEC-element chunk are inside the tensor; the rest are skipped (loads give `other`).
+// Whole, 16-byte aligned chunks move as 16-byte vectors; edge chunks element by element.
+template <int VEC, typename S, typename R>
+__device__ __forceinline__ void tilex_load_chunk(R* dst, const S* __restrict__ base, long long off, long long first, long long last, bool ok, R other) {
+  const S* p = base + off;
+  constexpr int BYTES = VEC * (int)sizeof(S);
+  if (BYTES % 16 == 0 && ok && first <= 0 && last >= VEC && (reinterpret_cast<unsigned long long>(p) & 15ull) == 0) {
+    S tmp[VEC];
+#pragma unroll
+    for (int q = 0; q < BYTES / 16; ++q) reinterpret_cast<uint4*>(tmp)[q] = __ldg(reinterpret_cast<const uint4*>(p) + q);
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) dst[v] = (R)tilex_io<S>::get(tmp[v]);
+  } else {
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) dst[v] = (ok && v >= first && v < last) ? (R)tilex_io<S>::get(p[v]) : other;
+  }
+}
+
+template <int VEC, typename S, typename R>
+__device__ __forceinline__ void tilex_store_chunk(S* __restrict__ base, long long off, long long first, long long last, bool ok, const R* src) {
+  S* p = base + off;
+  constexpr int BYTES = VEC * (int)sizeof(S);
+  if (BYTES % 16 == 0 && ok && first <= 0 && last >= VEC && (reinterpret_cast<unsigned long long>(p) & 15ull) == 0) {
+    S tmp[VEC];
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) tmp[v] = tilex_io<S>::put(src[v]);
+#pragma unroll
+    for (int q = 0; q < BYTES / 16; ++q) reinterpret_cast<uint4*>(p)[q] = reinterpret_cast<const uint4*>(tmp)[q];
+  } else if (ok) {
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) if (v >= first && v < last) p[v] = tilex_io<S>::put(src[v]);
+  }
+}

@@ -1,0 +1,60 @@
+"""`tilex.compile`: translate a .tile file (or source text) and get launchable kernels."""
+from __future__ import annotations
+
+import os
+
+from .pipeline import Options
+from .translate import Translation, translate
+
+
+class Module:
+    """The kernels of one translated .tile file, each callable with CuPy arrays or torch CUDA tensors.
+
+    `module.rmsnorm(x, w, y, eps=1e-6)` binds symbols from the shapes, checks dtypes, shapes,
+    devices, contiguity and `where` constraints, then launches through CuPy. `module.cuda`
+    is the generated source; `module.interp(name, *numpy_args)` runs the NumPy interpreter.
+    """
+
+    def __init__(self, translation: Translation, arch: str | None = None, cache_dir=None):
+        self.translation = translation
+        self.cuda = translation.cuda
+        self.specs = translation.specs
+        self._arch = arch
+        self._cache_dir = cache_dir
+        self._kernels = {}
+
+    def kernel(self, name: str):
+        if name not in self.specs:
+            raise AttributeError(f"no kernel named '{name}' (this module has: {', '.join(self.specs)})")
+        if name not in self._kernels:
+            from .runtime import Kernel
+
+            self._kernels[name] = Kernel(self.specs[name], self.cuda, arch=self._arch, cache_dir=self._cache_dir)
+        return self._kernels[name]
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.kernel(name)
+
+    def interp(self, name: str, *args, **kwargs):
+        from .interp import launch
+
+        return launch(self.translation.program, name, *args, **kwargs)
+
+
+def compile(path_or_source: str, arch: str | None = None, cache_dir=None, **defines) -> Module:  # noqa: A001
+    """Translate a .tile file path (or source text) with compile-time parameters `defines`."""
+    if "\n" not in path_or_source and os.path.exists(path_or_source):
+        with open(path_or_source, encoding="utf-8") as f:
+            source, file = f.read(), path_or_source
+    else:
+        source, file = path_or_source, "<string>"
+    if arch is None:
+        from .runtime.nvrtc import default_arch
+
+        try:
+            arch = default_arch()
+        except Exception:  # no GPU: the target only matters when launching
+            arch = "sm_90a"
+    return Module(translate(source, file, Options(defines=dict(defines), arch=arch)), arch, cache_dir)

@@ -1,0 +1,617 @@
+"""The `tilex` command line: translate, check, run and explain .tile files.
+
+    tilex translate examples/rmsnorm.tile -o rmsnorm.cu
+    tilex check examples/rmsnorm.tile
+    tilex run examples/rmsnorm.tile --shape M=256,N=1000 --backend auto
+    tilex explain examples/matmul.tile
+
+Errors in a program print as `file:line:col: error: ...` with the source line and a
+caret; other errors print as `error: ...`. Both exit with status 1; bad usage exits 2.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, Iterator, List, Optional
+
+import typer
+
+from . import __version__
+from .diagnostics import CompileError, LaunchError, TilexError
+
+app = typer.Typer(
+    name="tilex",
+    help="tilex: a compiler for tile-level GPU kernels (.tile -> checked IR -> CUDA C++).",
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+_STATE = {"debug": False}
+
+
+# ---------------------------------------------------------------- output helpers
+def _stderr(text: str) -> None:
+    sys.stderr.write(text if text.endswith("\n") else text + "\n")
+    sys.stderr.flush()
+
+
+def _stdout(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    # markup off: shapes like [M, N] and slices like x[i : i + B] are data, not Rich tags
+    stream = sys.stderr if stderr else sys.stdout
+    # piped output: wide enough that tables do not wrap (Rich assumes 80 columns otherwise)
+    width = None if _isatty(stream) else 200
+    return Console(stderr=stderr, markup=False, highlight=False, emoji=False, width=width)
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Fail(Exception):
+    """Abort a command with `error: message` (exit 1)."""
+
+
+@contextlib.contextmanager
+def _errors(json_mode: bool = False) -> Iterator[None]:
+    """Turn tilex errors into messages on stderr and exit status 1 (never a traceback)."""
+    message = None
+    try:
+        yield
+        return
+    except (typer.Exit, typer.Abort, typer.BadParameter):
+        raise
+    except CompileError as e:
+        message = e.render()
+        _stderr(message)
+    except (_Fail, TilexError) as e:  # LaunchError, InputError, ...
+        message = str(e)
+        _stderr(f"error: {message}")
+    except KeyboardInterrupt:
+        message = "interrupted"
+        _stderr(f"error: {message}")
+    except Exception as e:  # a bug in tilex: say so briefly
+        if _STATE["debug"]:
+            raise
+        message = f"internal error: {type(e).__name__}: {e}"
+        _stderr(message + "\n  (this is a bug in tilex; rerun with `tilex --debug ...` for the traceback)")
+    if json_mode:
+        _stdout(json.dumps({"ok": False, "error": message}) + "\n")
+    raise typer.Exit(1)
+
+
+def _read_source(file: Path) -> tuple[str, str]:
+    """(path text, source) of a .tile file; _Fail on a missing or unreadable file."""
+    name = str(file)
+    if not file.exists():
+        raise _Fail(f"{name}: No such file")
+    if file.is_dir():
+        raise _Fail(f"{name}: is a directory, not a .tile file")
+    try:
+        return name, file.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise _Fail(f"{name}: not a UTF-8 text file") from None
+    except OSError as e:
+        raise _Fail(f"{name}: {e.strerror or e}") from None
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        if path.parent and not path.parent.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise _Fail(f"{path}: cannot write: {e.strerror or e}") from None
+
+
+def _defines(items: Optional[List[str]]) -> dict:
+    from .inputs import InputError, parse_defines
+
+    try:
+        return parse_defines(items or [])
+    except InputError as e:
+        raise typer.BadParameter(str(e), param_hint="'-D'") from None
+
+
+_ARCH = re.compile(r"^sm_\d{2,3}[af]?$")
+
+
+def _options(defines: dict, kernel: Optional[str] = None, arch: str = "sm_90a"):
+    from .pipeline import Options
+
+    return Options(defines=defines, arch=arch, kernel=kernel)
+
+
+def _kernels_text(names) -> str:
+    return ", ".join(names) if names else "none"
+
+
+def _codegen():
+    """tilex.codegen.generate, or _Fail when code generation is not available."""
+    try:
+        from .codegen import generate  # noqa: F401
+    except ImportError as e:
+        raise _Fail(f"CUDA code generation is not available in this installation "
+                    f"(cannot import tilex.codegen: {e})") from None
+    return generate
+
+
+# ---------------------------------------------------------------- options shared by commands
+FILE_ARG = typer.Argument(..., metavar="FILE", help="The .tile source file.", show_default=False)
+DEFINE_OPT = typer.Option(
+    None, "-D", "--define", metavar="NAME=VALUE",
+    help="Set a compile-time parameter, e.g. -D BLOCK=512 (repeatable). "
+         "VALUE is an int, a float, or True/False.")
+KERNEL_OPT = typer.Option(None, "--kernel", "-k", metavar="NAME",
+                          help="Only this kernel of the file.")
+
+
+def _version_cb(value: bool) -> None:
+    if value:
+        _stdout(f"tilex {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version_cb, is_eager=True,
+                                 help="Print the tilex version and exit."),
+    debug: bool = typer.Option(False, "--debug", hidden=True,
+                               help="Show Python tracebacks of internal errors."),
+) -> None:
+    """tilex: a compiler for tile-level GPU kernels (.tile -> checked IR -> CUDA C++).
+
+    Errors in a program print as file:line:col: error: ... with the source line and a
+    caret, and exit with status 1.
+    """
+    _STATE["debug"] = debug
+
+
+# ---------------------------------------------------------------- translate
+@app.command()
+def translate(
+    file: Path = FILE_ARG,
+    output: Optional[Path] = typer.Option(
+        None, "-o", "--output", metavar="OUT",
+        help="Write the CUDA source to OUT (default: stdout)."),
+    kernel: Optional[str] = KERNEL_OPT,
+    arch: str = typer.Option("sm_90a", "--arch", metavar="ARCH",
+                             help="Target GPU architecture, e.g. sm_90a, sm_80."),
+    define: Optional[List[str]] = DEFINE_OPT,
+    host: bool = typer.Option(
+        False, "--host",
+        help="Also write the C++ host launcher: to <OUT stem>_host.cu next to OUT with -o, "
+             "else to stdout after the kernel source."),
+    dump_after: Optional[str] = typer.Option(
+        None, "--dump-after", metavar="PASS",
+        help="Instead of CUDA, print the IR after PASS (one of: parse, resolve_names, infer_dtypes, "
+             "infer_shapes, check_constraints, infer_memory), with every expression's type; "
+             "to OUT with -o."),
+) -> None:
+    """Translate a .tile file to a self-contained CUDA C++ source (.cu)."""
+    from .pipeline import PASS_NAMES
+
+    defines = _defines(define)
+    if dump_after is not None and dump_after not in PASS_NAMES:
+        raise typer.BadParameter(f"{dump_after!r} is not a pass; passes: {', '.join(PASS_NAMES)}",
+                                 param_hint="'--dump-after'")
+    if dump_after is not None and host:
+        raise typer.BadParameter("--host cannot be combined with --dump-after", param_hint="'--host'")
+    if not _ARCH.match(arch):
+        raise typer.BadParameter(f"{arch!r} is not an architecture such as sm_90a or sm_80",
+                                 param_hint="'--arch'")
+    with _errors():
+        name, source = _read_source(file)
+        options = _options(defines, kernel, arch)
+        if dump_after is not None:
+            from .explain import dump_ir
+            from .pipeline import compile_program
+
+            text = dump_ir(compile_program(source, name, options, stop_after=dump_after))
+            _write(output, text) if output is not None else _stdout(text)
+            return
+        _codegen()
+        from .translate import translate as do_translate
+
+        t = do_translate(source, name, options, host=host)
+        cuda = t.cuda if t.cuda.endswith("\n") else t.cuda + "\n"
+        host_code = None
+        if host:
+            if not t.host:
+                raise _Fail("code generation produced no host launcher for this file")
+            host_code = t.host if t.host.endswith("\n") else t.host + "\n"
+        if output is None:
+            _stdout(cuda)
+            if host_code is not None:
+                _stdout("\n// ---- host launcher (tilex translate --host) ----\n" + host_code)
+            return
+        _write(output, cuda)
+        if host_code is not None:
+            host_path = output.with_name(output.stem + "_host.cu")
+            if host_path == output:
+                raise _Fail(f"{output}: the host launcher would overwrite the kernel source")
+            _write(host_path, host_code)
+
+
+# ---------------------------------------------------------------- check
+@app.command()
+def check(
+    file: Path = FILE_ARG,
+    kernel: Optional[str] = KERNEL_OPT,
+    define: Optional[List[str]] = DEFINE_OPT,
+) -> None:
+    """Parse and check a .tile file (all passes, no code generation): prints FILE: ok (N kernels)."""
+    defines = _defines(define)
+    with _errors():
+        name, source = _read_source(file)
+        from .pipeline import compile_program
+
+        program = compile_program(source, name, _options(defines, kernel))
+        n = len(program.kernels)
+        _stdout(f"{name}: ok ({n} kernel{'' if n == 1 else 's'})\n")
+
+
+# ---------------------------------------------------------------- run
+def gpu_status() -> tuple[bool, str]:
+    """(usable, reason): CuPy imports and sees at least one CUDA device."""
+    try:
+        import cupy
+    except Exception as e:
+        return False, f"cannot import cupy ({type(e).__name__}: {e})"
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:
+        return False, f"cupy cannot query CUDA devices ({type(e).__name__}: {e})"
+    if n <= 0:
+        return False, "cupy sees no CUDA device"
+    return True, f"{n} CUDA device(s)"
+
+
+def _pick_kernel(source: str, name: str, defines: dict, kernel: Optional[str]) -> str:
+    from .pipeline import compile_program
+
+    if kernel is not None:
+        return kernel
+    parsed = compile_program(source, name, _options({}), stop_after="parse")
+    names = [k.name for k in parsed.kernels]
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise _Fail(f"{name}: no kernels")
+    raise _Fail(f"{name} has {len(names)} kernels ({', '.join(names)}): choose one with --kernel NAME")
+
+
+def _run_interp(program, kernel_name: str, arrays: dict, scalars: dict, out_names: list) -> dict:
+    """Run the interpreter on copies of `arrays`; {output name: result array}."""
+    try:
+        from . import interp
+    except ImportError as e:
+        raise _Fail(f"the interpreter is not available in this installation (cannot import tilex.interp: {e})") \
+            from None
+    local = {k: v.copy() for k, v in arrays.items()}
+    result = interp.launch(program, kernel_name, **local, **scalars)
+    outs = {}
+    for n in out_names:
+        if isinstance(result, dict) and n in result:
+            outs[n] = result[n]
+        else:
+            outs[n] = local[n]
+    import numpy as np
+
+    return {n: np.asarray(v) for n, v in outs.items()}
+
+
+def _has_matmul(kernel) -> bool:
+    from . import ast as A
+    from .explain import stmt_exprs, walk_exprs, walk_stmts
+
+    for s, _ in walk_stmts(kernel.body):
+        for top in stmt_exprs(s):
+            for e in walk_exprs(top):
+                if isinstance(e, A.BinOp) and e.op is A.BinOpKind.MATMUL:
+                    return True
+    return False
+
+
+def _fmt(v: Any, spec: str = ".3g") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return format(v, spec)
+    return str(v)
+
+
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    return v
+
+
+@app.command()
+def run(
+    file: Path = FILE_ARG,
+    kernel: Optional[str] = KERNEL_OPT,
+    shape: Optional[List[str]] = typer.Option(
+        None, "--shape", "-s", metavar="SYM=VAL[,SYM=VAL...]",
+        help="Sizes of the kernel's shape symbols, e.g. --shape M=256,N=1000 (repeatable). "
+             "Symbols may also come from the shapes of --input arrays."),
+    backend: str = typer.Option(
+        "auto", "--backend", "-b", metavar="auto|cuda|interp",
+        help="cuda: run on the GPU and compare every output with the interpreter; "
+             "interp: the NumPy interpreter only; auto: cuda when CuPy sees a GPU, else interp."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
+    input_: Optional[List[str]] = typer.Option(
+        None, "--input", "-i", metavar="NAME=FILE.npy",
+        help="Use this array for tensor parameter NAME (dtype and shape are checked) instead of "
+             "random data (repeatable)."),
+    arg: Optional[List[str]] = typer.Option(
+        None, "--arg", "-a", metavar="NAME=VALUE",
+        help="Value of scalar parameter NAME (repeatable); default: the value declared in the source."),
+    define: Optional[List[str]] = DEFINE_OPT,
+    bench: bool = typer.Option(
+        False, "--bench",
+        help="cuda only: also time the kernel (median of many launches) and report GB/s over all "
+             "tensor parameters, and TFLOP/s (2*M*N*K) for kernels with @ and symbols M, N, K."),
+    as_json: bool = typer.Option(
+        False, "--json",
+        help="Print exactly one JSON object on stdout: kernel, backend, shapes, outputs "
+             "(max_abs_err, rel_err, tol, ok per output when compared), stats, time_ms, gb_s, "
+             "tflop_s, ok. Progress goes to stderr."),
+) -> None:
+    """Run a kernel on random (or given) inputs; with the cuda backend, check it against the interpreter.
+
+    Inputs: tensors get random normal values in their dtype (ints in [0, 16), random bools);
+    outputs start with random data too, so backends agree where a kernel does not write.
+    Outputs are compared with tolerance 1e-2 (bf16, f16, fp8) or 1e-5 (f32) on
+    max|gpu - interp| / max|interp|, exactly for ints and bools. Exit status 1 when a
+    comparison fails.
+    """
+    defines = _defines(define)
+    if backend not in ("auto", "cuda", "interp"):
+        raise typer.BadParameter(f"{backend!r}: choose auto, cuda or interp", param_hint="'--backend'")
+    from .inputs import InputError, parse_pairs, parse_shapes
+
+    try:
+        shapes = parse_shapes(shape or [])
+    except InputError as e:
+        raise typer.BadParameter(str(e), param_hint="'--shape'") from None
+    try:
+        input_files = parse_pairs(input_ or [], "--input")
+    except InputError as e:
+        raise typer.BadParameter(str(e), param_hint="'--input'") from None
+    try:
+        scalar_args = parse_pairs(arg or [], "--arg")
+    except InputError as e:
+        raise typer.BadParameter(str(e), param_hint="'--arg'") from None
+
+    err = _console(stderr=True)
+
+    def progress(msg: str) -> None:
+        err.print(msg, style="dim")
+
+    failed = False
+    with _errors(json_mode=as_json):
+        import numpy as np
+
+        from .inputs import compare, load_input, make_inputs, resolve_symbols, stats, tensor_bytes
+        from .launchspec import make_spec
+        from .pipeline import compile_program
+
+        name, source = _read_source(file)
+        kname = _pick_kernel(source, name, defines, kernel)
+        options = _options(defines, kname)
+
+        chosen = backend
+        if backend != "interp":
+            usable, why = gpu_status()
+            if backend == "cuda" and not usable:
+                raise _Fail(f"--backend cuda: no usable GPU: {why}")
+            chosen = "cuda" if usable else "interp"
+            if backend == "auto" and not usable:
+                progress(f"note: no usable GPU ({why}); using the interpreter")
+        if bench and chosen != "cuda":
+            raise _Fail("--bench needs the cuda backend (a GPU with CuPy)")
+
+        translation = None
+        if chosen == "cuda":
+            _codegen()
+            from .translate import translate as do_translate
+
+            progress(f"translating {name} ...")
+            translation = do_translate(source, name, options)
+            program = translation.program
+            spec = translation.specs[kname]
+        else:
+            program = compile_program(source, name, options)
+            spec = make_spec(program.kernel(kname), source)
+        kern = program.kernel(kname)
+
+        params = {p.name: p for p in spec.params}
+        loaded = {}
+        for pname, path in input_files.items():
+            p = params.get(pname)
+            if p is None:
+                raise InputError(f"--input {pname}=...: kernel {kname} has no parameter '{pname}' "
+                                 f"(parameters: {', '.join(params)})")
+            if p.kind != "tensor":
+                raise InputError(f"--input {pname}=...: '{pname}' is a scalar parameter: pass --arg {pname}=VALUE")
+            loaded[pname] = load_input(path, p)
+        symbols = resolve_symbols(spec, shapes, loaded)
+        arrays, scalars = make_inputs(spec, symbols, seed, loaded, scalar_args)
+        out_names = [p.name for p in spec.params if p.kind == "tensor" and p.is_out]
+
+        report: dict[str, Any] = {"kernel": kname, "backend": chosen, "shapes": dict(symbols)}
+        results: dict[str, dict] = {}
+        out_stats: dict[str, dict] = {}
+        if chosen == "cuda":
+            import cupy
+
+            from .runtime import Kernel
+
+            k = Kernel(spec, translation.cuda)
+            dev = {n: cupy.asarray(a) for n, a in arrays.items()}
+            progress(f"compiling and launching {kname} on the GPU ...")
+            k(**dev, **scalars)
+            cupy.cuda.get_current_stream().synchronize()
+            gpu_out = {n: cupy.asnumpy(dev[n]) for n in out_names}
+            progress("running the interpreter for reference ...")
+            ref = _run_interp(program, kname, arrays, scalars, out_names)
+            for n in out_names:
+                results[n] = compare(gpu_out[n], ref[n], params[n].dtype)
+                out_stats[n] = stats(gpu_out[n])
+            report["outputs"] = results
+            if bench:
+                progress("timing ...")
+                ms = k.bench(**dev, **scalars)
+                report["time_ms"] = ms
+                nbytes = tensor_bytes(spec, symbols)
+                report["gb_s"] = nbytes / (ms * 1e-3) / 1e9 if ms > 0 else None
+                tflops = None
+                if _has_matmul(kern) and all(s in symbols for s in ("M", "N", "K")):
+                    flop = 2.0 * symbols["M"] * symbols["N"] * symbols["K"]
+                    tflops = flop / (ms * 1e-3) / 1e12 if ms > 0 else None
+                report["tflop_s"] = tflops
+        else:
+            progress(f"running {kname} in the interpreter ...")
+            ref = _run_interp(program, kname, arrays, scalars, out_names)
+            for n in out_names:
+                out_stats[n] = stats(ref[n])
+        report["stats"] = out_stats
+        report["ok"] = all(r["ok"] for r in results.values())
+        failed = not report["ok"]
+
+        if as_json:
+            _stdout(json.dumps(_json_safe(report), allow_nan=False) + "\n")
+        else:
+            _print_run(report)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _print_run(report: dict) -> None:
+    from rich.table import Table
+
+    con = _console()
+    shapes = ", ".join(f"{s}={v}" for s, v in report["shapes"].items())
+    con.print(f"{report['kernel']}  backend={report['backend']}  {shapes}", style="bold")
+    outputs = report.get("outputs")
+    table = Table(show_header=True, header_style="bold")
+    for col in ("output", "dtype", "shape", "min", "max", "mean", "nan"):
+        table.add_column(col, justify="left" if col in ("output", "dtype", "shape") else "right")
+    if outputs is not None:
+        for col in ("max abs err", "rel err", "tol", "ok"):
+            table.add_column(col, justify="right")
+    for n, st in report["stats"].items():
+        row = [n, st["dtype"], "x".join(str(d) for d in st["shape"]) or "()",
+               _fmt(st["min"]), _fmt(st["max"]), _fmt(st["mean"]), str(st["nan"])]
+        if outputs is not None:
+            r = outputs[n]
+            row += [_fmt(r["max_abs_err"]), _fmt(r["rel_err"]), _fmt(r["tol"]) if r["tol"] else "exact",
+                    "ok" if r["ok"] else "FAIL"]
+        table.add_row(*row)
+    con.print(table)
+    if "time_ms" in report:
+        line = f"time {report['time_ms'] * 1e3:.2f} us (median)  {_fmt(report.get('gb_s'), '.1f')} GB/s"
+        if report.get("tflop_s") is not None:
+            line += f"  {report['tflop_s']:.2f} TFLOP/s"
+        con.print(line)
+    if outputs is not None:
+        con.print("PASS" if report["ok"] else "FAIL: outputs differ from the interpreter",
+                  style="green" if report["ok"] else "bold red")
+
+
+# ---------------------------------------------------------------- explain
+@app.command()
+def explain(
+    file: Path = FILE_ARG,
+    kernel: Optional[str] = KERNEL_OPT,
+    define: Optional[List[str]] = DEFINE_OPT,
+    as_json: bool = typer.Option(False, "--json", help="Print the same data as one JSON list (one object per kernel)."),
+) -> None:
+    """Show what each kernel becomes: symbols, params, constraints, launch grid, threads,
+    shared memory, and every tile with its dtype, shape, memory space, layout and
+    registers per thread."""
+    defines = _defines(define)
+    with _errors(json_mode=as_json):
+        from .explain import explain as do_explain
+        from .pipeline import compile_program
+
+        name, source = _read_source(file)
+        program = compile_program(source, name, _options(defines, kernel))
+        data = do_explain(program)
+        if as_json:
+            _stdout(json.dumps(data, indent=2) + "\n")
+        else:
+            _print_explain(data)
+
+
+def _print_explain(data: list[dict]) -> None:
+    from rich.table import Table
+
+    con = _console()
+    for i, k in enumerate(data):
+        if i:
+            con.print()
+        defs = ", ".join(f"{n}={v}" for n, v in k["defines"].items())
+        con.print(f"kernel {k['kernel']}" + (f"<{defs}>" if defs else "") + f"  ({k['file']}:{k['line']})",
+                  style="bold")
+        con.print(f"  symbols:     {', '.join(k['symbols']) or '-'}")
+        for p in k["params"]:
+            t = p["dtype"] if p["dims"] is None else f"{p['dtype']}[{', '.join(str(d) for d in p['dims'])}]"
+            t = ("out " if p["out"] else "") + t + (f" = {p['default']}" if p["default"] is not None else "")
+            con.print(f"  param        {p['name']}: {t}")
+        for c in k["constraints"]:
+            con.print(f"  where        {c}")
+        con.print(f"  grid:        ({', '.join(k['grid'])}{',' if len(k['grid']) == 1 else ''})")
+        con.print(f"  threads:     {_fmt(k['threads'])} per block")
+        smem = k["smem_bytes"]
+        con.print(f"  shared mem:  {_fmt(smem)}" + (" bytes" if smem is not None else "")
+                  + ("" if k["threads"] is not None else "   (not annotated: memory pass did not run)"))
+        for key, v in k["info"].items():
+            con.print(f"  {key}: {v}")
+        if not k["tiles"]:
+            continue
+        table = Table(show_header=True, header_style="bold", title=None)
+        for col, just in (("line", "right"), ("expression", "left"), ("dtype", "left"), ("shape", "left"),
+                          ("space", "left"), ("layout", "left"), ("regs", "right")):
+            table.add_column(col, justify=just, overflow="fold")
+        for t in k["tiles"]:
+            expr = t["expr"] if t["name"] is None else f"{t['name']} = {t['expr']}"
+            table.add_row(str(t["line"]), expr, t["dtype"] or "-",
+                          "[" + ", ".join(str(d) for d in t["shape"]) + "]",
+                          t["space"] or "-", t["layout"] or "-", _fmt(t["regs_per_thread"]))
+        con.print(table)
+
+
+def main() -> None:
+    """Entry point of the `tilex` script."""
+    app(prog_name="tilex")
+
+
+if __name__ == "__main__":
+    main()

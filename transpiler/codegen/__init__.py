@@ -1,0 +1,95 @@
+"""Codegen: the annotated IR -> one self-contained .cu file (and an optional host launcher).
+
+The Jinja templates in `tilex/templates` hold the file and kernel skeletons; `emit.py`
+turns each kernel body into lines; the device helpers (`*.cuh`) a kernel uses are
+inlined, so the output includes no tilex file. Output is deterministic: same input,
+same options, same bytes.
+"""
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from importlib import resources
+
+import jinja2
+
+from .. import __version__
+from .. import ast as A
+from ..exprs import to_c
+from ..types import DType
+from .emit import Emitter, reg
+
+# helper files in the order they must appear (later ones use earlier ones)
+HELPER_ORDER = ["tilex_types.cuh", "tilex_fp8.cuh", "tilex_math.cuh", "tilex_reduce.cuh", "tilex_mem.cuh"]
+
+
+@lru_cache(maxsize=None)
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FunctionLoader(lambda name: resources.files("tilex.templates").joinpath(name).read_text()),
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=False, lstrip_blocks=False)
+
+
+def _helper(name: str) -> str:
+    return resources.files("tilex.templates").joinpath(name).read_text().rstrip()
+
+
+def _uses_fp8(k: A.Kernel) -> bool:
+    return any(p.type.dtype == "f8e4m3" for p in k.params)
+
+
+def _param_decl(p: A.Param) -> str:
+    dt = DType(p.type.dtype)
+    if p.type.dims is None:
+        return f"const {reg(dt)} {p.name}"
+    const = "" if p.is_out else "const "
+    return f"{const}{dt.ctype}* __restrict__ {p.name}"
+
+
+def _param_type(p: A.Param) -> str:
+    return _param_decl(p).rsplit(" ", 1)[0]
+
+
+def generate(program: A.Program, options, specs: dict, host: bool = False) -> tuple[str, str | None]:
+    source_hash = hashlib.sha256(program.source.encode()).hexdigest()[:16]
+    source_name = program.file.replace("\\", "/").rsplit("/", 1)[-1]
+    helpers: set[str] = set()
+    kernels = []
+    for k in program.kernels:
+        em = Emitter(k, source_name)
+        em.block(k.body)
+        helpers |= em.helpers
+        if _uses_fp8(k):
+            helpers.add("tilex_fp8.cuh")
+        params = [_param_decl(p) for p in k.params] + [f"const int {s}" for s in k.symbols]
+        defines = ", ".join(f"{n}={v}" for n, v in k.defines)
+        kernels.append(dict(
+            name=k.name, line=k.span.line, threads=k.info.threads, smem=k.info.smem_bytes,
+            grid_text=", ".join(specs[k.name].grid), defines=defines,
+            params=params, prologue=em.prologue(), body=em.lines,
+        ))
+    ctx = dict(version=__version__, source_name=source_name, source_hash=source_hash, kernels=kernels,
+               helpers=[_helper(h) for h in HELPER_ORDER if h in helpers])
+    cuda = _env().get_template("kernel.cu.j2").render(**ctx)
+    host_code = _host(program, specs, ctx) if host else None
+    return cuda, host_code
+
+
+def _host(program: A.Program, specs: dict, ctx: dict) -> str:
+    kernels = []
+    for k in program.kernels:
+        grid = [to_c(g) for g in k.grid] + ["1LL"] * (3 - len(k.grid))
+        host_params = [_param_decl(p) for p in k.params] + [f"long long {s}" for s in k.symbols]
+        call_args = [p.name for p in k.params] + [f"(int){s}" for s in k.symbols]
+        lines = program.source.splitlines()
+        cons = []
+        for c, spec in zip(k.where, specs[k.name].constraints):
+            cons.append(dict(c=to_c(c), text=spec.text))
+        kernels.append(dict(
+            name=k.name, threads=k.info.threads, smem=k.info.smem_bytes, symbols=k.symbols,
+            param_types=[_param_type(p) for p in k.params] + ["const int"] * len(k.symbols),
+            host_params=host_params, call_args=call_args, constraints=cons, grid_c=grid,
+        ))
+        del lines
+    return _env().get_template("host.cu.j2").render(version=ctx["version"], source_name=ctx["source_name"],
+                                                    source_hash=ctx["source_hash"], kernels=kernels)
