@@ -215,13 +215,13 @@ def test_scalar_reads_and_loop_carried_scalars():
     assert cnt[0] == 12
 
 
-def test_if_elif_else_and_ternary():
+def test_if_elif_else_and_scalar_where():
     src = """
     kernel k(x: f32[N], y: out f32[N], p: out i32[N])
         grid (N,)
     {
         i = program_id(0)
-        v = x[i];         # without `;` the parser reads `x[i] if v > 0.0 ...` as a ternary
+        v = x[i]
         if v > 0.0 {
             y[i] = v * 2.0
         } elif v < -1.0 and not (v < -100.0) {
@@ -229,7 +229,7 @@ def test_if_elif_else_and_ternary():
         } else {
             y[i] = -v
         }
-        p[i] = 1 if i % 2 == 0 else 2
+        p[i] = where(i % 2 == 0, 1, 2)
     }"""
     x = f32([1.5, -3.0, -0.5, 0.0, -1000.0])
     y, p = poisoned(5, np.float32), np.zeros(5, np.int32)
@@ -500,36 +500,14 @@ def test_math_functions_f32():
 
 
 # ---------------------------------------------------------------- where() and **
-# The grammar reserves `where` and lexes `**` as two `*` (see the report), so these
-# kernels are written with stand-ins that are rewritten in the parsed tree before the
-# semantic passes.
-class _StandIns(Rewriter):
-    def visit_Call(self, c):
-        c = self.generic(c)
-        if c.func == "where_":
-            return replace(c, func="where")
-        if c.func == "pow_":
-            return A.BinOp(A.BinOpKind.POW, c.args[0], c.args[1], c.span)
-        return c
-
-
-def _compile_with_stand_ins(src: str) -> A.Program:
-    prog = parse(src, "<test>")
-    rw = _StandIns()
-    prog = replace(prog, kernels=tuple(replace(k, body=rw.visit(k.body)) for k in prog.kernels))
-    for _, p in PASSES:
-        prog = p(prog, Options())
-    return prog
-
-
 def test_where_and_power():
     src = """
     kernel k(x: f32[N], i: i32[N], y: out f32[N], q: out i32[N]) grid (1,) {
         t = x[0 : 8]
-        y[0 : 8] = where_(t > 0.0, pow_(t, 2.0), 0.0 - t)
-        q[0 : 8] = pow_(i[0 : 8], 3)
+        y[0 : 8] = where(t > 0.0, t ** 2.0, 0.0 - t)
+        q[0 : 8] = i[0 : 8] ** 3
     }"""
-    prog = _compile_with_stand_ins(src)
+    prog = compile_program(src, "<test>")
     x = f32([-2, -1, 0, 0.5, 1, 2, 3, -0.25])
     i = np.arange(-3, 5, dtype=np.int32)
     y, q = poisoned(8, np.float32), np.zeros(8, np.int32)

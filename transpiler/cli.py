@@ -440,9 +440,11 @@ def run(
         translation = None
         if chosen == "cuda":
             _codegen()
+            from .runtime.nvrtc import default_arch
             from .translate import translate as do_translate
 
-            progress(f"translating {name} ...")
+            options = _options(defines, kname, default_arch())  # the GPU's own arch (e.g. sm_90a)
+            progress(f"translating {name} for {options.arch} ...")
             translation = do_translate(source, name, options)
             program = translation.program
             spec = translation.specs[kname]
@@ -473,7 +475,7 @@ def run(
 
             from .runtime import Kernel
 
-            k = Kernel(spec, translation.cuda)
+            k = Kernel(spec, translation.cuda, arch=options.arch)
             dev = {n: cupy.asarray(a) for n, a in arrays.items()}
             progress(f"compiling and launching {kname} on the GPU ...")
             k(**dev, **scalars)

@@ -9,8 +9,10 @@ It implements the same numeric semantics as the CUDA code generator:
   rounds the result to the node's dtype (narrow floats round to nearest even);
 * ints wrap around; `//` and `%` are floor division / floor modulo (Python semantics);
 * float -> int conversion truncates toward zero, NaN gives 0, out-of-range saturates;
+  conversion to f8e4m3 saturates finite and infinite values to +-448 (NaN stays NaN);
 * tensor reads outside `[0, dim)` take `other=` (default 0), stores outside are skipped;
-* `max`/`min` ignore NaN (like CUDA fmaxf); sums accumulate in f32 (ints in i32/i64).
+* `max`/`min` ignore NaN (like CUDA fmaxf); `argmax`/`argmin` give the first extremum
+  and NaN never wins (all-NaN gives 0); sums accumulate in f32 (ints in i32/i64).
 
 `launch` binds NumPy arrays and Python scalars to a kernel's parameters with the same
 checks as a GPU launch (`runtime.args.bind_arguments`) and runs it.

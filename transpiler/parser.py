@@ -285,7 +285,7 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def pow_op(self, meta, ch):
-        return self._bin(meta, A.BinOpKind.POW, ch[0], ch[1])
+        return self._bin(meta, A.BinOpKind.POW, ch[0], ch[2])
 
     @v_args(meta=True)
     def neg(self, meta, ch):
@@ -314,6 +314,11 @@ class _ToAst(Transformer):
     def call(self, meta, ch):
         args, kwargs = self._split_args(ch[1:])
         return A.Call(str(ch[0]), args, kwargs, self._span(meta))
+
+    @v_args(meta=True)
+    def where_call(self, meta, ch):
+        args, kwargs = self._split_args(ch)
+        return A.Call("where", args, kwargs, self._span(meta))
 
     @v_args(meta=True)
     def method(self, meta, ch):

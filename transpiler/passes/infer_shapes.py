@@ -242,6 +242,8 @@ class _Shapes(Rewriter):
     def _tile_index(self, e, shape):
         if e.kwargs:
             fail("other= applies to reads of a tensor")
+        if shape == ():
+            fail("a scalar cannot be indexed; use full(f32[N], v) to make a tile of it")
         out, axis = [], 0
         for item in e.items:
             if isinstance(item, A.NewAxis):

@@ -174,6 +174,12 @@ class _Resolver(Rewriter):
             fail(f"{self.header} may use only shape symbols and compile-time parameters; '{n.id}' is a {kind.value}")
         return replace(n, kind=kind)
 
+    def visit_UnaryOp(self, u: A.UnaryOp) -> A.Expr:
+        x = self.visit(u.operand)
+        if u.op is A.UnaryOpKind.NEG and isinstance(x, (A.IntLit, A.FloatLit)):  # -inf, -BLOCK: still a literal
+            return type(x)(-x.value, u.span)
+        return replace(u, operand=x)
+
     def visit_Call(self, c: A.Call) -> A.Expr:
         if c.func not in _callables():
             fail(f"unknown function '{c.func}'", *_suggest(c.func, _callables()))
