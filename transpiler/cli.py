@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import re
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any, Iterator, List, Optional
 import typer
 
 from . import __version__
-from .diagnostics import CompileError, LaunchError, TilexError
+from .diagnostics import CompileError, TilexError  # LaunchError is a TilexError
 
 app = typer.Typer(
     name="tilex",

@@ -27,23 +27,21 @@ GRID_X_MAX = 2**31 - 1
 GRID_YZ_MAX = 65535
 
 # tilex dtype name -> numpy dtype name (bf16 via ml_dtypes), torch dtype str.
-_NUMPY_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32",
-                "i32": "int32", "i64": "int64", "bool": "bool"}
+_NUMPY_NAMES = ("f16", "bf16", "f32", "i32", "i64", "bool", "f8e4m3")  # dtypes a kernel parameter may have
 _TORCH_NAMES = {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32",
-                "i32": "torch.int32", "i64": "torch.int64", "bool": "torch.bool"}
+                "i32": "torch.int32", "i64": "torch.int64", "bool": "torch.bool",
+                "f8e4m3": "torch.float8_e4m3fn"}
 _TORCH_TO_TILEX = {v: k for k, v in _TORCH_NAMES.items()}
 # torch spells some dtypes two ways (torch.half is torch.float16 and prints as such).
 
 
 def numpy_dtype(name: str) -> np.dtype:
-    """The NumPy dtype of a tilex dtype name (bf16 is `ml_dtypes.bfloat16`)."""
-    if name == "bf16":
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
-    try:
-        return np.dtype(_NUMPY_NAMES[name])
-    except KeyError:
-        raise LaunchError(f"unknown tilex dtype {name!r}") from None
+    """The NumPy dtype of a tilex dtype name (bf16 and fp8 through ml_dtypes)."""
+    from ..types import DType, numpy_dtype as _np_dtype
+
+    if name not in _NUMPY_NAMES:
+        raise LaunchError(f"unknown tilex dtype {name!r}")
+    return _np_dtype(DType(name))
 
 
 def tilex_dtype_of_numpy(dt: np.dtype) -> str | None:
