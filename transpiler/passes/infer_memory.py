@@ -33,6 +33,7 @@ class SmemUse:
     what: str
     bytes: int
     line: int
+    span: object = None
 
 
 @dataclass
@@ -101,7 +102,7 @@ class _Memory(Rewriter):
         if smem > self.limit:
             worst = max(self.uses, key=lambda u: u.bytes)
             raise CompileError(f"{worst.what} needs {worst.bytes} bytes of shared memory; the target allows {self.limit} per block",
-                               _line_span(k, worst.line),
+                               worst.span or _line_span(k, worst.line),
                                ("use smaller tiles (lower the compile-time parameters with -D)",))
         info = KernelMemory(self.T, smem, self.limit, self.uses, dict(self.vars))
         return replace(k, where=where, grid=grid, body=body, info=info)
@@ -110,7 +111,7 @@ class _Memory(Rewriter):
         return Layout.of(canonical(tuple(shape), self.T))
 
     def need(self, what: str, nbytes: int, node) -> None:
-        self.uses.append(SmemUse(what, nbytes, node.span.line))
+        self.uses.append(SmemUse(what, nbytes, node.span.line, node.span))
 
     # ---- layout choice
     def natural(self, e: A.Expr) -> Layout:
