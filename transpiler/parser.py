@@ -354,7 +354,11 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def int_lit(self, meta, ch):
-        return A.IntLit(int(str(ch[0]), 0), self._span(meta))
+        try:
+            return A.IntLit(int(str(ch[0]), 0), self._span(meta))
+        except ValueError:
+            raise CompileError(f"invalid integer literal '{ch[0]}' (no leading zeros; hex is 0x...)", self._span(meta),
+                               source=self.source) from None
 
     @v_args(meta=True)
     def float_lit(self, meta, ch):

@@ -63,8 +63,8 @@ class _Dtypes(Rewriter):
     def run(self) -> A.Kernel:
         k = self.k
         params = tuple(self._param(p) for p in k.params)
-        where = tuple(self._bool(self.visit(e), "a where constraint") for e in k.where)
-        grid = tuple(self._int(self.visit(e), "a grid dimension") for e in k.grid)
+        where = tuple(_at(e, lambda e=e: self._bool(self.visit(e), "a where constraint")) for e in k.where)
+        grid = tuple(_at(e, lambda e=e: self._int(self.visit(e), "a grid dimension")) for e in k.grid)
         body = self.visit(k.body)
         return replace(k, params=params, where=where, grid=grid, body=body)
 
@@ -113,7 +113,7 @@ class _Dtypes(Rewriter):
         lhs, rhs = self.visit(e.lhs), self.visit(e.rhs)
         for side in (lhs, rhs):
             if side.ty.what != "value":
-                fail(f"'{_what(side)}' cannot be used in arithmetic; slice it into a tile first")
+                fail(f"{_what(side)} cannot be used in arithmetic; slice it into a tile first")
         e = replace(e, lhs=lhs, rhs=rhs)
         da, db = lhs.ty.dtype, rhs.ty.dtype
         op = e.op
@@ -161,6 +161,8 @@ class _Dtypes(Rewriter):
 
     # ---- calls
     def visit_Call(self, c):
+        if c.func not in FUNCTIONS:
+            fail(f"{c.func}() can only be iterated by a for loop: for i in {c.func}(...) {{ ... }}")
         spec = FUNCTIONS[c.func]
         args = tuple(self.visit(a) for a in c.args)
         kwargs = tuple((k, self.visit(v)) for k, v in c.kwargs)
@@ -287,6 +289,16 @@ class _Dtypes(Rewriter):
         cond = self.visit(s.cond)
         self._bool(cond, "an if condition")
         return replace(s, cond=cond, then=self.visit(s.then), orelse=self.visit(s.orelse))
+
+
+def _at(node, thunk):
+    """Run `thunk`, reporting a SemanticError at `node` (for checks made outside visit())."""
+    from ..diagnostics import CompileError, SemanticError
+
+    try:
+        return thunk()
+    except SemanticError as e:
+        raise CompileError(e.message, node.span, e.notes) from None
 
 
 def _dtype_at(t: A.TypeExpr) -> DType:

@@ -113,6 +113,13 @@ class _Memory(Rewriter):
     def need(self, what: str, nbytes: int, node) -> None:
         self.uses.append(SmemUse(what, nbytes, node.span.line, node.span))
 
+    def convert_if_needed(self, e: A.Expr, have: Layout, want: Layout | None) -> None:
+        """Account for the shared memory codegen uses to move `e` from `have` to `want`."""
+        if want is not None and not have.compatible(want):
+            from ..exprs import unparse
+
+            self.need(f"converting the layout of '{unparse(e)}'", numel(e.ty.shape) * compute_bytes(e.ty.dtype), e)
+
     # ---- layout choice
     def natural(self, e: A.Expr) -> Layout:
         """The layout an elementwise expression computes in when nothing asks for one."""
@@ -149,8 +156,7 @@ class _Memory(Rewriter):
             return self._children(e, None, MemSpace.UNIFORM, None)
         if isinstance(e, A.Name):
             layout = self.vars[e.id]
-            if want is not None and not layout.compatible(want):
-                self.need(f"converting the layout of '{e.id}'", numel(ty.shape) * compute_bytes(ty.dtype), e)
+            self.convert_if_needed(e, layout, want)
             return replace(e, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
         if _elementwise(e):
             layout = want or self.natural(e)
@@ -164,10 +170,13 @@ class _Memory(Rewriter):
             for axis, item in enumerate(e.items):
                 if isinstance(item, A.NewAxis):
                     layout = layout.expand(axis)
+            self.convert_if_needed(e, layout, want)
             return replace(e, base=base, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
         if isinstance(e, A.Attr):  # .T of a tile: a free view
             obj = self.assign(e.obj)
-            return replace(e, obj=obj, ty=replace(ty, space=MemSpace.REGISTERS, layout=obj.ty.layout.transpose()))
+            layout = obj.ty.layout.transpose()
+            self.convert_if_needed(e, layout, want)
+            return replace(e, obj=obj, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
         if isinstance(e, A.BinOp) and e.op is A.BinOpKind.MATMUL:
             lhs, rhs = self.assign(e.lhs), self.assign(e.rhs)
             lhs = replace(lhs, ty=replace(lhs.ty, space=MemSpace.SHARED))
@@ -194,9 +203,11 @@ class _Memory(Rewriter):
                     self.need(f"combining {e.func}() across {groups} warps", groups * max(1, numel(red.shape)) * per, e)
                 out = red
             args = (x,) + tuple(self.assign(a) for a in e.args[1:])
+            kwargs = tuple((k, self.assign(v)) for k, v in e.kwargs)
             if not ty.shape:
-                return replace(e, args=args, ty=replace(ty, space=MemSpace.UNIFORM, layout=None))
-            return replace(e, args=args, ty=replace(ty, space=MemSpace.REGISTERS, layout=out))
+                return replace(e, args=args, kwargs=kwargs, ty=replace(ty, space=MemSpace.UNIFORM, layout=None))
+            self.convert_if_needed(e, out, want)
+            return replace(e, args=args, kwargs=kwargs, ty=replace(ty, space=MemSpace.REGISTERS, layout=out))
         if isinstance(e, A.Call):  # constructors: materialized where consumed
             layout = want or self.canon(ty.shape)
             return self._children(e, None, MemSpace.REGISTERS, layout)

@@ -62,8 +62,10 @@ class _Shapes(Rewriter):
 
     def run(self) -> A.Kernel:
         k = self.k
-        where = tuple(self._scalar(self.visit(e), "a where constraint") for e in k.where)
-        grid = tuple(self._scalar(self.visit(e), "a grid dimension") for e in k.grid)
+        from .infer_dtypes import _at
+
+        where = tuple(_at(e, lambda e=e: self._scalar(self.visit(e), "a where constraint")) for e in k.where)
+        grid = tuple(_at(e, lambda e=e: self._scalar(self.visit(e), "a grid dimension")) for e in k.grid)
         return replace(k, where=where, grid=grid, body=self.visit(k.body))
 
     def _scalar(self, e: A.Expr, what: str) -> A.Expr:
@@ -181,7 +183,7 @@ class _Shapes(Rewriter):
             fail(f"axis {axis} is out of range for a tile of shape {show(shape)}")
         axis %= len(shape)
         out = tuple(1 if i == axis else d for i, d in enumerate(shape)) if keep else shape[:axis] + shape[axis + 1:]
-        kwargs = tuple((k, A.IntLit(axis, v.span) if k == "axis" else v) for k, v in c.kwargs)
+        kwargs = tuple((k, replace(v, value=axis) if k == "axis" else v) for k, v in c.kwargs)
         return _with(replace(c, kwargs=kwargs), out)
 
     def visit_Method(self, m):

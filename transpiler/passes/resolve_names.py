@@ -111,11 +111,14 @@ def _resolve_kernel(k: A.Kernel, defines: dict, source: str) -> A.Kernel:
         if p.name in kinds:
             raise CompileError(f"'{p.name}' is already a shape symbol", p.span)
         kinds[p.name] = A.NameKind.TENSOR if dims is not None else A.NameKind.SCALAR_PARAM
+        if p.default is not None and not isinstance(p.default, (A.IntLit, A.FloatLit, A.BoolLit)):
+            raise CompileError(f"the default of '{p.name}' must be a number or True/False", p.default.span)
         if p.is_out and dims is None:
             raise CompileError(f"output parameter '{p.name}' must be a tensor (scalars are passed by value)", p.span)
         params.append(replace(p, type=replace(p.type, dims=dims)))
 
     r = _Resolver(consts, kinds, source)
+    r.outs = {p.name for p in k.params if p.is_out}
     where = tuple(r.visit_header(e, "a where constraint") for e in k.where)
     if not k.grid or len(k.grid) > 3:
         raise CompileError(f"the launch grid has 1 to 3 dimensions, got {len(k.grid)}", k.span)
@@ -183,6 +186,8 @@ class _Resolver(Rewriter):
     def visit_Call(self, c: A.Call) -> A.Expr:
         if c.func not in _callables():
             fail(f"unknown function '{c.func}'", *_suggest(c.func, _callables()))
+        if self.header and c.func not in ("cdiv", "min", "max"):
+            fail(f"{self.header} may call only cdiv(), min() and max(), not {c.func}()")
         return self.generic(c)
 
     # ---- statements
@@ -215,6 +220,8 @@ class _Resolver(Rewriter):
         kind = target.base.kind if isinstance(target.base, A.Name) else None
         if kind is not A.NameKind.TENSOR:
             fail(f"only tensor parameters can be written with x[...] = ...; '{A.Name and target.base.id}' is a {kind.value if kind else 'value'}")
+        if target.base.id not in self.outs:
+            fail(f"'{target.base.id}' is an input; mark it `out` in the parameter list to write it")
         value = self.visit(s.value)
         if s.op is not None:
             value = _combine(s.op, target, value, s.span)
