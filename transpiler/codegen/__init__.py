@@ -81,7 +81,6 @@ def _host(program: A.Program, specs: dict, ctx: dict) -> str:
         grid = [to_c(g) for g in k.grid] + ["1LL"] * (3 - len(k.grid))
         host_params = [_param_decl(p) for p in k.params] + [f"long long {s}" for s in k.symbols]
         call_args = [p.name for p in k.params] + [f"(int){s}" for s in k.symbols]
-        lines = program.source.splitlines()
         cons = []
         for c, spec in zip(k.where, specs[k.name].constraints):
             cons.append(dict(c=to_c(c), text=spec.text))
@@ -90,6 +89,5 @@ def _host(program: A.Program, specs: dict, ctx: dict) -> str:
             param_types=[_param_type(p) for p in k.params] + ["const int"] * len(k.symbols),
             host_params=host_params, call_args=call_args, constraints=cons, grid_c=grid,
         ))
-        del lines
     return _env().get_template("host.cu.j2").render(version=ctx["version"], source_name=ctx["source_name"],
                                                     source_hash=ctx["source_hash"], kernels=kernels)

@@ -127,7 +127,7 @@ class Emitter:
             return
         if self.is_declared(s.name):
             layout = self.arrays[s.name]
-            dt = self.var_dtype(s.name, v)
+            dt = v.ty.dtype  # the dtype pass keeps one dtype per variable
             want = layout.view_for(v.ty.shape) if v.ty.shape else None
             reads_self = _reads(v, s.name)
             dest = self.fresh("tx_nx") if reads_self else s.name
@@ -146,9 +146,6 @@ class Emitter:
         self.emit(f"{reg(v.ty.dtype)} {s.name}[{layout.slots}];")
         val = self.tile(v, layout)
         self.unrolled(layout.slots, f"{s.name}[tx_s] = {val};")
-
-    def var_dtype(self, name: str, v: A.Expr) -> DType:
-        return self.k.info.var_dtypes.get(name, v.ty.dtype) if hasattr(self.k.info, "var_dtypes") else v.ty.dtype
 
     def stmt_Store(self, s: A.Store) -> None:
         t = s.target
