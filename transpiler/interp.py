@@ -28,7 +28,8 @@ import numpy as np
 from . import ast as A
 from .builtins import FUNCTIONS, NUMPY_MATH
 from .diagnostics import TilexError
-from .types import DType, numpy_dtype, promote
+from .passes.infer_dtypes import operand_dtype
+from .types import DType, numpy_dtype
 
 B = A.BinOpKind
 
@@ -103,21 +104,6 @@ def _lit(value, dt: DType):
             return cast(np.int64(value), dt)
         return cast(np.float64(value), dt)
     return cast(np.float64(value), dt)
-
-
-def _weak(e: A.Expr) -> bool:
-    return isinstance(e, (A.IntLit, A.FloatLit))
-
-
-def _promote(a: A.Expr, b: A.Expr) -> DType:
-    """The dtype two operands meet in (the dtype pass's rule, literals weak)."""
-    da, db = a.ty.dtype, b.ty.dtype
-    wa, wb = _weak(a), _weak(b)
-    if wa and not wb:
-        return DType.F32 if (da.is_float and not db.is_float) else db
-    if wb and not wa:
-        return DType.F32 if (db.is_float and not da.is_float) else da
-    return promote(da, db)
 
 
 def _int_power(a, b):
@@ -310,7 +296,7 @@ class _Interp:
             a, b = self.ev_as(e.lhs, DType.F32), self.ev_as(e.rhs, DType.F32)
             return cast(np.matmul(a, b), e.ty.dtype)
         if op.is_compare:
-            c = _promote(e.lhs, e.rhs).compute
+            c = operand_dtype(e.lhs, e.rhs).compute
             return _COMPARE[op](self.ev_as(e.lhs, c), self.ev_as(e.rhs, c))
         dt = e.ty.dtype
         c = dt.compute

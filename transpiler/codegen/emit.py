@@ -14,6 +14,7 @@ from .. import ast as A
 from ..builtins import CUDA_MATH, FUNCTIONS
 from ..exprs import unparse
 from ..layout import Layout
+from ..passes.infer_dtypes import operand_dtype
 from ..passes.infer_memory import MATMUL_PAD, reduce_smem_groups
 from ..types import DType, numel
 
@@ -285,7 +286,7 @@ class Emitter:
         if isinstance(e, A.BinOp):
             a, b = sub(e.lhs), sub(e.rhs)
             if e.op.is_compare:
-                ct = _common(e.lhs.ty.dtype, e.rhs.ty.dtype)
+                ct = operand_dtype(e.lhs, e.rhs).compute
                 return f"({self.cast(a, e.lhs.ty.dtype, ct)} {C_BINOP[e.op]} {self.cast(b, e.rhs.ty.dtype, ct)})"
             if e.op.is_logical:
                 return f"({a} {C_BINOP[e.op]} {b})"
@@ -562,12 +563,6 @@ def _flat(layout: Layout, shape: tuple) -> str:
             continue
         terms.append(f"({c}) * {stride}" if stride > 1 else f"({c})")
     return " + ".join(terms) or "0"
-
-
-def _common(a: DType, b: DType) -> DType:
-    from ..types import promote
-
-    return promote(a, b).compute
 
 
 def _is_reduction(e: A.Call) -> bool:

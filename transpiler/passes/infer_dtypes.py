@@ -37,7 +37,8 @@ def _weak(e: A.Expr) -> bool:
     return isinstance(e, (A.IntLit, A.FloatLit))
 
 
-def _promote(a: A.Expr, b: A.Expr) -> DType:
+def operand_dtype(a: A.Expr, b: A.Expr) -> DType:
+    """The dtype two typed operands meet in: `types.promote`, with literals weak."""
     da, db = a.ty.dtype, b.ty.dtype
     wa, wb = _weak(a), _weak(b)
     if wa and not wb:
@@ -124,7 +125,7 @@ class _Dtypes(Rewriter):
                 fail(f"@ needs operands of one dtype, got {da} @ {db}", "convert one with .to(...)")
             return replace(e, ty=_v(DType.F32))
         if op.is_compare:
-            _promote(lhs, rhs)
+            operand_dtype(lhs, rhs)
             return replace(e, ty=_v(DType.BOOL))
         if op.is_logical:
             for side in (lhs, rhs):
@@ -134,10 +135,10 @@ class _Dtypes(Rewriter):
         if op in (B.BITAND, B.BITOR):
             if da.is_float or db.is_float:
                 fail(f"'{op.value}' needs bool or integer operands, got {da} and {db}")
-            return replace(e, ty=_v(_promote(lhs, rhs)))
+            return replace(e, ty=_v(operand_dtype(lhs, rhs)))
         if op in (B.FLOORDIV, B.MOD) and (da.is_float or db.is_float) and op is B.FLOORDIV:
             fail(f"'//' is integer division; got {da} and {db} (use / for floats)")
-        dt = _promote(lhs, rhs)
+        dt = operand_dtype(lhs, rhs)
         if dt is DType.BOOL:
             dt = DType.I32
         if op is B.DIV and not dt.is_float:
@@ -157,7 +158,7 @@ class _Dtypes(Rewriter):
     def visit_Ternary(self, e):
         c, a, b = self.visit(e.cond), self.visit(e.then), self.visit(e.orelse)
         self._bool(c, "the condition of 'a if c else b'")
-        return replace(e, cond=c, then=a, orelse=b, ty=_v(_promote(a, b)))
+        return replace(e, cond=c, then=a, orelse=b, ty=_v(operand_dtype(a, b)))
 
     # ---- calls
     def visit_Call(self, c):
@@ -190,7 +191,7 @@ class _Dtypes(Rewriter):
         if kind == "abs":
             return replace(c, ty=_v(args[0].ty.dtype))
         if kind == "minmax" and len(args) == 2:
-            return replace(c, ty=_v(_promote(args[0], args[1])))
+            return replace(c, ty=_v(operand_dtype(args[0], args[1])))
         if kind in ("minmax", "reduce"):
             dt = args[0].ty.dtype
             if c.func == "mean" and not dt.is_float:
@@ -202,11 +203,11 @@ class _Dtypes(Rewriter):
             return replace(c, ty=_v(DType.I32))
         if kind == "where":
             self._bool(args[0], "the condition of where()")
-            return replace(c, ty=_v(_promote(args[1], args[2])))
+            return replace(c, ty=_v(operand_dtype(args[1], args[2])))
         if kind in ("arange", "axis", "scalar"):
             for a in args:
                 self._int(a, f"an argument of {c.func}()")
-            dt = DType.I32 if kind != "scalar" else _promote(args[0], args[1])
+            dt = DType.I32 if kind != "scalar" else operand_dtype(args[0], args[1])
             return replace(c, ty=_v(dt))
         fail(f"unsupported function {c.func}()")  # pragma: no cover - table and code out of step
 
@@ -302,12 +303,7 @@ def _at(node, thunk):
 
 
 def _dtype_at(t: A.TypeExpr) -> DType:
-    from ..diagnostics import CompileError, SemanticError
-
-    try:
-        return _dtype(t.dtype)
-    except SemanticError as e:
-        raise CompileError(e.message, t.span) from None
+    return _at(t, lambda: _dtype(t.dtype))
 
 
 def _what(e: A.Expr) -> str:

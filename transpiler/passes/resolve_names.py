@@ -14,21 +14,14 @@ import math
 from dataclasses import replace
 
 from .. import ast as A
+from ..builtins import FUNCTIONS
 from ..diagnostics import CompileError
 from .base import Rewriter, fail
 
 CONSTANTS = {"inf": math.inf, "nan": math.nan, "pi": math.pi}
 
-_BUILTIN_CALLABLES = None  # filled lazily from tilex.builtins to avoid an import cycle
-
-
-def _callables() -> set[str]:
-    global _BUILTIN_CALLABLES
-    if _BUILTIN_CALLABLES is None:
-        from ..builtins import FUNCTIONS
-
-        _BUILTIN_CALLABLES = set(FUNCTIONS) | {"range", "pipeline"}
-    return _BUILTIN_CALLABLES
+# every name a call may use: the builtin table plus the loop iterators
+CALLABLES = frozenset(FUNCTIONS) | {"range", "pipeline"}
 
 
 def resolve_names(program: A.Program, defines: dict[str, object] | None = None) -> A.Program:
@@ -184,8 +177,8 @@ class _Resolver(Rewriter):
         return replace(u, operand=x)
 
     def visit_Call(self, c: A.Call) -> A.Expr:
-        if c.func not in _callables():
-            fail(f"unknown function '{c.func}'", *_suggest(c.func, _callables()))
+        if c.func not in CALLABLES:
+            fail(f"unknown function '{c.func}'", *_suggest(c.func, CALLABLES))
         if self.header and c.func not in ("cdiv", "min", "max"):
             fail(f"{self.header} may call only cdiv(), min() and max(), not {c.func}()")
         return self.generic(c)
