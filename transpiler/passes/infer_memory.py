@@ -16,10 +16,10 @@ from dataclasses import dataclass, field, replace
 
 from .. import ast as A
 from ..builtins import FUNCTIONS
-from ..diagnostics import CompileError
+from ..diagnostics import CompileError, Span
 from ..layout import Layout, canonical
 from ..types import MemSpace, Ty, numel
-from .base import Rewriter, fail
+from .base import Rewriter, Walker, fail
 
 # shared memory a block may use, by target (bytes, with the opt-in attribute)
 SMEM_LIMIT = {"sm_90": 232448, "sm_90a": 232448, "sm_80": 166912, "sm_86": 101376, "sm_87": 166912,
@@ -32,8 +32,11 @@ MATMUL_PAD = 8  # elements of padding per staged row (16 bytes of bf16): no bank
 class SmemUse:
     what: str
     bytes: int
-    line: int
-    span: object = None
+    span: Span
+
+    @property
+    def line(self) -> int:
+        return self.span.line
 
 
 @dataclass
@@ -55,20 +58,28 @@ def _threads(k: A.Kernel) -> int:
             if not isinstance(v, int) or v < 1 or v > 32 or v & (v - 1):
                 raise CompileError(f"WARPS must be a power of two from 1 to 32, got {v}", k.span)
             return 32 * v
-    biggest = [1]
-
-    class _Sizes(Rewriter):
-        def generic(self, node):
-            ty = getattr(node, "ty", None)
-            if ty is not None and ty.what == "value" and ty.shape:
-                biggest[0] = max(biggest[0], numel(ty.shape))
-            return super().generic(node)
-
-    _Sizes().visit(k.body)
+    sizes = _TileSizes()
+    sizes.walk(k.body)
     t = 32
-    while t < 256 and t * 8 < biggest[0]:
+    while t < 256 and t * 8 < sizes.biggest:
         t *= 2
     return t
+
+
+class _TileSizes(Walker):
+    """Finds the element count of the largest tile a kernel computes."""
+
+    biggest = 1
+
+    def __getattr__(self, name):
+        if not name.startswith("on_"):
+            raise AttributeError(name)
+        return self._see
+
+    def _see(self, node):
+        ty = getattr(node, "ty", None)
+        if ty is not None and ty.what == "value" and ty.shape:
+            self.biggest = max(self.biggest, numel(ty.shape))
 
 
 def compute_bytes(dt) -> int:
@@ -102,7 +113,7 @@ class _Memory(Rewriter):
         if smem > self.limit:
             worst = max(self.uses, key=lambda u: u.bytes)
             raise CompileError(f"{worst.what} needs {worst.bytes} bytes of shared memory; the target allows {self.limit} per block",
-                               worst.span or _line_span(k, worst.line),
+                               worst.span,
                                ("use smaller tiles (lower the compile-time parameters with -D)",))
         info = KernelMemory(self.T, smem, self.limit, self.uses, dict(self.vars))
         return replace(k, where=where, grid=grid, body=body, info=info)
@@ -111,7 +122,7 @@ class _Memory(Rewriter):
         return Layout.of(canonical(tuple(shape), self.T))
 
     def need(self, what: str, nbytes: int, node) -> None:
-        self.uses.append(SmemUse(what, nbytes, node.span.line, node.span))
+        self.uses.append(SmemUse(what, nbytes, node.span))
 
     def convert_if_needed(self, e: A.Expr, have: Layout, want: Layout | None) -> None:
         """Account for the shared memory codegen uses to move `e` from `have` to `want`."""
@@ -258,12 +269,6 @@ class _Memory(Rewriter):
 
     def visit_If(self, s):
         return replace(s, cond=self.assign(s.cond), then=self.visit(s.then), orelse=self.visit(s.orelse))
-
-
-def _line_span(k: A.Kernel, line: int):
-    from ..diagnostics import Span
-
-    return Span(k.span.file, line, 1, line, 1) if line else k.span
 
 
 def _is_tile(e) -> bool:
