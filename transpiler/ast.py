@@ -151,17 +151,6 @@ class UnaryOp(Expr):
 
 
 @dataclass(frozen=True)
-class Ternary(Expr):
-    """`a if cond else b` on scalars."""
-
-    cond: Expr
-    then: Expr
-    orelse: Expr
-    span: Span = NO_SPAN
-    ty: Ty | None = None
-
-
-@dataclass(frozen=True)
 class Call(Expr):
     """A builtin call: `exp(x)`, `sum(t, axis=1)`, `program_id(0)`, `range(0, N, B)`."""
 

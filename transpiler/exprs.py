@@ -50,8 +50,6 @@ def _unparse(e, ctx: int) -> str:
             s = f"not {_unparse(e.operand, 3)}"
             return f"({s})" if 3 < ctx else s
         return f"-{_unparse(e.operand, 9)}"
-    if isinstance(e, A.Ternary):
-        return f"({unparse(e.then)} if {unparse(e.cond)} else {unparse(e.orelse)})"
     if isinstance(e, A.Call):
         parts = [unparse(a) for a in e.args] + [f"{k}={unparse(v)}" for k, v in e.kwargs]
         return f"{e.func}({', '.join(parts)})"

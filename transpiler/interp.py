@@ -196,7 +196,7 @@ class _Interp:
         self.lits: dict[int, Any] = {}
         self.expr = {
             A.Name: self.e_name, A.IntLit: self.e_lit, A.FloatLit: self.e_lit, A.BoolLit: self.e_lit,
-            A.BinOp: self.e_binop, A.UnaryOp: self.e_unary, A.Ternary: self.e_ternary,
+            A.BinOp: self.e_binop, A.UnaryOp: self.e_unary,
             A.Call: self.e_call, A.Method: self.e_method, A.Attr: self.e_attr, A.Index: self.e_index,
         }
         self.stmt = {A.Assign: self.s_assign, A.Store: self.s_store, A.For: self.s_for, A.If: self.s_if}
@@ -309,11 +309,6 @@ class _Interp:
         dt = e.ty.dtype
         return cast(np.negative(self.ev_as(e.operand, dt.compute)), dt)
 
-    def e_ternary(self, e: A.Ternary):
-        branch = e.then if bool(self.ev(e.cond)) else e.orelse
-        return self.ev_as(branch, e.ty.dtype)
-
-    # ---- calls
     def e_call(self, c: A.Call):
         f = c.func
         kind = FUNCTIONS[f].kind

@@ -247,11 +247,6 @@ class _ToAst(Transformer):
         return ("else", ch[0])
 
     # ---- expressions
-    @v_args(meta=True)
-    def ternary(self, meta, ch):
-        then, cond, orelse = ch
-        return A.Ternary(cond, then, orelse, self._span(meta))
-
     def _bin(self, meta, op, a, b):
         return A.BinOp(op, a, b, self._span(meta))
 

@@ -311,8 +311,6 @@ class Emitter:
             if e.op is A.UnaryOpKind.NOT:
                 return f"(!{x})"
             return self.round(f"(-{self.cast(x, e.operand.ty.dtype, cdt)})", dt)
-        if isinstance(e, A.Ternary):
-            return f"({sub(e.cond)} ? {self.cast(sub(e.then), e.then.ty.dtype, dt)} : {self.cast(sub(e.orelse), e.orelse.ty.dtype, dt)})"
         if isinstance(e, A.Method):  # .to(dtype)
             return self.cast(sub(e.obj), e.obj.ty.dtype, dt)
         if isinstance(e, A.Call):

@@ -155,11 +155,6 @@ class _Dtypes(Rewriter):
             fail("cannot negate a bool; use 'not'")
         return replace(e, operand=x, ty=_v(x.ty.dtype))
 
-    def visit_Ternary(self, e):
-        c, a, b = self.visit(e.cond), self.visit(e.then), self.visit(e.orelse)
-        self._bool(c, "the condition of 'a if c else b'")
-        return replace(e, cond=c, then=a, orelse=b, ty=_v(operand_dtype(a, b)))
-
     # ---- calls
     def visit_Call(self, c):
         if c.func not in FUNCTIONS:

@@ -226,7 +226,7 @@ class _Memory(Rewriter):
 
     def _children(self, e, view_of: Layout | None, space, layout, operand_layout=None):
         changes = {}
-        for name in ("lhs", "rhs", "operand", "cond", "then", "orelse", "obj"):
+        for name in ("lhs", "rhs", "operand", "obj"):
             if hasattr(e, name):
                 c = getattr(e, name)
                 changes[name] = self.assign(c, view_of.view_for(c.ty.shape) if view_of is not None and _is_tile(c) else None)
@@ -278,7 +278,7 @@ def _is_tile(e) -> bool:
 def _elementwise(e: A.Expr) -> bool:
     if isinstance(e, A.BinOp):
         return e.op is not A.BinOpKind.MATMUL
-    if isinstance(e, (A.UnaryOp, A.Ternary)):
+    if isinstance(e, A.UnaryOp):
         return True
     if isinstance(e, A.Method):
         return e.name == "to"
@@ -293,8 +293,6 @@ def _operands(e: A.Expr):
         return (e.lhs, e.rhs)
     if isinstance(e, A.UnaryOp):
         return (e.operand,)
-    if isinstance(e, A.Ternary):
-        return (e.then, e.orelse)
     if isinstance(e, A.Method):
         return (e.obj,)
     if isinstance(e, A.Call):

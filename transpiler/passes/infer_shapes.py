@@ -126,12 +126,6 @@ class _Shapes(Rewriter):
         x = self.visit(e.operand)
         return _with(replace(e, operand=x), x.ty.shape)
 
-    def visit_Ternary(self, e):
-        c, a, b = self.visit(e.cond), self.visit(e.then), self.visit(e.orelse)
-        for x, what in ((c, "the condition"), (a, "a branch"), (b, "a branch")):
-            self._scalar(x, f"{what} of 'a if c else b' (use where() for tiles)")
-        return _with(replace(e, cond=c, then=a, orelse=b), ())
-
     def visit_Call(self, c):
         args = tuple(self.visit(a) for a in c.args)
         kwargs = tuple((k, self.visit(v)) for k, v in c.kwargs)
