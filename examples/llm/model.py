@@ -1,0 +1,186 @@
+"""The transformer forward pass, written only in `tilex.stdlib` calls.
+
+One forward serves prefill and decode. Tokens of all sequences are packed along one axis
+([T, hidden], no padding); attention reads K/V back through the paged cache, so a prefill
+token is a "query with a block table and a length" exactly like a decode token
+(`attention_decode`, one row per token). With `prefill_attention="dense"` prefill instead
+calls `attention_prefill` per sequence on [1, H, S, D] tensors, which needs a layout copy
+([S, H, D] -> [H, S, D]) that tilex.stdlib has no kernel for (see README, "Gaps").
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from .config import ModelConfig
+
+
+class Ops:
+    """`tilex.stdlib`, optionally timing every call (for --profile)."""
+
+    def __init__(self, lib=None, backend=None):
+        if lib is None:
+            import tilex.stdlib as lib
+        self.lib = lib
+        self.backend = backend
+        self.records = None  # list of (name, start, end) while profiling
+
+    def has(self, name: str) -> bool:
+        return hasattr(self.lib, name)
+
+    def __getattr__(self, name):
+        fn = getattr(self.lib, name)
+        if self.records is None:
+            return fn
+        backend, records = self.backend, self.records
+
+        def timed(*args, **kwargs):
+            if backend is not None and backend.is_gpu():
+                torch = backend.torch
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                out = fn(*args, **kwargs)
+                b.record()
+                records.append((name, a, b))
+            else:
+                t0 = time.perf_counter()
+                out = fn(*args, **kwargs)
+                records.append((name, t0, time.perf_counter()))
+            return out
+
+        return timed
+
+    def start_profile(self):
+        self.records = []
+
+    def stop_profile(self) -> list[tuple[str, float]]:
+        """(stdlib function, milliseconds) for every call since start_profile."""
+        recs, self.records = self.records or [], None
+        if self.backend is not None and self.backend.is_gpu():
+            self.backend.synchronize()
+            return [(n, a.elapsed_time(b)) for n, a, b in recs]
+        return [(n, (b - a) * 1e3) for n, a, b in recs]
+
+
+@dataclass
+class Batch:
+    """Device-side metadata of one forward call (all int32).
+
+    ids, positions, slot_mapping: [T]; block_table: [T, max_blocks] and seq_lens: [T] give
+    each query row its sequence's blocks and the number of keys it sees (position + 1);
+    last_idx: [B] rows whose logits are wanted (None: every row, as in decode).
+    seq_ranges: host (start, end) of each sequence's tokens, for dense prefill attention.
+    """
+    ids: object
+    positions: object
+    slot_mapping: object
+    block_table: object
+    seq_lens: object
+    last_idx: object = None
+    seq_ranges: tuple = ()
+
+
+class Layer:
+    __slots__ = ("ln1", "ln2", "wq", "wk", "wv", "bq", "bk", "bv", "wo", "w_gate", "w_up",
+                 "w_gate_up", "w_down")
+
+
+class Model:
+    def __init__(self, cfg: ModelConfig, weights: dict, backend, ops: Ops,
+                 prefill_attention: str = "paged"):
+        """`weights`: Hugging Face names -> arrays on `backend` in the run dtype."""
+        if prefill_attention not in ("paged", "dense"):
+            raise ValueError("prefill_attention must be 'paged' or 'dense'")
+        self.cfg, self.backend, self.ops = cfg, backend, ops
+        self.prefill_attention = prefill_attention
+        self.scale = 1.0 / math.sqrt(cfg.head_dim)
+        self.embed = weights["model.embed_tokens.weight"]
+        self.lm_head = self.embed if cfg.tie_word_embeddings else weights["lm_head.weight"]
+        self.final_norm = weights["model.norm.weight"]
+        self.use_gated_mlp = ops.has("gated_mlp")
+        self.layers = []
+        for n in range(cfg.num_layers):
+            p = f"model.layers.{n}."
+            L = Layer()
+            L.ln1 = weights[p + "input_layernorm.weight"]
+            L.ln2 = weights[p + "post_attention_layernorm.weight"]
+            L.wq = weights[p + "self_attn.q_proj.weight"]
+            L.wk = weights[p + "self_attn.k_proj.weight"]
+            L.wv = weights[p + "self_attn.v_proj.weight"]
+            L.wo = weights[p + "self_attn.o_proj.weight"]
+            L.bq = weights.get(p + "self_attn.q_proj.bias")
+            L.bk = weights.get(p + "self_attn.k_proj.bias")
+            L.bv = weights.get(p + "self_attn.v_proj.bias")
+            g, u = weights[p + "mlp.gate_proj.weight"], weights[p + "mlp.up_proj.weight"]
+            if self.use_gated_mlp:
+                L.w_gate, L.w_up, L.w_gate_up = g, u, None
+            else:  # one [2I, H] weight: linear gives [gate | up], silu_and_mul consumes it
+                L.w_gate, L.w_up, L.w_gate_up = None, None, backend.cat([g, u], 0)
+            L.w_down = weights[p + "mlp.down_proj.weight"]
+            self.layers.append(L)
+
+    def weight_arrays(self):
+        seen = {}
+        for a in [self.embed, self.lm_head, self.final_norm]:
+            seen[id(a)] = a
+        for L in self.layers:
+            for s in Layer.__slots__:
+                a = getattr(L, s)
+                if a is not None:
+                    seen[id(a)] = a
+        return list(seen.values())
+
+    # -- pieces -------------------------------------------------------------------------
+    def _rope(self, q, k, positions):
+        out = self.ops.rope(q, k, positions, self.cfg.rope_theta)
+        return (q, k) if out is None else out  # in-place variants return nothing
+
+    def _mlp(self, x, L):
+        ops = self.ops
+        if self.use_gated_mlp:
+            act = ops.gated_mlp(x, L.w_gate, L.w_up)
+        else:
+            act = ops.silu_and_mul(ops.linear(x, L.w_gate_up))
+        return ops.linear(act, L.w_down)
+
+    def _attention(self, q, k, v, kc, vc, b: Batch, prefill: bool):
+        if not (prefill and self.prefill_attention == "dense"):
+            return self.ops.attention_decode(q, kc, vc, b.block_table, b.seq_lens, scale=self.scale)
+        # dense prefill: per sequence, [S, H, D] -> [1, H, S, D] (a layout copy), then back
+        be, outs = self.backend, []
+        for s, e in b.seq_ranges:
+            qs, ks, vs = (be.to_heads_first(t[s:e]) for t in (q, k, v))
+            o = self.ops.attention_prefill(qs, ks, vs, causal=True, scale=self.scale)
+            outs.append(be.to_tokens_first(o))
+        return outs[0] if len(outs) == 1 else be.cat(outs, 0)
+
+    # -- the forward --------------------------------------------------------------------
+    def forward(self, b: Batch, k_cache, v_cache, prefill: bool):
+        """Logits [rows, vocab] for the rows of `b.last_idx` (all rows when it is None).
+
+        Writes this call's K/V into the paged caches ([layers, blocks, block_size, Hkv, D]).
+        """
+        cfg, ops = self.cfg, self.ops
+        T = b.ids.shape[0]
+        hq, hkv, d, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
+        h = ops.embedding(b.ids, self.embed)
+        residual = None
+        for n, L in enumerate(self.layers):
+            if residual is None:
+                x, residual = ops.rms_norm(h, L.ln1, eps), h
+            else:
+                x, residual = ops.fused_add_rms_norm(h, residual, L.ln1, eps)
+            q = ops.linear(x, L.wq, L.bq).reshape(T, hq, d)
+            k = ops.linear(x, L.wk, L.bk).reshape(T, hkv, d)
+            v = ops.linear(x, L.wv, L.bv).reshape(T, hkv, d)
+            q, k = self._rope(q, k, b.positions)
+            ops.kv_cache_write(k, v, k_cache[n], v_cache[n], b.slot_mapping)
+            o = self._attention(q, k, v, k_cache[n], v_cache[n], b, prefill)
+            h = ops.linear(o.reshape(T, hq * d), L.wo)
+            x, residual = ops.fused_add_rms_norm(h, residual, L.ln2, eps)
+            h = self._mlp(x, L)
+        x, _ = ops.fused_add_rms_norm(h, residual, self.final_norm, eps)
+        if b.last_idx is not None:
+            x = ops.embedding(b.last_idx, x)  # gather the last token of each sequence
+        return ops.linear(x, self.lm_head)
