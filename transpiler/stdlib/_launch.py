@@ -1,0 +1,295 @@
+"""Shared plumbing of the kernel library: compile a stdlib kernel, tell array kinds apart,
+allocate outputs of the caller's kind, and launch on the GPU or in the interpreter.
+
+Dtype-generic kernels. The language has no dtype-valued compile-time parameters, so a
+stdlib `.tile` file is written for one concrete dtype per *dtype placeholder* and says
+so on a header line:
+
+    # dtypes: T=bf16 I=i64
+
+`load("rms_norm", T="f16")` rewrites every whole word `bf16` of the source to `f16`
+before compiling (and `I="i32"` every `i64` to `i32`). The dtype written in the file
+for a placeholder must be used by that placeholder only. The file as written is an
+ordinary `.tile` file: `tilex translate stdlib_kernels/rms_norm.tile` compiles the bf16
+variant. Every other keyword of `load` is a `-D` compile-time parameter.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..runtime.args import describe_array, is_cupy_array, is_torch_tensor
+
+KERNEL_DIR = Path(__file__).resolve().parent.parent.parent / "stdlib_kernels"
+_DTYPE_NAMES = ("f16", "bf16", "f32", "i32", "i64", "bool", "f8e4m3")
+_HEADER = re.compile(r"^#\s*dtypes:\s*(.*)$", re.MULTILINE)
+
+
+def _kernel_dir() -> Path:
+    """stdlib_kernels/ in a source checkout, or the installed tilex.stdlib_kernels package."""
+    if KERNEL_DIR.is_dir():
+        return KERNEL_DIR
+    import tilex.stdlib_kernels as pkg  # installed layout: tilex/stdlib_kernels/*.tile
+
+    return Path(pkg.__file__).resolve().parent
+
+
+def kernel_path(name: str) -> Path:
+    p = _kernel_dir() / f"{name}.tile"
+    if not p.is_file():
+        raise ValueError(f"no stdlib kernel file {name}.tile in {_kernel_dir()}")
+    return p
+
+
+def placeholders(source: str) -> dict[str, str]:
+    """The `# dtypes: T=bf16 I=i64` header of a stdlib kernel file: placeholder -> written dtype."""
+    m = _HEADER.search(source)
+    if not m:
+        return {}
+    out = {}
+    for item in m.group(1).split():
+        k, _, v = item.partition("=")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def specialize(source: str, dtypes: dict[str, str]) -> str:
+    """Rewrite the placeholder dtypes of `source` (see the module docstring)."""
+    header = placeholders(source)
+    subst = {}
+    for k, v in dtypes.items():
+        if k not in header:
+            raise ValueError(f"dtype parameter {k}={v!r}: the kernel file declares "
+                             f"{', '.join(header) or 'no dtype parameters'}")
+        if v not in _DTYPE_NAMES:
+            raise ValueError(f"dtype parameter {k}={v!r} is not a tilex dtype ({', '.join(_DTYPE_NAMES)})")
+        if v != header[k]:
+            subst[header[k]] = v
+    if not subst:
+        return source
+    body_start = _HEADER.search(source).end()  # keep the header line as written
+    pat = re.compile(r"\b(" + "|".join(map(re.escape, subst)) + r")\b")
+    return source[:body_start] + pat.sub(lambda m: subst[m.group(1)], source[body_start:])
+
+
+@functools.lru_cache(maxsize=None)
+def _load(name: str, kernel: str | None, items: tuple):
+    from ..api import Module
+    from ..pipeline import Options
+    from ..translate import translate
+
+    path = kernel_path(name)
+    source = path.read_text(encoding="utf-8")
+    dtypes = {k: v for k, v in items if isinstance(v, str)}
+    defines = {k: v for k, v in items if not isinstance(v, str)}
+    source = specialize(source, dtypes)
+    try:
+        from ..runtime.nvrtc import default_arch
+
+        arch = default_arch()
+    except Exception:  # no GPU: the target only matters when launching
+        arch = "sm_90a"
+    return Module(translate(source, str(path), Options(defines=defines, arch=arch, kernel=kernel)), arch)
+
+
+def load(name: str, kernel: str | None = None, **defines):
+    """Compile stdlib_kernels/<name>.tile for the current target, memoized per (name, defines).
+
+    String values are dtype placeholders (`T="f16"`), the others `-D` compile-time
+    parameters. `kernel=` restricts the module to one kernel of the file (less to compile).
+    """
+    return _load(name, kernel, tuple(sorted(defines.items())))
+
+
+# ------------------------------------------------------------------------- array kinds
+
+def _kind1(x: Any) -> str:
+    if isinstance(x, np.ndarray):
+        return "numpy"
+    if is_torch_tensor(x):
+        if x.device.type != "cuda":
+            raise TypeError(f"a torch tensor on {x.device} was passed: tilex.stdlib runs torch tensors "
+                            "on the GPU only; move it with .cuda(), or pass a NumPy array for the "
+                            "interpreter")
+        return "torch"
+    if is_cupy_array(x):
+        return "cupy"
+    raise TypeError(f"expected a NumPy array, CuPy array or torch CUDA tensor, got "
+                    f"{type(x).__module__}.{type(x).__name__}")
+
+
+def kind_of(*arrays) -> str:
+    """"numpy" | "cupy" | "torch" for arrays of one kind (None entries are ignored)."""
+    kinds = {}
+    for a in arrays:
+        if a is None:
+            continue
+        kinds.setdefault(_kind1(a), a)
+    if not kinds:
+        raise TypeError("no array arguments")
+    if len(kinds) > 1:
+        raise TypeError(f"arrays of different kinds were mixed ({', '.join(sorted(kinds))}); "
+                        "pass all NumPy, all CuPy or all torch CUDA tensors")
+    return next(iter(kinds))
+
+
+def dtype_name(x) -> str:
+    """The tilex dtype name of an array ("bf16", "f16", "f32", "i32", "i64", ...)."""
+    info = describe_array(x)
+    if info is None:
+        raise TypeError(f"not an array: {type(x).__module__}.{type(x).__name__}")
+    if info.dtype is None:
+        raise TypeError(f"dtype {info.dtype_text} has no tilex equivalent")
+    return info.dtype
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32,
+            "i64": torch.int64, "bool": torch.bool, "f8e4m3": torch.float8_e4m3fn}[name]
+
+
+def _np_dtype(name: str):
+    from ..runtime.args import numpy_dtype
+
+    return numpy_dtype(name)
+
+
+def empty(like, shape, dtype=None):
+    """An uninitialized array of `like`'s kind and device; dtype None = like's dtype, or a
+    tilex dtype name ("bf16", "f32", "i64", ...)."""
+    kind = _kind1(like)
+    shape = tuple(int(n) for n in shape)
+    name = dtype if dtype is not None else dtype_name(like)
+    if kind == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=_torch_dtype(name), device=like.device)
+    if kind == "cupy":
+        import cupy
+
+        with like.device:
+            return cupy.empty(shape, dtype=_np_dtype(name))
+    return np.empty(shape, dtype=_np_dtype(name))
+
+
+def full(like, shape, value, dtype=None):
+    """Like `empty`, filled with `value`."""
+    out = empty(like, shape, dtype)
+    out[...] = value
+    return out
+
+
+def contiguous(x):
+    """`x` itself when C-contiguous, else a contiguous copy of the same kind."""
+    kind = _kind1(x)
+    if kind == "torch":
+        return x.contiguous()
+    if kind == "cupy":
+        import cupy
+
+        return cupy.ascontiguousarray(x)
+    return np.ascontiguousarray(x)
+
+
+def astype(x, name: str):
+    """`x` converted to the tilex dtype `name` (the same object when it already is)."""
+    if dtype_name(x) == name:
+        return x
+    kind = _kind1(x)
+    if kind == "torch":
+        return x.to(_torch_dtype(name))
+    return x.astype(_np_dtype(name))
+
+
+def run(mod, kernel: str, *args, **scalars):
+    """Launch `kernel` of `mod` on the GPU (CuPy/torch arrays) or in the interpreter (NumPy).
+
+    `args` are arrays and scalars in kernel parameter order; outputs are written in place.
+    """
+    arrays = [a for a in list(args) + list(scalars.values()) if describe_array(a) is not None]
+    if kind_of(*arrays) == "numpy":
+        mod.interp(kernel, *args, **scalars)
+    else:
+        mod.kernel(kernel)(*args, **scalars)
+
+
+# ------------------------------------------------------------------- wrapper helpers
+
+FLOATS = ("f32", "f16", "bf16")
+
+
+def check_float(name: str, x, ndim_min: int = 1, ndim: int | None = None) -> str:
+    """Check that argument `name` is a float array of a supported dtype and rank; its dtype name."""
+    _kind1(x)
+    dt = dtype_name_or_text(x)
+    if dt not in FLOATS:
+        raise TypeError(f"{name}: expected a float tensor (f32, f16 or bf16), got dtype {dt}")
+    check_rank(name, x, ndim_min, ndim)
+    return dt
+
+
+def check_int(name: str, x, ndim: int | None = None) -> str:
+    _kind1(x)
+    dt = dtype_name_or_text(x)
+    if dt not in ("i32", "i64"):
+        raise TypeError(f"{name}: expected an integer tensor (int32 or int64), got dtype {dt}")
+    if ndim is not None:
+        check_rank(name, x, ndim, ndim)
+    return dt
+
+
+def check_rank(name: str, x, ndim_min: int = 1, ndim: int | None = None) -> None:
+    n = len(x.shape)
+    if ndim is not None and n != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-D tensor, got shape {tuple(x.shape)}")
+    if n < ndim_min:
+        raise ValueError(f"{name}: expected at least {ndim_min} dimension(s), got shape {tuple(x.shape)}")
+
+
+def check_same_dtype(name: str, x, want: str) -> None:
+    dt = dtype_name_or_text(x)
+    if dt != want:
+        raise TypeError(f"{name}: expected dtype {want} (the dtype of the input), got {dt}")
+
+
+def check_shape(name: str, x, shape) -> None:
+    if tuple(x.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(x.shape)}")
+
+
+def dtype_name_or_text(x) -> str:
+    """dtype_name, or the library's own spelling for dtypes tilex lacks (for messages)."""
+    info = describe_array(x)
+    return info.dtype if info.dtype is not None else info.dtype_text
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def reshape(x, shape):
+    """A view of contiguous `x` with another shape (any kind)."""
+    return x.reshape(tuple(shape))
+
+
+def row_config(n: int, m: int, one_pass_max: int = 16384, chunk: int = 4096) -> dict:
+    """Compile-time parameters for a row-wise kernel over [m, n]: BLOCK, ROWS, ONE_PASS, WARPS.
+
+    A row of up to `one_pass_max` elements is kept in registers (BLOCK = the next power of
+    two); threads hold 8 elements each (16 with 4096 and more), 32 to 1024 threads. Short
+    rows are batched ROWS per program (while leaving at least ~4 programs per SM).
+    """
+    one = n <= one_pass_max
+    block = max(8, next_pow2(n)) if one else chunk
+    per_thread = 16 if block >= 4096 else 8
+    warps = min(32, max(1, block // (32 * per_thread)))
+    rows = 1
+    while rows < 8 and block * rows * 2 <= 4096 and m >= rows * 2 * 528:
+        rows *= 2
+    return dict(BLOCK=block, ROWS=rows, ONE_PASS=one, WARPS=warps)

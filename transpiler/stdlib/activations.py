@@ -1,0 +1,73 @@
+"""Gated activations (silu_and_mul, gelu_and_mul) and softmax."""
+from __future__ import annotations
+
+from . import _launch as L
+from .norms import _rows
+
+
+def _gated(name, x, **extra):
+    dt = L.check_float("x", x)
+    x = L.contiguous(x)
+    two_d = int(x.shape[-1])
+    if two_d % 2:
+        raise ValueError(f"x: the last dimension holds [gate | up] and must be even, got shape {tuple(x.shape)}")
+    d = two_d // 2
+    m = 1
+    for n in x.shape[:-1]:
+        m *= int(n)
+    out_shape = tuple(x.shape[:-1]) + (d,)
+    y = L.empty(x, (m, d))
+    if m and d:
+        block = min(2048, max(8, L.next_pow2(d)))
+        rows = 1
+        while rows < 8 and block * rows * 2 <= 2048 and m >= rows * 2 * 528:
+            rows *= 2
+        warps = max(1, min(8, block * rows // 256))
+        mod = L.load(name, T=dt, BLOCK=block, ROWS=rows, WARPS=warps, **extra)
+        L.run(mod, name, L.reshape(x, (m, 2, d)), y)
+    return L.reshape(y, out_shape)
+
+
+def silu_and_mul(x):
+    """silu(x[..., :d]) * x[..., d:] for x = [..., 2d] (vLLM's SiluAndMul); returns [..., d]."""
+    return _gated("silu_and_mul", x)
+
+
+def gelu_and_mul(x, approximate: str = "none"):
+    """gelu(x[..., :d]) * x[..., d:]; approximate "none" (erf) or "tanh" as in F.gelu."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"approximate: expected 'none' or 'tanh', got {approximate!r}")
+    return _gated("gelu_and_mul", x, TANH=approximate == "tanh")
+
+
+def softmax(x, dim: int = -1):
+    """Softmax along `dim` (like F.softmax(x, dim)), computed in f32, returned in x's dtype.
+
+    The last axis runs in place in the kernel; another `dim` is moved last (a copy) and back.
+    """
+    L.check_float("x", x)
+    nd = len(x.shape)
+    if not -nd <= dim < nd:
+        raise ValueError(f"dim: {dim} is out of range for a {nd}-D tensor")
+    dim %= nd
+    if dim != nd - 1:
+        moved = _moveaxis(x, dim, nd - 1)
+        return _moveaxis(softmax(moved, -1), nd - 1, dim)
+    x2, dt, m, n = _rows("x", x)
+    y = L.empty(x2, (m, n))
+    mod = L.load("softmax", T=dt, **L.row_config(n, m))
+    L.run(mod, "softmax", x2, y)
+    return L.reshape(y, tuple(x.shape))
+
+
+def _moveaxis(x, a, b):
+    kind = L.kind_of(x)
+    if kind == "torch":
+        return x.movedim(a, b).contiguous()
+    if kind == "cupy":
+        import cupy
+
+        return cupy.ascontiguousarray(cupy.moveaxis(x, a, b))
+    import numpy as np
+
+    return np.ascontiguousarray(np.moveaxis(x, a, b))

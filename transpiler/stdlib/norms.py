@@ -1,0 +1,88 @@
+"""Row normalizations over the last axis: rms_norm, fused_add_rms_norm, layer_norm."""
+from __future__ import annotations
+
+from . import _launch as L
+
+
+def _rows(name, x):
+    """x as a contiguous [M, N] view, and its dtype."""
+    dt = L.check_float(name, x)
+    x = L.contiguous(x)
+    n = int(x.shape[-1])
+    m = 1
+    for d in x.shape[:-1]:
+        m *= int(d)
+    if n == 0:
+        raise ValueError(f"{name}: the last dimension (normalized) must not be empty, got shape {tuple(x.shape)}")
+    return L.reshape(x, (m, n)), dt, m, n
+
+
+def _vector(name, v, n, dt, like, fill):
+    if v is None:
+        return L.full(like, (n,), fill, dt)
+    L.check_float(name, v, ndim=1)
+    L.check_same_dtype(name, v, dt)
+    L.check_shape(name, v, (n,))
+    L.kind_of(like, v)
+    return L.contiguous(v)
+
+
+def rms_norm(x, weight=None, eps: float = 1e-6):
+    """RMSNorm over the last axis: x / sqrt(mean(x**2) + eps) * weight (like F.rms_norm).
+
+    x: [..., N] f32/f16/bf16; weight: [N] of the same dtype (None = no scaling). Returns a
+    new array of x's kind, dtype and shape. Statistics are computed in f32.
+    """
+    x2, dt, m, n = _rows("x", x)
+    w = _vector("weight", weight, n, dt, x2, 1.0)
+    y = L.empty(x2, (m, n))
+    mod = L.load("rms_norm", T=dt, **L.row_config(n, m))
+    L.run(mod, "rms_norm", x2, w, y, eps=float(eps))
+    return L.reshape(y, tuple(x.shape))
+
+
+def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: bool = False):
+    """h = x + residual; returns (rms_norm(h, weight, eps), h), as vLLM's fused_add_rms_norm.
+
+    h is rounded to x's dtype before the norm (as when it is stored). With inplace=True the
+    normed output overwrites x and h overwrites residual, and (x, residual) are returned.
+    """
+    x2, dt, m, n = _rows("x", x)
+    L.check_float("residual", residual)
+    L.check_same_dtype("residual", residual, dt)
+    L.check_shape("residual", residual, tuple(x.shape))
+    L.kind_of(x, residual)
+    r2 = L.reshape(L.contiguous(residual), (m, n))
+    w = _vector("weight", weight, n, dt, x2, 1.0)
+    cfg = L.row_config(n, m)
+    if inplace:
+        if not _is_contig(x) or not _is_contig(residual):
+            raise ValueError("fused_add_rms_norm(inplace=True) needs contiguous x and residual")
+        mod = L.load("fused_add_rms_norm", kernel="fused_add_rms_norm_inplace", T=dt, **cfg)
+        L.run(mod, "fused_add_rms_norm_inplace", x2, r2, w, eps=float(eps))
+        return x, residual
+    y = L.empty(x2, (m, n))
+    r_out = L.empty(x2, (m, n))
+    mod = L.load("fused_add_rms_norm", kernel="fused_add_rms_norm", T=dt, **cfg)
+    L.run(mod, "fused_add_rms_norm", x2, r2, w, y, r_out, eps=float(eps))
+    return L.reshape(y, tuple(x.shape)), L.reshape(r_out, tuple(x.shape))
+
+
+def _is_contig(x) -> bool:
+    from ..runtime.args import describe_array
+
+    return describe_array(x).c_contiguous
+
+
+def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
+    """LayerNorm over the last axis (like F.layer_norm(x, (N,), weight, bias, eps)).
+
+    x: [..., N]; weight, bias: [N] of x's dtype or None. Biased variance, f32 statistics.
+    """
+    x2, dt, m, n = _rows("x", x)
+    w = _vector("weight", weight, n, dt, x2, 1.0)
+    b = _vector("bias", bias, n, dt, x2, 0.0)
+    y = L.empty(x2, (m, n))
+    mod = L.load("layer_norm", T=dt, **L.row_config(n, m))
+    L.run(mod, "layer_norm", x2, w, b, y, eps=float(eps))
+    return L.reshape(y, tuple(x.shape))
