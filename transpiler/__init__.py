@@ -15,6 +15,13 @@ def compile(path_or_source, arch=None, cache_dir=None, **defines):  # noqa: A001
     return _compile(path_or_source, arch=arch, cache_dir=cache_dir, **defines)
 
 
+def tuned_defines(path_or_source, kernel, shapes, arch=None, cache_dir=None):
+    """The compile-time parameters `tilex tune` stored for this kernel, shape bucket and arch ({} if none)."""
+    from .api import tuned_defines as _tuned_defines
+
+    return _tuned_defines(path_or_source, kernel, shapes, arch=arch, cache_dir=cache_dir)
+
+
 def translate(source, file="<string>", options=None, host=False):
     """Translate .tile source text to CUDA C++ (see tilex.translate.Translation)."""
     from .translate import translate as _translate

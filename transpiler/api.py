@@ -58,3 +58,22 @@ def compile(path_or_source: str, arch: str | None = None, cache_dir=None, **defi
         except Exception:  # no GPU: the target only matters when launching
             arch = "sm_90a"
     return Module(translate(source, file, Options(defines=dict(defines), arch=arch)), arch, cache_dir)
+
+
+def tuned_defines(path_or_source: str, kernel: str, shapes: dict, arch: str | None = None,
+                  cache_dir=None) -> dict:
+    """The compile-time parameters `tilex tune` stored for `kernel` of this .tile file (path or
+    source text) at the shape bucket of `shapes` (every symbol, e.g. {"M": 16, "N": 13824,
+    "K": 5120}) on `arch` (default: the current GPU's); {} when nothing was tuned (or there is
+    no GPU to name the arch). Wrappers merge it under explicit defines:
+    `tilex.compile(path, **{**tilex.tuned_defines(path, "linear", shapes), **user_defines})`."""
+    from .tune import best
+
+    if arch is None:
+        try:
+            from .runtime.nvrtc import default_arch
+
+            arch = default_arch()
+        except Exception:  # no CuPy or no GPU: nothing tuned applies
+            return {}
+    return best(path_or_source, kernel, shapes, arch, cache_dir=cache_dir) or {}
