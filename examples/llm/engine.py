@@ -170,9 +170,12 @@ class Engine:
                      last_idx=dev(np.asarray(last, np.int32)), seq_ranges=tuple(ranges))
 
     # -- steps --------------------------------------------------------------------------
-    def prefill(self, seqs) -> object:
-        """Run the prompts of `seqs` (from position 0); logits [len(seqs), vocab]."""
+    def prefill(self, seqs, all_positions: bool = False) -> object:
+        """Run the prompts of `seqs` (from position 0); logits [len(seqs), vocab] of each
+        last token, or [total tokens, vocab] with all_positions."""
         b = self._prefill_batch(seqs)
+        if all_positions:
+            b.last_idx = None
         return self.model.forward(b, self.cache.k, self.cache.v, prefill=True)
 
     def _decode_forward(self, B, greedy):

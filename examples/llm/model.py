@@ -89,7 +89,11 @@ class Layer:
 class Model:
     def __init__(self, cfg: ModelConfig, weights: dict, backend, ops: Ops,
                  prefill_attention: str = "paged"):
-        """`weights`: Hugging Face names -> arrays on `backend` in the run dtype."""
+        """`weights`: Hugging Face names -> arrays on `backend` in the run dtype.
+
+        Without `gated_mlp` in the library, gate and up are concatenated into one weight and
+        `weights`' gate/up entries are replaced by views of it (no second copy stays alive).
+        """
         if prefill_attention not in ("paged", "dense"):
             raise ValueError("prefill_attention must be 'paged' or 'dense'")
         self.cfg, self.backend, self.ops = cfg, backend, ops
@@ -117,6 +121,11 @@ class Model:
                 L.w_gate, L.w_up, L.w_gate_up = g, u, None
             else:  # one [2I, H] weight: linear gives [gate | up], silu_and_mul consumes it
                 L.w_gate, L.w_up, L.w_gate_up = None, None, backend.cat([g, u], 0)
+                # the dict now holds views of the fused weight, so the originals can be freed
+                i = cfg.intermediate_size
+                weights[p + "mlp.gate_proj.weight"] = L.w_gate_up[:i]
+                weights[p + "mlp.up_proj.weight"] = L.w_gate_up[i:]
+                del g, u
             L.w_down = weights[p + "mlp.down_proj.weight"]
             self.layers.append(L)
 

@@ -102,7 +102,7 @@ def validate_checkpoint(cfg: ModelConfig, ckpt_dir: Path) -> dict[str, Path]:
 
 def load_checkpoint(cfg: ModelConfig, ckpt_dir, backend, dtype: str) -> dict:
     """HF name -> array on `backend`, cast to `dtype`. Validates first (see module doc)."""
-    import ml_dtypes  # noqa: F401  (registers 'bfloat16' with NumPy for safetensors' np reader)
+    import ml_dtypes  # noqa: F401  # registers 'bfloat16' with NumPy for safetensors' np reader
     from safetensors import safe_open
 
     where = validate_checkpoint(cfg, Path(ckpt_dir))
