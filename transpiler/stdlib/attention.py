@@ -1,0 +1,176 @@
+"""Attention: dense prefill (FlashAttention-style) and paged decode (flash-decoding).
+
+Kernels: stdlib_kernels/attention_prefill.tile and stdlib_kernels/attention_decode.tile;
+the strategy is described in docs/stdlib_attention.md.
+"""
+from __future__ import annotations
+
+import math
+
+from . import _launch as L
+
+HEAD_DIMS = (16, 32, 64, 128, 256)   # power-of-two head sizes (64 and 128 are the tuned ones)
+MAX_SPLITS = 64
+
+
+def _head_dim(name, x) -> int:
+    d = int(x.shape[-1])
+    if d not in HEAD_DIMS:
+        raise ValueError(f"{name}: head size {d} is not supported (use one of {', '.join(map(str, HEAD_DIMS))})")
+    return d
+
+
+def _scale(scale, d: int) -> float:
+    return 1.0 / math.sqrt(d) if scale is None else float(scale)
+
+
+def prefill_config(d: int, s: int) -> dict:
+    """Compile-time parameters of attention_prefill for head size d and sequence length s."""
+    if d >= 256:
+        return dict(BM=64, BN=32, WARPS=8)
+    bm = 128 if s > 64 else 64
+    return dict(BM=bm, BN=64, WARPS=8 if bm == 128 else 4)
+
+
+def _out(out, like, shape, dt):
+    """A new output array, or `out` checked (kind, dtype, shape, contiguity) to be written in place."""
+    if out is None:
+        return L.empty(like, shape)
+    L.check_float("out", out, ndim=len(shape))
+    L.check_same_dtype("out", out, dt)
+    L.check_shape("out", out, shape)
+    L.kind_of(like, out)
+    from ..runtime.args import describe_array
+
+    if not describe_array(out).c_contiguous:
+        raise ValueError("out: must be contiguous (it is written in place)")
+    return out
+
+
+def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, out=None,
+                      config: dict | None = None):
+    """softmax(scale * q k^T (+ causal mask)) v with grouped-query heads.
+
+    q: [B, Hq, S, D]; k, v: [B, Hkv, S, D] with Hq a multiple of Hkv (query head h uses KV
+    head h // (Hq / Hkv)); f32, f16 or bf16 (one dtype); D a power of two from 16 to 256.
+    causal: query i attends keys j <= i (top-left aligned). scale defaults to 1/sqrt(D).
+    Returns o [B, Hq, S, D] of q's kind and dtype (written into `out` when given). NumPy
+    arrays run in the interpreter.
+    `config` overrides the compile-time parameters (BM, BN, WARPS), for benchmarks.
+    """
+    dt = L.check_float("q", q, ndim=4)
+    for name, x in (("k", k), ("v", v)):
+        L.check_float(name, x, ndim=4)
+        L.check_same_dtype(name, x, dt)
+    L.kind_of(q, k, v)
+    b, hq, s, d = (int(n) for n in q.shape)
+    hkv = int(k.shape[1])
+    _head_dim("q", q)
+    L.check_shape("k", k, (b, hkv, s, d))
+    L.check_shape("v", v, (b, hkv, s, d))
+    if hkv == 0 or hq % hkv:
+        raise ValueError(f"q has {hq} heads, k and v have {hkv}: the query heads must be a multiple "
+                         "of the KV heads")
+    o = _out(out, q, (b, hq, s, d), dt)
+    if b * hq * s == 0:
+        return o
+    cfg = dict(prefill_config(d, s), **(config or {}))
+    mod = L.load("attention_prefill", T=dt, D=d, CAUSAL=bool(causal), **cfg)
+    L.run(mod, "attention_prefill", L.contiguous(q), L.contiguous(k), L.contiguous(v), o,
+          scale=_scale(scale, d))
+    return o
+
+
+def _sm_count(x) -> int:
+    """Streaming multiprocessors of x's device (132, an H100/H200, for NumPy arrays)."""
+    kind = L.kind_of(x)
+    try:
+        if kind == "torch":
+            import torch
+
+            return int(torch.cuda.get_device_properties(x.device).multi_processor_count)
+        if kind == "cupy":
+            return int(x.device.attributes["MultiProcessorCount"])
+    except Exception:  # pragma: no cover - an odd device query; the default is fine
+        pass
+    return 132
+
+
+def decode_splits(batch: int, kv_heads: int, max_blocks: int, block_size: int, sm_count: int = 132) -> int:
+    """How many shares each sequence's context is split into (flash-decoding).
+
+    Enough programs (batch * kv_heads * splits) for about 8 per SM, but at least ~256
+    tokens per share, and at most MAX_SPLITS shares. Decided from shapes only (no read of
+    seq_lens), so it is fixed under CUDA-graph capture.
+    """
+    pairs = max(1, batch * kv_heads)
+    want = -(-8 * sm_count // pairs)
+    most = -(-max_blocks * block_size // 256)
+    return max(1, min(want, most, MAX_SPLITS))
+
+
+def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | None = None,
+                     num_splits: int | None = None, out=None, config: dict | None = None):
+    """One query token per sequence against a paged KV cache, with grouped-query heads.
+
+    q: [B, Hq, D]; k_cache, v_cache: [num_blocks, block_size, Hkv, D] (block_size any
+    power of two, 16 or 32 typically); block_table: [B, max_blocks] int32/int64, the cache
+    block of each block of BLOCK_SIZE tokens of each sequence; seq_lens: [B] int32/int64,
+    tokens of each sequence (clamped to [0, max_blocks * block_size]; 0 gives zeros).
+    Sequence b attends its tokens 0 .. seq_lens[b]-1. Hq a multiple of Hkv; f32, f16 or
+    bf16 (one dtype); D a power of two from 16 to 256; scale defaults to 1/sqrt(D).
+    Returns o [B, Hq, D] of q's kind and dtype (written into `out` when given). Block ids outside [0, num_blocks) read
+    zeros (never out of bounds).
+
+    The context is split into `num_splits` shares processed by separate programs and
+    merged by a second kernel (default: `decode_splits`); 1 runs a single kernel.
+    """
+    dt = L.check_float("q", q, ndim=3)
+    for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
+        L.check_float(name, x, ndim=4)
+        L.check_same_dtype(name, x, dt)
+    L.check_int("block_table", block_table, ndim=2)
+    L.check_int("seq_lens", seq_lens, ndim=1)
+    L.kind_of(q, k_cache, v_cache, block_table, seq_lens)
+    b, hq, d = (int(n) for n in q.shape)
+    nb, bs, hkv = (int(n) for n in k_cache.shape[:3])
+    _head_dim("q", q)
+    L.check_shape("k_cache", k_cache, (nb, bs, hkv, d))
+    L.check_shape("v_cache", v_cache, (nb, bs, hkv, d))
+    if bs < 1 or bs & (bs - 1) or bs > 256:
+        raise ValueError(f"k_cache: block size {bs} must be a power of two up to 256")
+    if hkv == 0 or hq % hkv:
+        raise ValueError(f"q has {hq} heads, the caches have {hkv}: the query heads must be a "
+                         "multiple of the KV heads")
+    maxb = int(block_table.shape[1])
+    if int(block_table.shape[0]) != b:
+        raise ValueError(f"block_table: expected {b} rows (one per sequence), got shape {tuple(block_table.shape)}")
+    L.check_shape("seq_lens", seq_lens, (b,))
+    o = _out(out, q, (b, hq, d), dt)
+    if b * hq == 0:
+        return o
+    g = hq // hkv
+    if nb == 0 or maxb == 0:  # no cache at all: every sequence is empty
+        o[...] = 0
+        return o
+    ns = int(num_splits) if num_splits is not None else decode_splits(b, hkv, maxb, bs, _sm_count(q))
+    if not 1 <= ns <= 1024:
+        raise ValueError(f"num_splits must be in [1, 1024], got {ns}")
+    table = L.contiguous(L.astype(block_table, "i32"))
+    lens = L.contiguous(L.astype(seq_lens, "i32"))
+    q4 = L.reshape(L.contiguous(q), (b, hkv, g, d))
+    cfg = dict(WARPS=4, **(config or {}))
+    direct = ns == 1
+    split = L.load("attention_decode", kernel="attention_decode_split", T=dt, BS=bs, D=d,
+                   GP=L.next_pow2(g), DIRECT=direct, **cfg)
+    o_part = L.empty(q, (b, hkv, g, ns, d), "f32")
+    lse_part = L.empty(q, (b, hkv, g, ns), "f32")
+    L.run(split, "attention_decode_split", q4, L.contiguous(k_cache), L.contiguous(v_cache), table, lens,
+          o_part, lse_part, L.reshape(o, (b, hkv, g, d)), scale=_scale(scale, d))
+    if not direct:
+        nsp = L.next_pow2(ns)
+        combine = L.load("attention_decode", kernel="attention_decode_combine", T=dt, D=d, NSP=nsp,
+                         WARPS=8 if nsp * d >= 8192 else 4)
+        L.run(combine, "attention_decode_combine", L.reshape(o_part, (b, hq, ns, d)),
+              L.reshape(lse_part, (b, hq, ns)), o)
+    return o
