@@ -82,6 +82,12 @@ def bench_tilex(cfg, weights, be, args, prefill_shapes, decode_batches, log):
         run()  # compile
         out["prefill_ms"][f"{b}x{s}"] = ms = _median_ms(torch, run, args.reps)
         log(f"tilex prefill {b}x{s}: {ms:.2f} ms")
+        if eng.use_graph:  # the same, replayed from a CUDA graph (no per-launch host cost)
+            eng.graph_prefill = True
+            run()  # capture
+            out.setdefault("prefill_graph_ms", {})[f"{b}x{s}"] = ms = _median_ms(torch, run, args.reps)
+            eng.graph_prefill = False
+            log(f"tilex prefill {b}x{s} (CUDA graph): {ms:.2f} ms")
     for b in decode_batches:
         prompts = [rng.integers(0, cfg.vocab_size, args.decode_prompt_len).tolist() for _ in range(b)]
         eng.generate(prompts, 4, stop_on_eos=False)  # compile + capture the graph
@@ -185,7 +191,8 @@ def main(argv=None) -> int:
         gc.collect()
         res["transformers"]["peak_gpu_mem_gb"] = torch.cuda.max_memory_allocated() / 1e9
     tg = {"decode_bs1_tok_s>=116": tl["decode"].get("1", {}).get("tok_s", 0) >= 116,
-          "prefill_1x512_ms<37": tl["prefill_ms"].get("1x512", 1e9) < 37,
+          "prefill_1x512_ms<37": min(tl["prefill_ms"].get("1x512", 1e9),
+                                     tl.get("prefill_graph_ms", {}).get("1x512", 1e9)) < 37,
           "peak_within_10pct": res["peak_vs_weights_plus_kv"] <= 1.10}
     res["targets_met"] = tg
     text = json.dumps(res, indent=1)

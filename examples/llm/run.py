@@ -42,6 +42,8 @@ def parse_args(argv=None):
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--prefill-attention", choices=["paged", "dense"], default="paged")
     ap.add_argument("--no-graph", action="store_true", help="decode without a CUDA graph")
+    ap.add_argument("--graph-prefill", action="store_true",
+                    help="also capture prefill in a CUDA graph (per prompt-length shape)")
     ap.add_argument("--no-warmup", action="store_true", help="time the first (compiling) run")
     ap.add_argument("--dump-logits", metavar="FILE.npy",
                     help="save logits [steps, batch, vocab] f32 (step 0 = prefill; NaN after a sequence ends)")
@@ -130,7 +132,8 @@ def main(argv=None) -> int:
     num_blocks = 1 + sum(-(-(len(p) + args.max_new_tokens) // bs) for p in prompts)
     engine = Engine(cfg, weights, backend, num_blocks=num_blocks, block_size=bs,
                     max_batch=len(prompts), max_seq_len=max_len, use_graph=not args.no_graph,
-                    prefill_attention=args.prefill_attention, dtype=args.dtype)
+                    prefill_attention=args.prefill_attention, dtype=args.dtype,
+                    graph_prefill=args.graph_prefill)
     gen = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                seed=args.seed, stop_on_eos=not args.no_eos)
     try:
