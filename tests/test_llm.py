@@ -7,7 +7,7 @@ through the paged cache (block size 4, so sequences cross block boundaries), and
 logit row is compared with `reference_logits` on the same token sequence.
 
 Bound: relative error max|engine - ref| / max|ref| per row <= 1e-4 in f32 (kernel
-accumulation order only) and <= 3e-2 in bf16 (weights, activations and the KV cache
+accumulation order only) and <= 1e-2 in bf16 (weights, activations and the KV cache
 rounded to bf16; the reference uses the same bf16-rounded weights in float64).
 Also: the CLI (--json, --dump-logits, checkpoint dirs, tokenizer) and the checkpoint
 errors (missing tensor, wrong shape, truncated file) that must name the tensor.
@@ -200,8 +200,22 @@ def test_engine_matches_reference_f32(name):
     assert _engine_vs_reference(name, "f32") <= 1e-4
 
 
+def test_engine_batch1_fused_qkv():
+    """One sequence: decode steps take the fused-QKV path (one token per step)."""
+    from llm.engine import Engine
+    from llm.weights import random_weights
+
+    _stdlib_or_skip()
+    cfg, be = named_config("tiny"), NumpyBackend()
+    w = random_weights(cfg, be, "f32", seed=5)
+    eng = Engine(cfg, w, be, num_blocks=8, block_size=4, max_batch=1, max_seq_len=16, dtype="f32")
+    r = eng.generate([[4]], 4, keep_logits=True, forced_tokens=[[8, 9, 10, 11]], stop_on_eos=False)
+    ref = reference_logits(cfg, w, [4, 8, 9, 10])
+    assert max(_rel_rows(lg[0], ref[i]) for i, lg in enumerate(r.logits)) <= 1e-4
+
+
 def test_engine_matches_reference_bf16():
-    assert _engine_vs_reference("tiny", "bf16") <= 3e-2
+    assert _engine_vs_reference("tiny", "bf16") <= 1e-2
 
 
 def test_engine_dense_prefill_attention():

@@ -136,7 +136,7 @@ class Engine:
         for i in range(B):
             s = seqs[i] if i < len(seqs) else None
             if s is None or s.finish_reason is not None:  # inactive row: scratch block 0
-                ids[i], pos[i], slots[i], lens[i] = 0, 0, 0, 1
+                ids[i], pos[i], slots[i], lens[i] = 0, 0, -1, 1  # slot -1: nothing written
                 continue
             p = len(s.tokens) - 1
             self.cache.ensure(s.blocks, p + 1)

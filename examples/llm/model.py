@@ -82,8 +82,8 @@ class Batch:
 
 
 class Layer:
-    __slots__ = ("ln1", "ln2", "wq", "wk", "wv", "bq", "bk", "bv", "wo", "w_gate", "w_up",
-                 "w_gate_up", "w_down")
+    __slots__ = ("ln1", "ln2", "w_qkv", "b_qkv", "wq", "wk", "wv", "bq", "bk", "bv", "wo",
+                 "w_gate", "w_up", "w_gate_up", "w_down")
 
 
 class Model:
@@ -91,8 +91,9 @@ class Model:
                  prefill_attention: str = "paged"):
         """`weights`: Hugging Face names -> arrays on `backend` in the run dtype.
 
-        Without `gated_mlp` in the library, gate and up are concatenated into one weight and
-        `weights`' gate/up entries are replaced by views of it (no second copy stays alive).
+        q/k/v (and, without `gated_mlp` in the library, gate/up) are concatenated into one
+        weight each, and `weights`' entries are replaced by views of it (so no second copy
+        stays alive once the caller's originals are gone).
         """
         if prefill_attention not in ("paged", "dense"):
             raise ValueError("prefill_attention must be 'paged' or 'dense'")
@@ -109,13 +110,28 @@ class Model:
             L = Layer()
             L.ln1 = weights[p + "input_layernorm.weight"]
             L.ln2 = weights[p + "post_attention_layernorm.weight"]
-            L.wq = weights[p + "self_attn.q_proj.weight"]
-            L.wk = weights[p + "self_attn.k_proj.weight"]
-            L.wv = weights[p + "self_attn.v_proj.weight"]
+            # q, k, v weights (and biases) in one [q + 2 kv, H] array; q, k, v are row
+            # views of it. One token (decode at batch 1) runs one linear on the fused
+            # weight (a [1, N] output slices into contiguous q, k, v); more tokens run
+            # three, since column slices of [T, N] are not contiguous.
+            names = [p + f"self_attn.{n}_proj.weight" for n in "qkv"]
+            L.w_qkv = backend.cat([weights[n] for n in names], 0)
+            L.b_qkv = None
+            if cfg.qkv_bias:
+                bnames = [p + f"self_attn.{n}_proj.bias" for n in "qkv"]
+                L.b_qkv = backend.cat([weights[n] for n in bnames], 0)
+            qs, ks = cfg.q_size, cfg.kv_size
+            cuts = ((0, qs), (qs, qs + ks), (qs + ks, qs + 2 * ks))
+            L.wq, L.wk, L.wv = (L.w_qkv[a:b] for a, b in cuts)
+            L.bq = L.bk = L.bv = None
+            if cfg.qkv_bias:
+                L.bq, L.bk, L.bv = (L.b_qkv[a:b] for a, b in cuts)
+            for n, view in zip(names, (L.wq, L.wk, L.wv)):
+                weights[n] = view
+            if cfg.qkv_bias:
+                for n, view in zip(bnames, (L.bq, L.bk, L.bv)):
+                    weights[n] = view
             L.wo = weights[p + "self_attn.o_proj.weight"]
-            L.bq = weights.get(p + "self_attn.q_proj.bias")
-            L.bk = weights.get(p + "self_attn.k_proj.bias")
-            L.bv = weights.get(p + "self_attn.v_proj.bias")
             g, u = weights[p + "mlp.gate_proj.weight"], weights[p + "mlp.up_proj.weight"]
             if self.use_gated_mlp:
                 L.w_gate, L.w_up, L.w_gate_up = g, u, None
@@ -130,11 +146,14 @@ class Model:
             self.layers.append(L)
 
     def weight_arrays(self):
+        """Every weight array once (views of fused weights left out): for memory accounting."""
         seen = {}
         for a in [self.embed, self.lm_head, self.final_norm]:
             seen[id(a)] = a
         for L in self.layers:
             for s in Layer.__slots__:
+                if s in ("wq", "wk", "wv", "bq", "bk", "bv"):  # views of w_qkv / b_qkv
+                    continue
                 a = getattr(L, s)
                 if a is not None:
                     seen[id(a)] = a
@@ -180,9 +199,16 @@ class Model:
                 x, residual = ops.rms_norm(h, L.ln1, eps), h
             else:
                 x, residual = ops.fused_add_rms_norm(h, residual, L.ln1, eps)
-            q = ops.linear(x, L.wq, L.bq).reshape(T, hq, d)
-            k = ops.linear(x, L.wk, L.bk).reshape(T, hkv, d)
-            v = ops.linear(x, L.wv, L.bv).reshape(T, hkv, d)
+            if T == 1:
+                qkv = ops.linear(x, L.w_qkv, L.b_qkv)
+                qs, ks = cfg.q_size, cfg.kv_size
+                q = qkv[:, :qs].reshape(T, hq, d)
+                k = qkv[:, qs:qs + ks].reshape(T, hkv, d)
+                v = qkv[:, qs + ks:].reshape(T, hkv, d)
+            else:
+                q = ops.linear(x, L.wq, L.bq).reshape(T, hq, d)
+                k = ops.linear(x, L.wk, L.bk).reshape(T, hkv, d)
+                v = ops.linear(x, L.wv, L.bv).reshape(T, hkv, d)
             q, k = self._rope(q, k, b.positions)
             ops.kv_cache_write(k, v, k_cache[n], v_cache[n], b.slot_mapping)
             o = self._attention(q, k, v, k_cache[n], v_cache[n], b, prefill)
