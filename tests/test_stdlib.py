@@ -27,6 +27,12 @@ TOL = {"f32": 1e-5, "f16": 2e-3, "bf16": 1e-2}
 DTYPES = ["f32", "f16", "bf16"]
 
 
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch):
+    """Outputs the wrappers allocate start as NaN (ints: -777): unwritten elements show."""
+    monkeypatch.setattr(L, "POISON", True)
+
+
 def rnd(rng, shape, dt, scale=1.0):
     return (rng.standard_normal(shape) * scale).astype(NP[dt])
 
