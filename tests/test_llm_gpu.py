@@ -117,3 +117,5 @@ def test_cli_cuda_json(tmp_path):
     assert out["decode_tok_s"] > 0 and out["peak_gpu_mem_gb"] > 0
     kernels = out["profile"].get("decode_kernels") or []
     print(json.dumps({"decode_kernels": kernels[:80]}))
+    if kernels:  # the forward pass runs tilex kernels only
+        assert out["profile"]["non_tilex_kernels"] == [], out["profile"]["non_tilex_kernels"]

@@ -148,6 +148,8 @@ def main(argv=None) -> int:
                 kl = cuda_kernel_list(engine, prompts, args)
                 if kl is not None:
                     prof["decode_kernels"] = kl
+                    # tilex kernels are extern "C": plain identifiers; torch's are C++ names
+                    prof["non_tilex_kernels"] = sorted({n for n, _ in kl if not n.isidentifier()})
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -187,9 +189,12 @@ def main(argv=None) -> int:
             for name, d in s["by_function"].items():
                 print(f"  {name:<22} {d['calls']:>5} calls {d['ms']:>10.3f} ms")
         if "decode_kernels" in prof:
-            print("\ndecode step, GPU kernels (torch.profiler):")
-            for name, ms in prof["decode_kernels"]:
+            kl = prof["decode_kernels"]
+            print(f"\ndecode step, {len(kl)} GPU kernels (torch.profiler), "
+                  f"{sum(ms for _, ms in kl):.3f} ms:")
+            for name, ms in kl:
                 print(f"  {ms:9.4f} ms  {name}")
+            print("non-tilex kernels:", ", ".join(prof["non_tilex_kernels"]) or "none")
     return 0
 
 
