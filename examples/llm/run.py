@@ -149,7 +149,9 @@ def main(argv=None) -> int:
                 if kl is not None:
                     prof["decode_kernels"] = kl
                     # tilex kernels are extern "C": plain identifiers; torch's are C++ names
-                    prof["non_tilex_kernels"] = sorted({n for n, _ in kl if not n.isidentifier()})
+                    # (host<->device copies are allowed: Memcpy/Memset are not kernels)
+                    prof["non_tilex_kernels"] = sorted({n for n, _ in kl if not n.isidentifier()
+                                                        and not n.startswith(("Memcpy", "Memset"))})
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
