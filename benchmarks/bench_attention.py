@@ -176,8 +176,6 @@ def run_prefill(shape, sweep, results, failures):
         row["tilex_vs_flash"] = row["sdpa_flash_ms"] / best["ms"]
         print(f"  best tilex {best['config']}: {best['tflop_s']:.1f} TFLOP/s = {row['tilex_vs_flash']:.2f}x flash")
     results.append(row)
-    del q, k, v, ke, ve, out
-    torch.cuda.empty_cache()
 
 
 # ------------------------------------------------------------------------------- decode
@@ -231,7 +229,7 @@ def run_decode(shape, sweep, results, failures):
         except Exception as e:
             row[f"sdpa_{backend}_error"] = f"{type(e).__name__}: {e}"[:300]
             print(f"  sdpa {backend:9} unavailable: {type(e).__name__}: {str(e)[:120]}")
-    del ke, ve
+    del ke, ve  # free the expanded copies before timing tilex
     torch.cuda.empty_cache()
 
     out = torch.empty_like(q)
@@ -265,8 +263,13 @@ def run_decode(shape, sweep, results, failures):
             print(f"  tilex {label:18} error: {type(e).__name__}: {str(e).splitlines()[0][:150]}")
     row["tilex_best"] = best
     results.append(row)
-    del k_cache, v_cache, out
-    torch.cuda.empty_cache()
+
+
+def copy_bandwidth() -> float:
+    """GB/s of a 1 GiB device copy, read + write: the memory roofline of this card, this run."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device=DEV)
+    dst = torch.empty_like(src)
+    return 2 * src.numel() / bench(lambda: dst.copy_(src)) / 1e6
 
 
 def main() -> int:
@@ -280,18 +283,17 @@ def main() -> int:
     props = torch.cuda.get_device_properties(0)
     print(f"GPU: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}; "
           f"timing with {'triton do_bench' if _do_bench else 'CUDA events'}")
-    src = torch.empty(1 << 30, dtype=torch.uint8, device=DEV)
-    dst = torch.empty_like(src)
-    copy_gb_s = 2 * src.numel() / bench(lambda: dst.copy_(src)) / 1e6
-    del src, dst
+    copy_gb_s = copy_bandwidth()
     print(f"copy bandwidth {copy_gb_s:.0f} GB/s (read + write)")
     results, failures = [], []
     if args.only != "decode":
         for shape in PREFILL_SHAPES[:1] if args.quick else PREFILL_SHAPES:
             run_prefill(shape, PREFILL_SWEEP if sweep else None, results, failures)
+            torch.cuda.empty_cache()
     if args.only != "prefill":
         for shape in DECODE_SHAPES[:1] if args.quick else DECODE_SHAPES:
             run_decode(shape, sweep, results, failures)
+            torch.cuda.empty_cache()
     out = dict(gpu=props.name, sms=props.multi_processor_count, torch=torch.__version__,
                timing="triton.do_bench median" if _do_bench else "cuda events median",
                copy_gb_s=copy_gb_s, results=results, failures=failures)
