@@ -167,7 +167,7 @@ def test_rope(dt, s, hq, hk, d, r, inplace):
     q, k = rnd((s, hq, d), dt, s + hq), rnd((s, hk, d), dt, s + hk + 1)
     pos = torch.randint(0, 4096, (s,), device="cuda", dtype=torch.int64)
     theta, rr = 500000.0, (d if r is None else r)
-    tol = max(TOL[dt], 2e-3)  # f32: angles up to 4096 rad are only good to ~4096 * 2**-24 relative
+    tol = max(TOL[dt], 4e-3)  # f32 angles up to 4096 rad carry ~4096 * 2**-24 rad of rounding
     ref_q, ref_k = _rope_ref(q, pos, theta, rr), _rope_ref(k, pos, theta, rr)
     tq, tk = _rope_torch(q, pos, theta, rr), _rope_torch(k, pos, theta, rr)
     q0 = q.clone()
@@ -224,7 +224,9 @@ def test_sample_greedy_and_matches_interpreter(dt, b, v):
     x = rnd((b, v), dt, b * v, 3.0)
     want = S.argmax(x)
     assert torch.equal(S.sample(x, 0.0, 0.9, 1), want)
-    assert torch.equal(S.sample(x, 1.0, 1e-7, 1), want)
+    tiny = S.sample(x, 1.0, 1e-7, 1)  # only the maximum (or the tokens tied with it) remain
+    rows = torch.arange(b, device="cuda")
+    assert torch.equal(x[rows, tiny], x[rows, want])
     # the same hash in the interpreter: the same tokens (up to exp/log rounding near ties)
     got = S.sample(x, 0.7, 0.9, 42).cpu().numpy()
     xn = x.float().cpu().numpy().astype(L._np_dtype(dt))  # exact: the same values
