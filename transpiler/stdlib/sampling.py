@@ -1,6 +1,8 @@
 """Greedy and top-p sampling from logits."""
 from __future__ import annotations
 
+import operator
+
 from . import _launch as L
 
 _SMS = 132  # programs per row are sized for an H200-class GPU; any count is correct
@@ -56,8 +58,12 @@ def sample(logits, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0):
         raise ValueError(f"temperature: expected >= 0, got {temperature}")
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p: expected a value in (0, 1], got {top_p}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed: expected an int, got {type(seed).__name__}")
+    if isinstance(seed, bool):
+        raise TypeError("seed: expected an int, got bool")
+    try:
+        seed = operator.index(seed)  # int, NumPy integers
+    except TypeError:
+        raise TypeError(f"seed: expected an int, got {type(seed).__name__}") from None
     if temperature == 0:
         return argmax(logits)
     ids = L.empty(x, (b,), "i64")
