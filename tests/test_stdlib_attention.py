@@ -79,6 +79,7 @@ PREFILL_CASES = [
     (1, 4, 1, 50, 16, dict(BM=16, BN=32, WARPS=4)),   # G = 4, BN > BM
     (1, 2, 2, 33, 64, None),                     # default config, D = 64
     (1, 2, 1, 70, 128, None),                    # default config, D = 128, two m-tiles
+    (1, 2, 1, 40, 256, None),                    # D = 256 (its own default config)
 ]
 
 
@@ -158,6 +159,7 @@ DECODE_CASES = [
     (8, 1, 16, 32, [33, 64, 95]),                 # G = 8, block size 32
     (2, 2, 64, 16, [23]),                         # G = 1
     (5, 1, 128, 32, [70, 1]),                     # G = 5 (the Qwen 40/8 ratio), D = 128
+    (2, 1, 256, 4, [9, 30]),                      # D = 256, block size 4
 ]
 
 
