@@ -25,7 +25,7 @@ ARCHS = {
     "sm_90a": ["-cubin", "-gencode=arch=compute_90a,code=sm_90a"],
     "sm_80": ["-cubin", "-arch=sm_80"],
 }
-HOST_FLAGS = ["-c", "-arch=sm_90a"]
+HOST_FLAGS = ["-c", "-gencode=arch=compute_90a,code=sm_90a"]
 
 # small programs exercising what the examples do not: compiled for sm_90a (and sm_80 unless fp8)
 FEATURES = {

@@ -92,7 +92,7 @@ def test_examples_compile_for_both_archs(path, arch):
 
 
 def test_pass_names():
-    assert PASS_NAMES == ["parse", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "infer_memory"]
+    assert PASS_NAMES == ["parse", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "infer_memory"]
 
 
 # ---------------------------------------------------------------- resolve_names
@@ -590,7 +590,7 @@ def test_threads_per_block_follow_the_biggest_tile(elems, threads):
 
 def test_threads_of_the_examples():
     got = {p.stem: compile_program(p.read_text(), p.name, check=True).kernels[0].info.threads for p in EXAMPLES}
-    assert got == {"matmul": 256, "rmsnorm": 128, "softmax": 128, "swiglu": 128, "vector_add": 128}
+    assert got == {"matmul": 128, "rmsnorm": 128, "softmax": 128, "swiglu": 128, "vector_add": 128}
 
 
 @pytest.mark.parametrize("warps", [1, 2, 4, 8, 16, 32])
@@ -626,8 +626,8 @@ def test_smem_of_the_examples():
     assert got["vector_add"].smem_bytes == 0 and got["swiglu"].smem_bytes == 0
     assert got["rmsnorm"].smem_bytes == 16
     assert [u.what for u in got["softmax"].uses] == ["combining max() across 4 warps", "combining sum() across 4 warps"]
-    # matmul: (BM * (BK + 8) + BK * (BN + 8)) bf16 elements staged
-    assert got["matmul"].smem_bytes == (64 * 40 + 32 * 72) * 2
+    # matmul: a STAGES=2 cp.async ring of (BM * (BK + 8) + BK * (BN + 8)) bf16 elements per stage
+    assert got["matmul"].smem_bytes == 2 * (64 * 40 + 32 * 72) * 2
 
 
 def test_reduction_result_layout_is_a_slice():
@@ -708,16 +708,16 @@ def test_shared_memory_budget_exceeded():
         compile_program(src, "matmul.tile", Options(defines={"BM": 256, "BN": 256, "BK": 256}, arch="sm_90a"), check=True)
     e = ei.value
     assert "shared memory" in e.message
-    assert "270336 bytes" in e.message and "232448" in e.message
-    assert e.span.line == 10
+    assert "540672 bytes" in e.message and "232448" in e.message  # 2 stages of (256 * 264 + 256 * 264) * 2
+    assert e.span.line == 9
     assert e.notes and "-D" in e.notes[0]
 
 
 def test_shared_memory_budget_depends_on_arch():
     src = (ROOT / "examples/matmul.tile").read_text()
-    opts = {"BM": 256, "BN": 256, "BK": 128}  # (256 * 136 + 128 * 264) * 2 = 137216 bytes
+    opts = {"BM": 256, "BN": 128, "BK": 64}  # 2 stages of (256 * 72 + 64 * 136) * 2 = 108544 bytes
     k = compile_program(src, "matmul.tile", Options(defines=opts, arch="sm_90a"), check=True).kernels[0]
-    assert k.info.smem_bytes == 137216
+    assert k.info.smem_bytes == 108544
     with pytest.raises(CompileError) as ei:
         compile_program(src, "matmul.tile", Options(defines=opts, arch="sm_86"), check=True)
-    assert "137216 bytes of shared memory" in ei.value.message and "101376" in ei.value.message
+    assert "108544 bytes of shared memory" in ei.value.message and "101376" in ei.value.message

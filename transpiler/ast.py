@@ -268,6 +268,7 @@ class For(Stmt):
     span: Span = NO_SPAN
     stages: int = 1  # > 1 for pipeline(...)
     pipelined: bool = False
+    plan: Any = None  # plan_matmul result (tilex.passes.plan_matmul.MatmulPlan) for tensor-core main loops
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from . import ast as A
 from .exprs import to_python, unparse
+from .codegen.matmul import kernel_tma_maps
 from .spec import ConstraintSpec, KernelSpec, ParamSpec
 
 
@@ -27,9 +28,10 @@ def make_spec(k: A.Kernel, source_text: str | None = None) -> KernelSpec:
         symbols=k.symbols,
         constraints=tuple(constraints),
         grid=tuple(to_python(g) for g in k.grid),
-        threads=getattr(info, "threads", 128),
+        threads=info.launch_threads if info is not None else 128,
         smem_bytes=getattr(info, "smem_bytes", 0),
         defines=k.defines,
         source_file=k.span.file,
         line=k.span.line,
+        tma=kernel_tma_maps(k),
     )

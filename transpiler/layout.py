@@ -61,6 +61,45 @@ class Blocked:
         inner = f"{base} / {stride}" if stride > 1 else base
         return f"({inner}) % {t}" if stride * t < self.T or self.distinct < self.T else f"({inner})"
 
+    # ---- the root protocol Layout uses (shared with Fragment)
+    @property
+    def ndigits(self) -> int:
+        return self.rank + 1
+
+    @property
+    def vec_digit(self) -> int | None:
+        """The register digit that enumerates contiguous elements of the last axis (a vector)."""
+        return self.rank if self.vec > 1 else None
+
+    def axis_digits(self, d: int) -> set[int]:
+        return {d} | ({self.rank} if d == self.rank - 1 else set())
+
+    def thread_groups(self, d: int) -> list[tuple[int, int]]:
+        """(threads, tid stride) groups along axis d that hold different coordinates."""
+        return [(self.threads[d], self.tstride(d))] if self.threads[d] > 1 else []
+
+    def axis_thr(self, d: int) -> str:
+        return self.thr(d)
+
+    def coord_expr(self, d: int, digit) -> str:
+        """C expression of the coordinate along axis d; digit(g) is the held digit's expression or None."""
+        t, c = self.threads[d], self.chunk(d)
+        r = digit(d) if self.reps(d) > 1 else None
+        thr = self.thr(d) if t > 1 else None
+        if r and thr:
+            chunk = f"({r}) * {t} + {thr}"
+        elif r:
+            chunk = f"({r}) * {t}" if t > 1 else r
+        else:
+            chunk = thr
+        if c == 1:
+            return chunk or "0"
+        v = digit(self.rank)
+        head = f"({chunk}) * {c}" if chunk else None
+        if head and v:
+            return f"{head} + {v}"
+        return head or v or "0"
+
     def __str__(self) -> str:
         return (f"blocked{list(self.shape)} vec={self.vec} threads={list(self.threads)}"
                 + (f" (x{self.T // self.distinct} replicated)" if self.distinct < self.T else ""))
@@ -81,16 +120,108 @@ def canonical(shape: tuple[int, ...], T: int) -> Blocked:
 
 
 @dataclass(frozen=True)
+class Fragment:
+    """Tensor-core accumulator fragments: which thread holds which element of an MMA result.
+
+    Coordinates are mixed-radix sums. `regs` lists the register digits in slot order (major
+    first) as (axis, radix, coordinate stride); `thr` the thread digits as (axis, radix,
+    coordinate stride, thread-index stride). `mma_fragment` builds the layout that both
+    `mma.sync.m16n8k16` (warp tiles) and `wgmma.m64nNk16` (warpgroups of four m16 warps) give
+    their f32 accumulators: lane = 4*g + t holds rows g and g+8, columns 2t and 2t+1 of every
+    16x8 block.
+    """
+
+    shape: tuple[int, int]
+    regs: tuple[tuple[int, int, int], ...]
+    thr: tuple[tuple[int, int, int, int], ...]
+    T: int
+    what: str = "mma"
+
+    rank = 2
+
+    @property
+    def ndigits(self) -> int:
+        return len(self.regs)
+
+    @property
+    def distinct(self) -> int:
+        return numel(tuple(r for _, r, _, _ in self.thr))
+
+    @property
+    def vec(self) -> int:
+        g = self.vec_digit
+        return self.regs[g][1] if g is not None else 1
+
+    @property
+    def vec_digit(self) -> int | None:
+        axis, radix, stride = self.regs[-1]
+        return len(self.regs) - 1 if axis == 1 and stride == 1 and radix > 1 else None
+
+    def radix(self, digit: int) -> int:
+        return self.regs[digit][1]
+
+    def axis_digits(self, d: int) -> set[int]:
+        return {g for g, (axis, _, _) in enumerate(self.regs) if axis == d}
+
+    def thread_groups(self, d: int) -> list[tuple[int, int]]:
+        return [(r, ts) for axis, r, _, ts in self.thr if axis == d and r > 1]
+
+    def axis_thr(self, d: int) -> str:
+        """C expression: this thread's index among the threads along axis d (warp-level groups last)."""
+        groups = [(r, ts) for axis, r, _, ts in self.thr if axis == d and r > 1]
+        if not groups:
+            return "0"
+        terms, mult = [], 1
+        for r, ts in sorted(groups, key=lambda g: g[1]):
+            terms.append(_tid_digit(r, ts, self.T) + (f" * {mult}" if mult > 1 else ""))
+            mult *= r
+        return " + ".join(terms)
+
+    def coord_expr(self, d: int, digit) -> str:
+        terms = []
+        for g, (axis, radix, stride) in enumerate(self.regs):
+            if axis == d and radix > 1:
+                e = digit(g)
+                if e:
+                    terms.append(f"({e}) * {stride}" if stride > 1 else f"({e})")
+        for axis, radix, stride, ts in self.thr:
+            if axis == d and radix > 1:
+                e = _tid_digit(radix, ts, self.T)
+                terms.append(f"({e}) * {stride}" if stride > 1 else e)
+        return " + ".join(terms) or "0"
+
+    def __str__(self) -> str:
+        return f"{self.what}{list(self.shape)} regs={[r for _, r, _ in self.regs]}"
+
+
+def _tid_digit(radix: int, tstride: int, T: int) -> str:
+    q = "threadIdx.x" if tstride == 1 else f"(threadIdx.x / {tstride})"
+    return q if radix * tstride >= T else f"({q} % {radix})"
+
+
+def mma_fragment(shape: tuple[int, int], warps_m: int, warps_n: int, what: str = "mma") -> Fragment:
+    """The accumulator layout of a [BM, BN] tile computed by warps_m x warps_n warps (warp w = wm * warps_n + wn).
+
+    Warp (wm, wn) owns rows [wm*WM, (wm+1)*WM) and columns [wn*WN, (wn+1)*WN) as RM x RN blocks of 16x8.
+    """
+    bm, bn = shape
+    wm, wn = bm // warps_m, bn // warps_n
+    regs = ((0, wm // 16, 16), (1, wn // 8, 8), (0, 2, 8), (1, 2, 1))
+    thr = ((0, 8, 1, 4), (1, 4, 2, 1), (0, warps_m, wm, 32 * warps_n), (1, warps_n, wn, 32))
+    return Fragment(tuple(shape), regs, thr, 32 * warps_m * warps_n, what)
+
+
+@dataclass(frozen=True)
 class Layout:
     """A tile's layout: a view of a root Blocked layout."""
 
-    root: Blocked
+    root: "Blocked | Fragment"
     dims: tuple[int | None, ...]  # per tile axis: the root axis it follows, or None (size 1)
     digits: tuple[int, ...]  # root digits enumerated by the register slots, major first
 
     @staticmethod
     def of(root: Blocked) -> "Layout":
-        return Layout(root, tuple(range(root.rank)), tuple(range(root.rank + 1)))
+        return Layout(root, tuple(range(root.rank)), tuple(range(root.ndigits)))
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -118,26 +249,10 @@ class Layout:
         d = self.dims[axis]
         if d is None:
             return "0"
-        root = self.root
-        t, c = root.threads[d], root.chunk(d)
-        r = self.digit_expr(d, s) if root.reps(d) > 1 else None
-        thr = root.thr(d) if t > 1 else None
-        if r and thr:
-            chunk = f"({r}) * {t} + {thr}"
-        elif r:
-            chunk = f"({r}) * {t}" if t > 1 else r
-        else:
-            chunk = thr
-        if c == 1:
-            return chunk or "0"
-        v = self.digit_expr(root.rank, s) if root.rank in self.digits else None
-        head = f"({chunk}) * {c}" if chunk else None
-        if head and v:
-            return f"{head} + {v}"
-        return head or v or "0"
+        return self.root.coord_expr(d, lambda g: self.digit_expr(g, s) if g in self.digits else None)
 
     def __str__(self) -> str:
-        if self.dims == tuple(range(self.root.rank)) and len(self.digits) == self.root.rank + 1:
+        if self.dims == tuple(range(self.root.rank)) and len(self.digits) == self.root.ndigits:
             return f"{self.root}, {self.slots}/thread"
         view = ",".join("_" if d is None else str(d) for d in self.dims)
         return f"view({view}) of {self.root}, {self.slots}/thread"
@@ -160,7 +275,7 @@ class Layout:
             dims.pop(axis)
         if d is None:
             return Layout(self.root, tuple(dims), self.digits)
-        drop = {d} | ({self.root.rank} if d == self.root.rank - 1 else set())
+        drop = self.root.axis_digits(d)
         return Layout(self.root, tuple(dims), tuple(g for g in self.digits if g not in drop))
 
     def view_for(self, shape: tuple[int, ...]) -> "Layout":
@@ -194,9 +309,46 @@ class Layout:
         return " + ".join(terms) or "0"
 
 
-def cross_thread_axes(layout: Layout, axis: int) -> tuple[int, int]:
-    """(threads, tid stride) to combine over when reducing tile axis `axis` across threads."""
+def thread_groups(layout: Layout, axis: int) -> list[tuple[int, int]]:
+    """(threads, tid stride) groups to combine over when reducing tile axis `axis` across threads."""
     d = layout.dims[axis]
-    if d is None:
-        return 1, 1
-    return layout.root.threads[d], layout.root.tstride(d)
+    return [] if d is None else layout.root.thread_groups(d)
+
+
+@dataclass(frozen=True)
+class ReductionPlan:
+    """How threads combine partial results along one tile axis: warp shuffles, then shared memory."""
+
+    shuffles: tuple[int, ...]  # xor lane offsets, in order
+    groups: int  # warps' partials to combine through shared memory (1: none)
+    group_expr: str = "0"  # C expression: this thread's group (warp) index, 0 <= g < groups
+    writer: str = "true"  # C condition: this thread writes its group's partial
+
+
+def reduction_plan(layout: Layout, axis: int) -> ReductionPlan:
+    groups = thread_groups(layout, axis)
+    shuffles: list[int] = []
+    cross: list[tuple[int, int]] = []
+    inwarp_parts: list[tuple[int, int]] = []
+    for t, st in groups:
+        off = st
+        while off < min(32, st * t):
+            shuffles.append(off)
+            off *= 2
+        if st * t > 32:
+            cross.append((t, st))
+        else:
+            inwarp_parts.append((t, st))
+    if not cross:
+        return ReductionPlan(tuple(shuffles), 1)
+    if len(cross) > 1:
+        raise NotImplementedError("a reduction across two independent warp dimensions")
+    t, st = cross[0]
+    root = layout.root
+    if isinstance(root, Blocked):  # one group, maybe straddling the warp boundary
+        d = layout.dims[axis]
+        inwarp = 1 if st >= 32 else min(t, 32 // st)
+        thr = root.thr(d)
+        return ReductionPlan(tuple(shuffles), t // inwarp, f"({thr}) / {inwarp}", f"({thr}) % {inwarp} == 0")
+    writer = " && ".join(f"{_tid_digit(r, s, root.T)} == 0" for r, s in inwarp_parts) or "true"
+    return ReductionPlan(tuple(shuffles), t, _tid_digit(t, st, root.T), writer)

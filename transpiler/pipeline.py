@@ -15,6 +15,7 @@ from .passes.check_constraints import check_constraints
 from .passes.infer_dtypes import infer_dtypes
 from .passes.infer_memory import infer_memory
 from .passes.infer_shapes import infer_shapes
+from .passes.plan_matmul import plan_matmul
 from .passes.resolve_names import resolve_names
 from .verify import verify
 
@@ -36,6 +37,7 @@ PASSES: list[tuple[str, Callable]] = [
     ("infer_dtypes", lambda p, o: infer_dtypes(p)),
     ("infer_shapes", lambda p, o: infer_shapes(p)),
     ("check_constraints", lambda p, o: check_constraints(p)),
+    ("plan_matmul", lambda p, o: plan_matmul(p, o.arch)),
     ("infer_memory", lambda p, o: infer_memory(p, o.arch)),
 ]
 

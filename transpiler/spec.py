@@ -31,12 +31,24 @@ class ConstraintSpec:
 
 
 @dataclass(frozen=True)
+class TmaMap:
+    """A 2-D TMA descriptor the host encodes at launch: boxes of [box_rows, box_cols] of a row-major 2-D tensor,
+    128-byte swizzled, zero fill outside the tensor; passed by value after the symbols."""
+
+    param: str  # kernel parameter name
+    tensor: str  # the tensor parameter it describes
+    box_rows: int
+    box_cols: int = 64
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     """How to launch one kernel of a translated .tile file.
 
     The CUDA entry point `name` takes, in this order: one device pointer per tensor
     parameter, one value per scalar parameter (C type from `dtype`), then one `int` per
-    symbol in `symbols`. Tensors are dense and row-major (C-contiguous).
+    symbol in `symbols`, then one 128-byte TMA descriptor per entry of `tma`. Tensors are dense
+    and row-major (C-contiguous).
     """
 
     name: str
@@ -49,4 +61,5 @@ class KernelSpec:
     defines: tuple[tuple[str, int | float | bool], ...] = ()  # compile-time params used
     source_file: str = "<string>"
     line: int = 0
+    tma: tuple[TmaMap, ...] = ()
     extra: dict = field(default_factory=dict, compare=False)

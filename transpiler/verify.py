@@ -9,7 +9,7 @@ from __future__ import annotations
 from . import ast as A
 from .passes.base import Walker
 
-_ORDER = ["parse", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "infer_memory"]
+_ORDER = ["parse", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "infer_memory"]
 
 
 class IRInvariantError(AssertionError):
@@ -42,7 +42,7 @@ class _Check(Walker):
             self._bad(e, "has no shape")
         if self.stage >= 3 and e.ty.what == "value" and not all(isinstance(d, int) for d in e.ty.shape):
             self._bad(e, f"has a non-static shape {e.ty.shape}")
-        if self.stage >= 5 and e.ty.what == "value":
+        if self.stage >= _ORDER.index("infer_memory") and e.ty.what == "value":
             if e.ty.space is None:
                 self._bad(e, "has no memory space")
             if e.ty.shape and e.ty.layout is None:

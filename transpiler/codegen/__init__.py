@@ -20,7 +20,8 @@ from ..types import DType
 from .emit import Emitter, reg
 
 # helper files in the order they must appear (later ones use earlier ones)
-HELPER_ORDER = ["tilex_types.cuh", "tilex_fp8.cuh", "tilex_math.cuh", "tilex_reduce.cuh", "tilex_mem.cuh"]
+HELPER_ORDER = ["tilex_types.cuh", "tilex_fp8.cuh", "tilex_math.cuh", "tilex_reduce.cuh", "tilex_mem.cuh",
+                "tilex_mma.cuh", "tilex_sm90.cuh"]
 
 
 @lru_cache(maxsize=None)
@@ -54,22 +55,26 @@ def generate(program: A.Program, options, specs: dict, host: bool = False) -> tu
     source_hash = hashlib.sha256(program.source.encode()).hexdigest()[:16]
     source_name = program.file.replace("\\", "/").rsplit("/", 1)[-1]
     helpers: set[str] = set()
+    functions: dict[str, str] = {}
     kernels = []
     for k in program.kernels:
         em = Emitter(k, source_name)
         em.block(k.body)
         helpers |= em.helpers
+        functions.update(em.functions)
         if _uses_fp8(k):
             helpers.add("tilex_fp8.cuh")
-        params = [_param_decl(p) for p in k.params] + [f"const int {s}" for s in k.symbols]
+        params = [_param_decl(p) for p in k.params] + [f"const int {s}" for s in k.symbols] \
+            + [f"const __grid_constant__ tilex_tmap {m.param}" for m in em.tma_maps]
         defines = ", ".join(f"{n}={v}" for n, v in k.defines)
         kernels.append(dict(
-            name=k.name, line=k.span.line, threads=k.info.threads, smem=k.info.smem_bytes,
+            name=k.name, line=k.span.line, threads=k.info.launch_threads, smem=k.info.smem_bytes,
+            min_blocks=1 if k.info.producers else None,
             grid_text=", ".join(specs[k.name].grid), defines=defines,
             params=params, prologue=em.prologue(), body=em.lines,
         ))
     ctx = dict(version=__version__, source_name=source_name, source_hash=source_hash, kernels=kernels,
-               helpers=[_helper(h) for h in HELPER_ORDER if h in helpers])
+               helpers=[_helper(h) for h in HELPER_ORDER if h in helpers] + [functions[f] for f in sorted(functions)])
     cuda = _env().get_template("kernel.cu.j2").render(**ctx)
     host_code = _host(program, specs, ctx) if host else None
     return cuda, host_code
@@ -80,14 +85,21 @@ def _host(program: A.Program, specs: dict, ctx: dict) -> str:
     for k in program.kernels:
         grid = [to_c(g) for g in k.grid] + ["1LL"] * (3 - len(k.grid))
         host_params = [_param_decl(p) for p in k.params] + [f"long long {s}" for s in k.symbols]
-        call_args = [p.name for p in k.params] + [f"(int){s}" for s in k.symbols]
+        spec = specs[k.name]
+        call_args = [p.name for p in k.params] + [f"(int){s}" for s in k.symbols] + [m.param for m in spec.tma]
+        params = {p.name: p for p in spec.params}
+        tma = [dict(param=m.param, tensor=m.tensor, box_rows=m.box_rows, box_cols=m.box_cols,
+                    type={"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"}[params[m.tensor].dtype],
+                    item=2, rows=params[m.tensor].dims[0], cols=params[m.tensor].dims[1]) for m in spec.tma]
         cons = []
         for c, spec in zip(k.where, specs[k.name].constraints):
             cons.append(dict(c=to_c(c), text=spec.text))
         kernels.append(dict(
-            name=k.name, threads=k.info.threads, smem=k.info.smem_bytes, symbols=k.symbols,
-            param_types=[_param_type(p) for p in k.params] + ["const int"] * len(k.symbols),
+            name=k.name, threads=k.info.launch_threads, smem=k.info.smem_bytes, symbols=k.symbols,
+            param_types=[_param_type(p) for p in k.params] + ["const int"] * len(k.symbols) + ["const __grid_constant__ tilex_tmap"] * len(tma),
+            tma=tma, min_blocks=1 if k.info.producers else None,
             host_params=host_params, call_args=call_args, constraints=cons, grid_c=grid,
         ))
     return _env().get_template("host.cu.j2").render(version=ctx["version"], source_name=ctx["source_name"],
+                                                    uses_tma=any(k["tma"] for k in kernels),
                                                     source_hash=ctx["source_hash"], kernels=kernels)

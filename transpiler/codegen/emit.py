@@ -13,7 +13,8 @@ import math
 from .. import ast as A
 from ..builtins import CUDA_MATH, FUNCTIONS
 from ..exprs import unparse
-from ..layout import Layout
+from ..layout import Layout, reduction_plan
+from .matmul import kernel_tma_maps
 from ..passes.infer_dtypes import operand_dtype
 from ..passes.infer_memory import MATMUL_PAD, reduce_smem_groups
 from ..types import DType, numel
@@ -60,6 +61,9 @@ class Emitter:
         self.helpers: set[str] = {"tilex_types.cuh"}
         self.tensors = {p.name: p for p in k.params if p.type.dims is not None}
         self.arrays: dict[str, Layout] = {}  # tile variables -> layout
+        self.barrier = "__syncthreads();"  # a named barrier of the consumer warps once producers have left
+        self.functions: dict[str, str] = {}  # per-kernel device functions (wgmma wrappers), by name
+        self.tma_maps = kernel_tma_maps(k)  # TMA descriptors the host passes after the other arguments
         self.declared: list[set[str]] = [set()]
 
     # ---- output helpers
@@ -164,6 +168,8 @@ class Emitter:
         self.access(t, layout, src, store=True)
 
     def stmt_For(self, s: A.For) -> None:
+        if s.plan is not None:
+            return self.planned_loop(s)
         start, stop, step = self.scalar(s.start), self.scalar(s.stop), self.scalar(s.step)
         if s.pipelined:
             self.emit(f"// pipeline(stages={s.stages}): staged sequentially in this version")
@@ -174,6 +180,25 @@ class Emitter:
         self.declared.pop()
         self.depth -= 1
         self.emit("}")
+
+    def planned_loop(self, s: A.For) -> None:
+        """A tensor-core main loop, from its template (see codegen/matmul.py)."""
+        from . import _env
+        from .matmul import render_mma, render_wgmma
+
+        plan = s.plan
+        if plan.strategy == "wgmma":
+            ctx = render_wgmma(self, s, plan)
+        else:
+            ctx = render_mma(self, s, plan)
+        text = _env().get_template(f"matmul_{plan.strategy}.j2").render(barrier=self.barrier, **ctx)
+        for line in text.rstrip().splitlines():
+            self.emit(line)
+        if plan.strategy == "wgmma":
+            self.barrier = f'asm volatile("bar.sync 1, {plan.consumers};" ::: "memory");'
+
+    def tma_map(self, tensor: str, box_rows: int) -> str:
+        return next(m.param for m in self.tma_maps if m.tensor == tensor and m.box_rows == box_rows)
 
     def stmt_If(self, s: A.If) -> None:
         self.emit(f"if ({self.scalar(s.cond)}) {{")
@@ -272,9 +297,9 @@ class Emitter:
         shape = have.shape
         rt = reg(dt)
         self.emit(f"// layout conversion of {name} through shared memory")
-        self.emit("__syncthreads();")
+        self.emit(self.barrier)
         self.unrolled(have.slots, f"reinterpret_cast<{rt}*>(tilex_smem)[{_flat(have, shape)}] = {name}[tx_s];")
-        self.emit("__syncthreads();")
+        self.emit(self.barrier)
         self.emit(f"{rt} {out}[{want.slots}];")
         self.unrolled(want.slots, f"{out}[tx_s] = reinterpret_cast<const {rt}*>(tilex_smem)[{_flat(want, shape)}];")
         return f"{out}[tx_s]"
@@ -392,7 +417,8 @@ class Emitter:
                 oks.append(f"(unsigned long long){iv} < (unsigned long long){self.dim(name, ax)}")
         vec = 1
         root = layout.root
-        if vec_axis is not None and layout.dims[-1] == root.rank - 1 and root.vec > 1 and layout.digits[-1] == root.rank:
+        if vec_axis is not None and layout.dims[-1] == root.rank - 1 and root.vec_digit is not None \
+                and layout.digits and layout.digits[-1] == root.vec_digit:
             vec = root.vec
         ok = " && ".join(oks) or "true"
         off = " + ".join(terms)
@@ -468,41 +494,33 @@ class Emitter:
         return result, layout
 
     def cross_thread(self, func, acc_t, name, idx, layout: Layout, axis: int, out_l: Layout) -> None:
-        d = layout.dims[axis]
-        if d is None:
-            return
-        root = layout.root
-        t, st = root.threads[d], root.tstride(d)
-        off = st
-        while off < min(32, st * t):
+        plan = reduction_plan(layout, axis)
+        for off in plan.shuffles:
             if idx is None:
                 self.unrolled(out_l.slots, f"{name}[tx_s] = {_combine(func, acc_t, f'{name}[tx_s]', f'tilex_shfl_xor({name}[tx_s], {off})')};")
             else:
                 self.unrolled(out_l.slots, f"tilex_{func}_combine({name}[tx_s], {idx}[tx_s], tilex_shfl_xor({name}[tx_s], {off}), tilex_shfl_xor({idx}[tx_s], {off}));")
-            off *= 2
-        groups = reduce_smem_groups(layout, axis)
+        groups = plan.groups
         if groups == 1:
             return
-        inwarp = t // groups
         outn = max(1, numel(out_l.shape))
-        thr = root.thr(d)
         flat = _flat(out_l, out_l.shape)
         self.emit(f"// combine {groups} warps' partial {func}s through shared memory")
-        self.emit("__syncthreads();")
+        self.emit(self.barrier)
         self.emit("{")
         self.depth += 1
         self.emit(f"{acc_t}* tx_sc = reinterpret_cast<{acc_t}*>(tilex_smem);")
         pi = f"reinterpret_cast<int*>(tilex_smem + {groups * outn * 4 if acc_t != 'double' and acc_t != 'long long' else groups * outn * 8})"
         if idx is not None:
             self.emit(f"int* tx_si = {pi};")
-        self.emit(f"const int tx_g = ({thr}) / {inwarp};")
+        self.emit(f"const int tx_g = {plan.group_expr};")
         write = f"tx_sc[tx_g * {outn} + {flat}] = {name}[tx_s];" + (f" tx_si[tx_g * {outn} + {flat}] = {idx}[tx_s];" if idx else "")
-        self.emit(f"if (({thr}) % {inwarp} == 0) {{")
+        self.emit(f"if ({plan.writer}) {{")
         self.depth += 1
         self.unrolled(out_l.slots, write)
         self.depth -= 1
         self.emit("}")
-        self.emit("__syncthreads();")
+        self.emit(self.barrier)
         if idx is None:
             body = (f"{acc_t} tx_a = tx_sc[{flat}]; for (int tx_q = 1; tx_q < {groups}; ++tx_q) tx_a = {_combine(func, acc_t, 'tx_a', f'tx_sc[tx_q * {outn} + {flat}]')}; "
                     f"{name}[tx_s] = tx_a;")
@@ -524,7 +542,7 @@ class Emitter:
         out_l = e.ty.layout
         name = self.fresh("tx_mm")
         self.emit(f"// {unparse(e)}: stage [{m}, {kk}] and [{kk}, {n}] {dt_in} tiles in shared memory, accumulate in f32")
-        self.emit("__syncthreads();")
+        self.emit(self.barrier)
         self.emit("{")
         self.depth += 1
         self.emit(f"{S}* tx_As = reinterpret_cast<{S}*>(tilex_smem);")
@@ -533,7 +551,7 @@ class Emitter:
         self.unrolled(lb.slots, f"tx_Bs[({lb.coord(0)}) * {ldb} + ({lb.coord(1)})] = tilex_io<{S}>::put({b}[tx_s]);")
         self.depth -= 1
         self.emit("}")
-        self.emit("__syncthreads();")
+        self.emit(self.barrier)
         self.emit(f"float {name}[{out_l.slots}];")
         self.unrolled(out_l.slots, f"{name}[tx_s] = 0.0f;")
         self.emit("{")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from .. import ast as A
 from ..builtins import FUNCTIONS
 from ..diagnostics import CompileError, Span
-from ..layout import Layout, canonical
+from ..layout import Layout, canonical, mma_fragment, reduction_plan
 from ..types import MemSpace, Ty, numel
 from .base import Rewriter, Walker, fail
 
@@ -46,13 +46,33 @@ class KernelMemory:
     smem_limit: int
     uses: list[SmemUse] = field(default_factory=list)
     var_layouts: dict = field(default_factory=dict)
+    producers: int = 0  # extra threads that only load operands (a warp-specialized matmul loop)
+
+    @property
+    def launch_threads(self) -> int:
+        return self.threads + self.producers
 
 
 def infer_memory(program: A.Program, arch: str = "sm_90a") -> A.Program:
     return replace(program, kernels=tuple(_Memory(k, arch).run() for k in program.kernels))
 
 
+def _plans(k: A.Kernel) -> list:
+    found = []
+
+    class _Find(Walker):
+        def on_For(self, s):
+            if s.plan is not None:
+                found.append(s.plan)
+
+    _Find().walk(k.body)
+    return found
+
+
 def _threads(k: A.Kernel) -> int:
+    plans = _plans(k)
+    if plans:  # the tensor-core loop decides the warps; every plan in a kernel must agree
+        return max(p.consumers for p in plans)
     for name, v in k.defines:
         if name == "WARPS":
             if not isinstance(v, int) or v < 1 or v > 32 or v & (v - 1):
@@ -88,18 +108,24 @@ def compute_bytes(dt) -> int:
 
 def reduce_smem_groups(layout: Layout, axis: int) -> int:
     """How many warps' partial results a reduction along `axis` must combine in shared memory."""
-    d = layout.dims[axis]
-    if d is None:
-        return 1
-    t, st = layout.root.threads[d], layout.root.tstride(d)
-    inwarp = 1 if st >= 32 else min(t, 32 // st)
-    return t // inwarp
+    return reduction_plan(layout, axis).groups
 
 
 class _Memory(Rewriter):
     def __init__(self, k: A.Kernel, arch: str):
         self.k = k
+        self.plans = _plans(k)
         self.T = _threads(k)
+        self.accs: dict[str, Layout] = {}  # accumulators of planned loops -> fragment layouts
+        for plan in self.plans:
+            if plan.consumers != self.T:
+                raise CompileError(f"two tensor-core loops in kernel '{k.name}' want different warp counts "
+                                   f"({plan.consumers // 32} and {self.T // 32})", k.span,
+                                   ("give both loops the same tile sizes, or set WARPS",))
+            frag = Layout.of(mma_fragment((plan.bm, plan.bn), plan.warps_m, plan.warps_n, plan.strategy))
+            for prod in plan.products:
+                self.accs[prod.acc] = frag
+        self.in_plan = False
         self.limit = SMEM_LIMIT.get(arch, DEFAULT_SMEM_LIMIT)
         self.vars: dict[str, Layout | None] = {}
         self.uses: list[SmemUse] = []
@@ -115,7 +141,8 @@ class _Memory(Rewriter):
             raise CompileError(f"{worst.what} needs {worst.bytes} bytes of shared memory; the target allows {self.limit} per block",
                                worst.span,
                                ("use smaller tiles (lower the compile-time parameters with -D)",))
-        info = KernelMemory(self.T, smem, self.limit, self.uses, dict(self.vars))
+        producers = max((p.producers for p in self.plans), default=0)
+        info = KernelMemory(self.T, smem, self.limit, self.uses, dict(self.vars), producers)
         return replace(k, where=where, grid=grid, body=body, info=info)
 
     def canon(self, shape) -> Layout:
@@ -194,7 +221,8 @@ class _Memory(Rewriter):
             rhs = replace(rhs, ty=replace(rhs.ty, space=MemSpace.SHARED))
             (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
             item = e.lhs.ty.dtype.itemsize
-            self.need(f"staging the operands of '@' ({m}x{kk} and {kk}x{n})",
+            if not self.in_plan:
+                self.need(f"staging the operands of '@' ({m}x{kk} and {kk}x{n})",
                       (m * (kk + MATMUL_PAD) + kk * (n + MATMUL_PAD)) * item, e)
             layout = want or self.canon(ty.shape)
             return replace(e, lhs=lhs, rhs=rhs, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
@@ -248,6 +276,9 @@ class _Memory(Rewriter):
             layout = self.vars[s.name]
             want = layout.view_for(shape) if layout is not None and shape else None
             value = self.assign(s.value, want)
+        elif s.name in self.accs:
+            value = self.assign(s.value, self.accs[s.name])
+            self.vars[s.name] = self.accs[s.name]
         else:
             value = self.assign(s.value)
             self.vars[s.name] = value.ty.layout
@@ -265,7 +296,19 @@ class _Memory(Rewriter):
 
     def visit_For(self, s):
         start, stop, step = (self.assign(x) for x in (s.start, s.stop, s.step))
-        return replace(s, start=start, stop=stop, step=step, body=self.visit(s.body))
+        if s.plan is None:
+            return replace(s, start=start, stop=stop, step=step, body=self.visit(s.body))
+        p = s.plan
+        for prod in p.products:
+            if self.vars.get(prod.acc) is None:
+                raise CompileError(f"the accumulator '{prod.acc}' must be assigned before the loop", s.span)
+        what = "TMA ring" if p.strategy == "wgmma" else "cp.async ring"
+        self.need(f"the {p.stages}-stage {what} of the '@' operands ({p.bm}x{p.bk} and {p.nb}x {p.bk}x{p.bn} per stage)",
+                  p.smem_bytes, s)
+        self.in_plan = True
+        body = self.visit(s.body)
+        self.in_plan = False
+        return replace(s, start=start, stop=stop, step=step, body=body)
 
     def visit_If(self, s):
         return replace(s, cond=self.assign(s.cond), then=self.visit(s.then), orelse=self.visit(s.orelse))

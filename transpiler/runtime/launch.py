@@ -61,6 +61,16 @@ def kernel_arguments(spec: KernelSpec, bound: BoundArgs) -> list:
             out.append(_SCALAR_TYPES[p.dtype](bound.scalars[p.name]))
     for s in spec.symbols:
         out.append(np.int32(bound.symbols[s]))
+    if spec.tma:
+        from . import tma
+
+        params = {p.name: p for p in spec.params}
+        for m in spec.tma:
+            p = params[m.tensor]
+            ptr = int(_pointer(bound.arrays[m.tensor]))
+            rows, cols = (bound.symbols[d] if isinstance(d, str) else d for d in p.dims)
+            tma.check_alignment(m, m.tensor, ptr, p.dtype, cols)
+            out.append(tma.encode(ptr, p.dtype, rows, cols, m.box_rows, m.box_cols))
     return out
 
 

@@ -1,0 +1,121 @@
+"""GPU: the tensor-core main loops (wgmma/TMA on sm_90a, mma.sync/cp.async elsewhere) against torch.
+
+Random bf16 inputs, f32 reference through torch on upcast inputs; relative Frobenius error
+<= 1e-2. M, N, K include sizes that are not multiples of the tile (and M = 1); outputs are
+NaN-poisoned before the launch, so unwritten elements fail.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilex
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[1]
+LINEAR = str(ROOT / "stdlib_kernels" / "linear.tile")
+
+# a @ b with b stored [K, N] (N contiguous): wgmma reads b transposed from shared memory
+MATMUL_KN = """
+kernel mm<BM: int = 128, BN: int = 128, BK: int = 64, STAGES: int = 3>(a: bf16[M, K], b: bf16[K, N], c: out bf16[M, N])
+    where K % 8 == 0 and N % 8 == 0
+    grid (cdiv(M, BM), cdiv(N, BN))
+{
+    m = program_id(0) * BM
+    n = program_id(1) * BN
+    acc = zeros(f32[BM, BN])
+    for k in pipeline(0, K, BK, stages = STAGES) {
+        acc += a[m : m + BM, k : k + BK] @ b[k : k + BK, n : n + BN]
+    }
+    c[m : m + BM, n : n + BN] = (acc * 0.5).to(bf16)
+}
+"""
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def _rel(out, ref) -> float:
+    torch = _torch()
+    out, ref = out.float(), ref.float()
+    assert torch.isfinite(out).all(), "output has NaN/inf: some element was not written"
+    return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def _rand(*shape, seed=0):
+    torch = _torch()
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(*shape, generator=g, device="cuda", dtype=torch.float32).to(torch.bfloat16)
+
+
+SHAPES = [(1, 256, 64), (1, 136, 200), (16, 520, 1024), (130, 264, 200), (257, 300, 136), (512, 512, 4096), (77, 1000, 520)]
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("kernel,defines", [("linear", {}), ("linear", dict(BM=64, BN=128, BK=128, STAGES=3)),
+                                            ("linear", dict(BM=16, BN=64, BK=64, STAGES=6)), ("linear_any", {})])
+def test_linear(m, n, k, kernel, defines):
+    torch = _torch()
+    x, w = _rand(m, k, seed=m), _rand(n, k, seed=n + 1)
+    y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    getattr(tilex.compile(LINEAR, **defines), kernel)(x, w, y)
+    assert _rel(y, x.float() @ w.float().T) <= 1e-2
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 8, 70), (37, 45, 70), (130, 200, 33), (64, 128, 1)])
+def test_linear_any_unaligned_k(m, n, k):
+    torch = _torch()
+    x, w = _rand(m, k, seed=3), _rand(n, k, seed=4)
+    y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    tilex.compile(LINEAR).linear_any(x, w, y)
+    assert _rel(y, x.float() @ w.float().T) <= 1e-2
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 256, 64), (200, 300, 520)])
+def test_linear_bias(m, n, k):
+    torch = _torch()
+    x, w, b = _rand(m, k, seed=5), _rand(n, k, seed=6), _rand(n, seed=7)
+    y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    tilex.compile(LINEAR).linear_bias(x, w, b, y)
+    assert _rel(y, x.float() @ w.float().T + b.float()) <= 1e-2
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 128, 64), (130, 200, 136), (256, 384, 512)])
+def test_gated_mlp(m, n, k):
+    torch = _torch()
+    x, wg, wu = _rand(m, k, seed=8), _rand(n, k, seed=9), _rand(n, k, seed=10)
+    y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    tilex.compile(LINEAR).gated_mlp(x, wg, wu, y)
+    g, u = x.float() @ wg.float().T, x.float() @ wu.float().T
+    assert _rel(y, torch.nn.functional.silu(g) * u) <= 1e-2
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 64, 64), (130, 264, 200), (300, 136, 72)])
+def test_matmul_b_k_by_n(m, n, k):
+    torch = _torch()
+    a, b = _rand(m, k, seed=11), _rand(k, n, seed=12)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    tilex.compile(MATMUL_KN).mm(a, b, c)
+    assert _rel(c, (a.float() @ b.float()) * 0.5) <= 1e-2
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 1000, 70), (37, 45, 70), (129, 130, 64)])
+def test_example_matmul(m, n, k):
+    torch = _torch()
+    a, b = _rand(m, k, seed=13), _rand(k, n, seed=14)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    tilex.compile(str(ROOT / "examples" / "matmul.tile")).matmul(a, b, c)
+    assert _rel(c, a.float() @ b.float()) <= 1e-2
+
+
+def test_tma_rejects_misaligned_base():
+    torch = _torch()
+    from tilex.diagnostics import LaunchError
+
+    x = _rand(65 * 64 + 1, seed=15)[1:].view(65, 64)  # 2-byte offset: not 16-byte aligned
+    w, y = _rand(64, 64, seed=16), torch.empty(65, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(LaunchError, match="16-byte"):
+        tilex.compile(LINEAR).linear(x, w, y)

@@ -1,0 +1,286 @@
+"""Pass 5, plan_matmul: find tensor-core main loops and choose how each one runs.
+
+Needs: check_constraints. Guarantees: a `for` loop whose body only accumulates products of
+tiles read from global tensors,
+
+    for k in pipeline(0, K, BK, stages = S) {
+        acc += a[m : m + BM, k : k + BK] @ w[n : n + BN, k : k + BK].T    # or b[k : k + BK, n : n + BN]
+        acc2 += a[m : m + BM, k : k + BK] @ w2[n : n + BN, k : k + BK].T  # more products sharing `a`
+    }
+
+carries a `MatmulPlan` (`For.plan`): the operands (tensor, which axis is contiguous,
+slice starts), tile sizes, pipeline depth and the strategy the target affords:
+
+* ``wgmma`` (sm_90a): a producer warpgroup streams both operands into a ring of `S`
+  shared-memory stages with TMA (128-byte swizzle, completion on mbarriers) while one
+  consumer warpgroup per 64 rows issues `wgmma` on them. Needs bf16/f16 operands, `a`
+  K-contiguous, tile sizes wgmma can take, row pitches the `where` facts prove to be
+  multiples of 16 bytes (TMA's rule), and nothing before the loop but scalars and the
+  accumulators' initial values (the producer warps leave at the loop).
+* ``mma`` (sm_80 and later, and the fallback on sm_90a): every warp loads with
+  `cp.async` into an `S`-stage ring (padded rows), reads fragments with `ldmatrix` and
+  multiplies with `mma.sync.m16n8k16`.
+
+Loops that match neither keep the generic `@` (operands staged in shared memory, f32
+FMA). The accumulators of a planned loop live in tensor-core fragment layouts
+(`layout.mma_fragment`) for their whole life, so epilogue code after the loop (bias,
+activation, casts) runs on them in registers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .. import ast as A
+from ..exprs import unparse
+from ..types import DType
+from .base import Rewriter
+from .infer_memory import DEFAULT_SMEM_LIMIT, SMEM_LIMIT
+
+TENSOR_CORE_DTYPES = (DType.BF16, DType.F16)
+MMA_ARCHS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_120")
+WGMMA_ARCHS = ("sm_90a",)
+SWIZZLE_ELEMS = 64  # a 128-byte swizzled TMA box row of 2-byte elements
+MMA_PAD = 8  # elements of padding per shared-memory row in the mma path (ldmatrix without bank conflicts)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A global tile read by `@`: `tensor[rows : rows + R, k : k + BK]` in (row, k) order."""
+
+    tensor: str
+    kmajor: bool  # the K axis is the tensor's contiguous axis
+    rows: A.Expr  # start of the M (for a) or N (for b) slice
+    k: A.Expr  # start of the K slice
+    text: str
+
+
+@dataclass(frozen=True)
+class Product:
+    acc: str
+    a: Operand
+    b: Operand
+
+
+@dataclass(frozen=True)
+class MatmulPlan:
+    strategy: str  # "wgmma" | "mma"
+    bm: int
+    bn: int
+    bk: int
+    stages: int
+    dtype: DType
+    products: tuple[Product, ...]
+    warps_m: int
+    warps_n: int
+    consumers: int  # threads holding accumulators
+    producers: int  # extra threads that only load (the TMA warpgroup)
+    smem_bytes: int
+    why: str = ""  # why the faster strategy was not taken (for `tilex explain`)
+
+    @property
+    def nb(self) -> int:
+        return len(self.products)
+
+
+def plan_matmul(program: A.Program, arch: str = "sm_90a") -> A.Program:
+    return replace(program, kernels=tuple(_plan_kernel(k, arch) for k in program.kernels))
+
+
+def _plan_kernel(k: A.Kernel, arch: str) -> A.Kernel:
+    planner = _Planner(k, arch)
+    return replace(k, body=planner.visit(k.body))
+
+
+def _define(k: A.Kernel, name: str):
+    return dict(k.defines).get(name)
+
+
+class _Planner(Rewriter):
+    def __init__(self, k: A.Kernel, arch: str):
+        self.k = k
+        self.arch = arch
+        self.specialized = False  # at most one warp-specialized loop per kernel
+        self.tensors = {p.name: p for p in k.params if p.type.dims is not None}
+
+    def visit_For(self, s: A.For):
+        body = self.visit(s.body)
+        s = replace(s, body=body)
+        products = self.products(s)
+        if not products:
+            return s
+        return replace(s, plan=self.plan(s, products))
+
+    # ---- recognizing the loop
+    def products(self, s: A.For) -> tuple[Product, ...] | None:
+        out = []
+        for st in s.body.stmts:
+            if not isinstance(st, A.Assign) or not isinstance(st.value, A.BinOp) or st.value.op is not A.BinOpKind.ADD:
+                return None
+            lhs, rhs = st.value.lhs, st.value.rhs
+            mm = rhs if _is_acc(lhs, st.name) else lhs if _is_acc(rhs, st.name) else None
+            if not isinstance(mm, A.BinOp) or mm.op is not A.BinOpKind.MATMUL:
+                return None
+            if st.value.ty.dtype is not DType.F32:
+                return None
+            a, b = self.operand(mm.lhs, s.var, a_side=True), self.operand(mm.rhs, s.var, a_side=False)
+            if a is None or b is None:
+                return None
+            out.append(Product(st.name, a, b))
+        if not out or len({p.acc for p in out}) != len(out):
+            return None
+        if any(_key(p.a) != _key(out[0].a) for p in out):
+            return None  # products sharing one loop must share `a`
+        return tuple(out)
+
+    def operand(self, e: A.Expr, var: str, a_side: bool) -> Operand | None:
+        """Match `t[r0:r1, k0:k1]`, `t[k0:k1, r0:r1].T` or `t.T[...]` of a rank-2 global tensor."""
+        transposed = False
+        if isinstance(e, A.Attr) and e.name == "T":
+            transposed, e = True, e.obj
+        if not isinstance(e, A.Index) or e.kwarg("other") is not None or len(e.items) != 2:
+            return None
+        base = e.base
+        if isinstance(base, A.Attr) and base.name == "T":
+            transposed, base = not transposed, base.obj
+        if not isinstance(base, A.Name) or base.id not in self.tensors or len(self.tensors[base.id].type.dims) != 2:
+            return None
+        if not all(isinstance(i, A.Slice) and i.start is not None for i in e.items):
+            return None
+        if e.ty.dtype not in TENSOR_CORE_DTYPES:
+            return None
+        base_t = isinstance(e.base, A.Attr)
+        # the (row, k) order of the tile as the product reads it
+        first, second = e.items
+        if a_side:  # a tile is [rows, k]: k is the second item unless the tile is transposed
+            rows, kk = (second, first) if transposed else (first, second)
+        else:  # b tile is [k, cols]
+            rows, kk = (first, second) if transposed else (second, first)
+        # which tensor axis is K: items index the (possibly .T-viewed) tensor
+        k_item = 1 if kk is second else 0
+        k_tensor_axis = (1 - k_item) if base_t else k_item
+        if _mentions(rows.start, var) or not _mentions(kk.start, var):
+            return None
+        return Operand(base.id, k_tensor_axis == 1, rows.start, kk.start, unparse(e))
+
+    # ---- choosing the strategy
+    def plan(self, s: A.For, products: tuple[Product, ...]) -> MatmulPlan | None:
+        acc_shape = None
+        for p in products:
+            acc_shape = acc_shape or self.acc_shape(s, p.acc)
+        bm, bn = acc_shape
+        bk = _static_extent(s, products[0].a)
+        dt = DType(self.tensors[products[0].a.tensor].type.dtype)
+        if any(DType(self.tensors[p.b.tensor].type.dtype) is not dt for p in products):
+            return None
+        stages = max(2, s.stages)
+        if self.arch not in MMA_ARCHS:
+            return None
+        if not products[0].a.kmajor:
+            return None  # TODO(transposed a): ldmatrix.trans for a
+        if bm % 16 or bn % 16 or bk % 16:
+            return None
+        why = self.wgmma_obstacle(s, products, bm, bn, bk)
+        if why is None:
+            nb = len(products)
+            self.specialized = True
+            ring = stages * (bm * bk + nb * bn * bk) * dt.itemsize
+            return MatmulPlan("wgmma", bm, bn, bk, stages, dt, products, bm // 16, 1, bm // 64 * 128, 128,
+                              ring + 1024 + 16 * stages)
+        warps = _define(self.k, "WARPS")
+        wm, wn = _warp_grid(bm, bn, warps if isinstance(warps, int) else None, len(products))
+        if (bm // wm) % 16 or (bn // wn) % 16:
+            return None
+        if not all(p.b.kmajor for p in products) and any(p.b.kmajor for p in products):
+            return None  # mixed b orientations in one loop
+        per_stage = ((bm + len(products) * bn) * (bk + MMA_PAD) if products[0].b.kmajor
+                     else bm * (bk + MMA_PAD) + len(products) * bk * (bn + MMA_PAD)) * dt.itemsize
+        limit = SMEM_LIMIT.get(self.arch, DEFAULT_SMEM_LIMIT)
+        asked = stages
+        while stages > 2 and stages * per_stage > limit:
+            stages -= 1  # the pipeline depth is a request: a shallower ring that fits beats an error
+        if stages != asked:
+            why = (why + "; " if why else "") + f"{asked} stages do not fit in shared memory on {self.arch}: using {stages}"
+        return MatmulPlan("mma", bm, bn, bk, stages, dt, products, wm, wn, 32 * wm * wn, 0, stages * per_stage, why or "")
+
+    def acc_shape(self, s: A.For, acc: str) -> tuple[int, int]:
+        for st in s.body.stmts:
+            if isinstance(st, A.Assign) and st.name == acc:
+                return tuple(st.value.ty.shape)
+        raise AssertionError(acc)
+
+    def wgmma_obstacle(self, s, products, bm, bn, bk) -> str | None:
+        if self.arch not in WGMMA_ARCHS:
+            return f"wgmma needs sm_90a (target {self.arch})"
+        if self.specialized:
+            return "only one warp-specialized loop per kernel"
+        for t in sorted({p.a.tensor for p in products} | {p.b.tensor for p in products}):
+            why = self.tma_pitch(t)
+            if why:
+                return why
+        if bm % 64 or bm > 256:
+            return "wgmma needs BM a multiple of 64, at most 256"
+        if bk % SWIZZLE_ELEMS:
+            return f"TMA tiles need BK a multiple of {SWIZZLE_ELEMS}"
+        if len(products) * bn > 256 or bn % 16:
+            return "wgmma takes at most 256 accumulator columns per warpgroup (BN x products), a multiple of 16"
+        for p in products:
+            if not p.b.kmajor and bn % SWIZZLE_ELEMS:
+                return f"a [K, N] operand needs BN a multiple of {SWIZZLE_ELEMS}"
+        if s not in self.k.body.stmts:
+            return "the loop is not at the top level of the kernel"
+        for st in self.k.body.stmts[: self.k.body.stmts.index(s)]:
+            if not (isinstance(st, A.Assign) and (not st.value.ty.shape or st.name in {p.acc for p in products}
+                                                  and isinstance(st.value, A.Call) and st.value.func in ("zeros", "full"))):
+                return "statements before the loop do more than compute scalars and initialize the accumulators"
+        return None
+
+    def tma_pitch(self, tensor: str) -> str | None:
+        """TMA reads rows whose pitch is a multiple of 16 bytes: prove it from the constant or a `where` fact."""
+        p = self.tensors[tensor]
+        last = p.type.dims[-1]
+        item = DType(p.type.dtype).itemsize
+        per = 16 // item
+        if isinstance(last, A.IntLit):
+            ok = last.value % per == 0
+        else:
+            ok = self.k.facts is not None and self.k.facts.divisor(last.id) % per == 0
+        return None if ok else f"TMA needs the row pitch of '{tensor}' to be a multiple of 16 bytes: add `where {unparse(last)} % {per} == 0`"
+
+
+def _warp_grid(bm: int, bn: int, warps: int | None, nb: int) -> tuple[int, int]:
+    """Split a BM x BN tile over warps: warp tiles of at least 16 x 16, split the longer side first."""
+    want = warps or max(4, min(8, bm * bn * nb // (32 * 64)))
+    wm = wn = 1
+    while wm * wn < want:
+        if bm // wm >= bn // wn and bm // wm >= 32:
+            wm *= 2
+        elif bn // wn >= 32:
+            wn *= 2
+        elif bm // wm >= 32:
+            wm *= 2
+        else:
+            break
+    return wm, wn
+
+
+def _static_extent(s: A.For, op: Operand) -> int:
+    for st in s.body.stmts:
+        mm = st.value.rhs if isinstance(st.value.rhs, A.BinOp) and st.value.rhs.op is A.BinOpKind.MATMUL else st.value.lhs
+        return mm.lhs.ty.shape[1]
+    raise AssertionError
+
+
+def _is_acc(e: A.Expr, name: str) -> bool:
+    return isinstance(e, A.Name) and e.id == name
+
+
+def _key(op: Operand):
+    return (op.tensor, op.kmajor, unparse(op.rows), unparse(op.k))
+
+
+def _mentions(e: A.Expr | None, name: str) -> bool:
+    if e is None:
+        return False
+    if isinstance(e, A.Name):
+        return e.id == name
+    return any(_mentions(c, name) for c in e.children() if isinstance(c, A.Expr))

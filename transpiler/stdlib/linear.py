@@ -1,0 +1,96 @@
+"""linear (torch.nn.functional.linear) and the fused gated MLP, on stdlib_kernels/linear.tile.
+
+The wrapper picks the kernel and tile sizes: `linear` (TMA + wgmma on sm_90a; needs K % 8 == 0)
+with 128x256 tiles for large M, 64-row tiles for M <= 64 and 16-row mma.sync tiles for decode
+(M <= 16, weight streaming); `linear_any` for other K. A configuration stored by `tilex tune`
+for the shape's bucket overrides these defaults.
+"""
+from __future__ import annotations
+
+from . import _launch as L
+
+# tile sizes by the number of rows (tokens); measured on an H200, see benchmarks/RESULTS.md
+_LARGE = dict(BM=128, BN=256, BK=64, STAGES=4)
+_MEDIUM = dict(BM=64, BN=128, BK=64, STAGES=6)
+_SKINNY = dict(BM=16, BN=64, BK=64, STAGES=6)
+_GATED = dict(BM=128, BN=128, BK=64, STAGES=4)
+_GATED_SKINNY = dict(BM=16, BN=32, BK=64, STAGES=6)
+
+
+def _config(m: int, large: dict, skinny: dict) -> dict:
+    if m <= 16:
+        return skinny
+    if m <= 64:
+        return _MEDIUM if large is _LARGE else large
+    return large
+
+
+def _flatten(x, k_name="x"):
+    L.check_rank(k_name, x, ndim_min=1)
+    x = L.contiguous(x)
+    k = int(x.shape[-1])
+    m = 1
+    for n in x.shape[:-1]:
+        m *= int(n)
+    return L.reshape(x, (m, k)), m, k
+
+
+def _tuned(kernel: str, dt: str, m: int, n: int, k: int, default: dict) -> dict:
+    try:
+        from ..api import tuned_defines
+
+        src = L.specialize(L.kernel_path("linear").read_text(encoding="utf-8"), {"bf16": dt}) if dt != "bf16" else str(L.kernel_path("linear"))
+        got = tuned_defines(src, kernel, dict(M=m, N=n, K=k))
+    except Exception:  # no GPU, no store: the defaults
+        got = {}
+    return {**default, **got}
+
+
+def linear(x, weight, bias=None):
+    """y = x @ weight.T (+ bias), weight [out, in] as in torch.nn.functional.linear; x [..., in] -> [..., out]."""
+    dt = L.check_float("x", x)
+    L.check_rank("weight", weight, ndim=2)
+    L.check_same_dtype("weight", weight, dt)
+    x2, m, k = _flatten(x)
+    n = int(weight.shape[0])
+    if int(weight.shape[1]) != k:
+        raise ValueError(f"weight: expected shape [out, {k}] to match x's last dimension {k}, got {tuple(weight.shape)}")
+    weight = L.contiguous(weight)
+    if bias is not None:
+        L.check_same_dtype("bias", bias, dt)
+        L.check_shape("bias", bias, (n,))
+        bias = L.contiguous(bias)
+    y = L.empty(x2, (m, n))
+    if m and n:
+        if k % 8 == 0:
+            kernel = "linear_bias" if bias is not None else "linear"
+            cfg = _tuned(kernel, dt, m, n, k, _config(m, _LARGE, _SKINNY))
+        else:
+            kernel, cfg = "linear_any", dict(BM=64 if m > 16 else 16, BN=128 if m > 16 else 64, BK=32, STAGES=4)
+            if bias is not None:
+                raise ValueError(f"linear with a bias needs in_features % 8 == 0, got {k}")
+        mod = L.load("linear", kernel=kernel, T=dt, **cfg)
+        args = (x2, weight, bias, y) if bias is not None else (x2, weight, y)
+        L.run(mod, kernel, *args)
+    return L.reshape(y, tuple(x.shape[:-1]) + (n,))
+
+
+def gated_mlp(x, w_gate, w_up):
+    """silu(x @ w_gate.T) * (x @ w_up.T) in one kernel (the Llama/Qwen MLP before down_proj); x [..., in]."""
+    dt = L.check_float("x", x)
+    for name, w in (("w_gate", w_gate), ("w_up", w_up)):
+        L.check_rank(name, w, ndim=2)
+        L.check_same_dtype(name, w, dt)
+    x2, m, k = _flatten(x)
+    n = int(w_gate.shape[0])
+    for name, w in (("w_gate", w_gate), ("w_up", w_up)):
+        if tuple(int(s) for s in w.shape) != (n, k):
+            raise ValueError(f"{name}: expected shape ({n}, {k}), got {tuple(w.shape)}")
+    if k % 8:
+        raise ValueError(f"gated_mlp needs in_features % 8 == 0 (16-byte rows for TMA), got {k}")
+    y = L.empty(x2, (m, n))
+    if m and n:
+        cfg = _tuned("gated_mlp", dt, m, n, k, _config(m, _GATED, _GATED_SKINNY))
+        mod = L.load("linear", kernel="gated_mlp", T=dt, **cfg)
+        L.run(mod, "gated_mlp", x2, L.contiguous(w_gate), L.contiguous(w_up), y)
+    return L.reshape(y, tuple(x.shape[:-1]) + (n,))
