@@ -7,7 +7,7 @@ launch (`_launch.POISON`), so an element a kernel fails to write is caught. Torc
 are the main path; CuPy arrays and the interpreter are cross-checked on a few.
 
 Tolerance: max |out - ref| / max |ref| <= TOL[dtype], ref the float64 reference;
-torch's own result must be within the same bound of it (so both are checked).
+torch's own result must be within 3x that bound of it (so the reference is checked too).
 
 Run: pytest -m gpu tests/test_stdlib_gpu.py
 """
@@ -62,7 +62,8 @@ def check(out, ref64, torch_out, dt, tol=None):
     tol = TOL[dt] if tol is None else tol
     assert out.dtype == torch_out.dtype and tuple(out.shape) == tuple(torch_out.shape)
     assert rel(out, ref64) <= tol, "tilex vs float64 reference"
-    assert rel(torch_out, ref64) <= tol, "torch vs float64 reference (the reference itself is off?)"
+    # torch may round intermediates (e.g. F.silu(g) * u in bf16): allow it 3x
+    assert rel(torch_out, ref64) <= 3 * tol, "torch vs float64 reference (the reference itself is off?)"
 
 
 ROW_SHAPES = [(1, 1), (1, 4096), (3, 1000), (7, 4104), (33, 5120), (2, 20000), (4096, 128), (5, 77)]
@@ -200,7 +201,7 @@ def test_kv_cache_write(dt, s, h, d, nb, bs):
     keep = slots >= 0
     want_k[slots[keep]] = k[keep]
     want_v[slots[keep]] = v[keep]
-    S.kv_cache_write(k, v, kc, vc, slots if s % 2 else slots.int())
+    S.kv_cache_write(k, v, kc, vc, slots if h % 2 else slots.int())
     assert torch.equal(kc.view(nb * bs, h, d), want_k) and torch.equal(vc.view(nb * bs, h, d), want_v)
 
 
