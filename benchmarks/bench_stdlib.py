@@ -43,7 +43,9 @@ def bench(fn):
     torch.cuda.synchronize()
     if do_bench_cudagraph is not None:
         try:
-            return float(do_bench_cudagraph(fn, rep=100, return_mode="median")), "graph"
+            with torch.cuda.stream(torch.cuda.Stream()):  # graphs are captured off the default stream
+                fn()
+                return float(do_bench_cudagraph(fn, rep=100, return_mode="median")), "graph"
         except Exception:  # noqa: BLE001 - not capturable: time it eagerly
             torch.cuda.synchronize()
     return float(do_bench(fn, warmup=25, rep=200, return_mode="median")), "eager"
