@@ -190,7 +190,7 @@ DECODE_SHAPES = [
     (256, 40, 8, 4096, 128, 16),
     (16, 32, 8, 32768, 128, 16),
 ]
-DECODE_SPLITS = [None, 1, 2, 4, 8, 16, 32, 64]
+DECODE_SPLITS = [1, 2, 4, 8, 16, 32, 64]   # swept, besides the default (auto, WARPS=4) and WARPS=2/8
 
 
 def run_decode(shape, sweep, results, failures):
@@ -235,13 +235,19 @@ def run_decode(shape, sweep, results, failures):
     out = torch.empty_like(q)
     row["tilex"] = []
     best = None
-    for ns in ([None] + [x for x in DECODE_SPLITS if x is not None] if sweep else [None]):
+    runs = [(None, None)]
+    if sweep:
+        runs += [(None, dict(WARPS=w)) for w in (2, 8)] + [(x, None) for x in DECODE_SPLITS]
+    for ns, cfg in runs:
         label = "auto" if ns is None else f"splits={ns}"
         if ns is None:
             label += f" ({S.attention.decode_splits(b, hkv, nblk, bs, torch.cuda.get_device_properties(0).multi_processor_count)})"
+        if cfg:
+            label += " " + ",".join(f"{k_}={v_}" for k_, v_ in cfg.items())
         try:
             out.fill_(float("nan"))
-            fn = lambda ns=ns: S.attention_decode(q, k_cache, v_cache, table, seq_lens, num_splits=ns, out=out)  # noqa: E731
+            fn = lambda ns=ns, cfg=cfg: S.attention_decode(q, k_cache, v_cache, table, seq_lens,  # noqa: E731
+                                                           num_splits=ns, out=out, config=cfg)
             fn()
             err = rel(out, ref)
             ok = err <= TOL

@@ -187,6 +187,15 @@ def test_decode_dtypes(dt):
     assert _rel(o, ref_decode(q, k_cache, v_cache, table, seq_lens, 32 ** -0.5)) <= TOL[dt]
 
 
+@pytest.mark.parametrize("warps", [1, 8])
+def test_decode_config_override(warps):
+    rng = np.random.default_rng()
+    k_cache, v_cache, table, seq_lens = _paged(rng, "f32", 2, 2, 16, 16, [40, 3])
+    q = _rand(rng, (2, 6, 16), "f32")
+    o = stdlib.attention_decode(q, k_cache, v_cache, table, seq_lens, num_splits=2, config=dict(WARPS=warps))
+    assert _rel(o, ref_decode(q, k_cache, v_cache, table, seq_lens, 0.25)) <= 1e-5
+
+
 def test_decode_int64_metadata_scale_out():
     rng = np.random.default_rng()
     lens = [19, 40]

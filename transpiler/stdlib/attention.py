@@ -159,7 +159,7 @@ def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | 
     table = L.contiguous(L.astype(block_table, "i32"))
     lens = L.contiguous(L.astype(seq_lens, "i32"))
     q4 = L.reshape(L.contiguous(q), (b, hkv, g, d))
-    cfg = dict(WARPS=4, **(config or {}))
+    cfg = {"WARPS": 4, **(config or {})}
     direct = ns == 1
     split = L.load("attention_decode", kernel="attention_decode_split", T=dt, BS=bs, D=d,
                    GP=L.next_pow2(g), DIRECT=direct, **cfg)
