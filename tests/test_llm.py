@@ -174,7 +174,7 @@ PROMPTS = [[5, 17, 3, 88, 42, 7, 1], [9, 60, 2], [33]]
 FORCED = [[11, 12, 13, 14], [21, 22, 23, 24], [31, 32, 33, 34]]
 
 
-def _engine_vs_reference(name, dtype, prefill_attention="paged"):
+def _engine_vs_reference(name, dtype, prefill_attention="paged", mlp="auto"):
     from llm.engine import Engine
     from llm.weights import random_weights
 
@@ -182,7 +182,7 @@ def _engine_vs_reference(name, dtype, prefill_attention="paged"):
     cfg, be = named_config(name), NumpyBackend()
     w = random_weights(cfg, be, dtype, seed=7)
     eng = Engine(cfg, w, be, num_blocks=16, block_size=4, max_batch=4, max_seq_len=16, dtype=dtype,
-                 prefill_attention=prefill_attention)
+                 prefill_attention=prefill_attention, mlp=mlp)
     steps = len(FORCED[0])
     r = eng.generate(PROMPTS, steps, keep_logits=True, forced_tokens=FORCED, stop_on_eos=False)
     assert len(r.logits) == steps and r.decode_steps == steps - 1
@@ -198,6 +198,11 @@ def _engine_vs_reference(name, dtype, prefill_attention="paged"):
 @pytest.mark.parametrize("name", ["tiny", "tiny-llama"])
 def test_engine_matches_reference_f32(name):
     assert _engine_vs_reference(name, "f32") <= 1e-4
+
+
+def test_engine_silu_and_mul_mlp():
+    """The MLP as linear on the fused [gate | up] weight + silu_and_mul (no gated_mlp)."""
+    assert _engine_vs_reference("tiny-llama", "f32", mlp="silu_and_mul") <= 1e-4
 
 
 def test_engine_batch1_fused_qkv():

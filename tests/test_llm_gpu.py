@@ -57,6 +57,15 @@ def test_small_vs_transformers(kind, graph):
     assert res["pass"], res
 
 
+def test_small_silu_and_mul_vs_transformers():
+    _need_torch()
+    from llm.check_hf import check
+
+    res = check(_small("llama"), prompt_len=128, steps=8, mlp="silu_and_mul")
+    _report(res)
+    assert res["pass"], res
+
+
 def test_small_dense_prefill_vs_transformers():
     _need_torch()
     import tilex.stdlib as lib

@@ -69,7 +69,7 @@ def bench_tilex(cfg, weights, be, args, prefill_shapes, decode_batches, log):
     num_blocks = max_tokens // bs + max_batch + 1
     eng = Engine(cfg, weights, be, num_blocks=num_blocks, block_size=bs, max_batch=max_batch,
                  max_seq_len=max_len, use_graph=not args.no_graph,
-                 prefill_attention=args.prefill_attention)
+                 prefill_attention=args.prefill_attention, mlp=args.mlp)
     out = {"kv_cache_gb": eng.cache.nbytes / 1e9, "prefill_ms": {}, "decode": {}}
     for b, s in prefill_shapes:
         prompts = [rng.integers(0, cfg.vocab_size, s).tolist() for _ in range(b)]
@@ -149,6 +149,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--prefill-attention", choices=["paged", "dense"], default="paged")
     ap.add_argument("--no-graph", action="store_true")
+    ap.add_argument("--mlp", choices=["auto", "gated_mlp", "silu_and_mul"], default="auto")
     ap.add_argument("--no-hf", action="store_true", help="tilex only")
     ap.add_argument("--json", metavar="FILE", help="also write the results here")
     args = ap.parse_args(argv)
@@ -163,7 +164,7 @@ def main(argv=None) -> int:
     decode_batches = [int(b) for b in args.decode_batches.split(",") if b]
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     res = {"config": args.config, "layers": cfg.num_layers, "gpu": torch.cuda.get_device_name(0),
-           "prefill_attention": args.prefill_attention, "cuda_graph": not args.no_graph,
+           "prefill_attention": args.prefill_attention, "cuda_graph": not args.no_graph, "mlp": args.mlp,
            "decode_prompt_len": args.decode_prompt_len, "decode_steps": args.decode_steps}
     bw = copy_bandwidth(torch)
     res["copy_bandwidth_gb_s"] = bw / 1e9

@@ -44,7 +44,7 @@ def _gap(row) -> float:
 
 
 def check(cfg: ModelConfig, prompt_len=128, steps=32, seed=0, ref_dtype="f32", use_graph=True,
-          prefill_attention="paged", extra_lens=(77, 5), tol=2e-2, log=print) -> dict:
+          prefill_attention="paged", extra_lens=(77, 5), tol=2e-2, log=print, mlp="auto") -> dict:
     import torch
 
     t_start = time.time()
@@ -57,7 +57,7 @@ def check(cfg: ModelConfig, prompt_len=128, steps=32, seed=0, ref_dtype="f32", u
     need = sum(-(-(n + steps + 1) // 16) for n in lens) * 2 + 2
     eng = Engine(cfg, weights, be, num_blocks=need, block_size=16, max_batch=len(lens),
                  max_seq_len=max(lens) + steps + 1, use_graph=use_graph,
-                 prefill_attention=prefill_attention)
+                 prefill_attention=prefill_attention, mlp=mlp)
     log(f"[{time.time() - t_start:.0f}s] engine ready ({cfg.name or cfg.model_type}); running tilex")
 
     # prefill, every position of the first prompt
@@ -79,7 +79,8 @@ def check(cfg: ModelConfig, prompt_len=128, steps=32, seed=0, ref_dtype="f32", u
     log(f"[{time.time() - t_start:.0f}s] transformers done")
 
     res = {"config": cfg.name, "prompt_len": prompt_len, "steps": steps, "ref_dtype": ref_dtype,
-           "cuda_graph": eng.use_graph, "prefill_attention": prefill_attention, "tol": tol}
+           "cuda_graph": eng.use_graph, "prefill_attention": prefill_attention,
+           "mlp": "gated_mlp" if eng.model.use_gated_mlp else "silu_and_mul", "tol": tol}
     res["prefill_all_positions_rel_err"] = _rel(all_pos, refs[0][:prompt_len])
     single = np.stack([lg[0] for lg in tf_single.logits])  # [steps + 1, vocab]
     res["prefill_rel_err"] = _rel(single[0], refs[0][prompt_len - 1])
@@ -121,6 +122,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ref-dtype", choices=["f32", "bf16"], default="f32")
     ap.add_argument("--prefill-attention", choices=["paged", "dense"], default="paged")
     ap.add_argument("--no-graph", action="store_true")
+    ap.add_argument("--mlp", choices=["auto", "gated_mlp", "silu_and_mul"], default="auto")
     ap.add_argument("--tol", type=float, default=2e-2)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -131,7 +133,7 @@ def main(argv=None) -> int:
         cfg = dataclasses.replace(cfg, num_layers=args.layers)
     log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
     res = check(cfg, args.prompt_len, args.steps, args.seed, args.ref_dtype, not args.no_graph,
-                args.prefill_attention, tol=args.tol, log=log)
+                args.prefill_attention, tol=args.tol, log=log, mlp=args.mlp)
     if args.json:
         print(json.dumps(res))
     else:

@@ -88,7 +88,7 @@ class Layer:
 
 class Model:
     def __init__(self, cfg: ModelConfig, weights: dict, backend, ops: Ops,
-                 prefill_attention: str = "paged"):
+                 prefill_attention: str = "paged", mlp: str = "auto"):
         """`weights`: Hugging Face names -> arrays on `backend` in the run dtype.
 
         q/k/v (and, without `gated_mlp` in the library, gate/up) are concatenated into one
@@ -103,7 +103,11 @@ class Model:
         self.embed = weights["model.embed_tokens.weight"]
         self.lm_head = self.embed if cfg.tie_word_embeddings else weights["lm_head.weight"]
         self.final_norm = weights["model.norm.weight"]
-        self.use_gated_mlp = ops.has("gated_mlp")
+        if mlp not in ("auto", "gated_mlp", "silu_and_mul"):
+            raise ValueError("mlp must be 'auto', 'gated_mlp' or 'silu_and_mul'")
+        # gated_mlp: one kernel for both projections and the activation; silu_and_mul: one
+        # linear on the fused [gate | up] weight, then the activation
+        self.use_gated_mlp = ops.has("gated_mlp") if mlp == "auto" else mlp == "gated_mlp"
         self.layers = []
         for n in range(cfg.num_layers):
             p = f"model.layers.{n}."

@@ -41,6 +41,8 @@ def parse_args(argv=None):
     ap.add_argument("--dtype", choices=DTYPES, default="bf16")
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--prefill-attention", choices=["paged", "dense"], default="paged")
+    ap.add_argument("--mlp", choices=["auto", "gated_mlp", "silu_and_mul"], default="auto",
+                    help="MLP kernels: gated_mlp (one kernel) or linear + silu_and_mul")
     ap.add_argument("--no-graph", action="store_true", help="decode without a CUDA graph")
     ap.add_argument("--graph-prefill", action="store_true",
                     help="also capture prefill in a CUDA graph (per prompt-length shape)")
@@ -133,7 +135,7 @@ def main(argv=None) -> int:
     engine = Engine(cfg, weights, backend, num_blocks=num_blocks, block_size=bs,
                     max_batch=len(prompts), max_seq_len=max_len, use_graph=not args.no_graph,
                     prefill_attention=args.prefill_attention, dtype=args.dtype,
-                    graph_prefill=args.graph_prefill)
+                    graph_prefill=args.graph_prefill, mlp=args.mlp)
     gen = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                seed=args.seed, stop_on_eos=not args.no_eos)
     try:
