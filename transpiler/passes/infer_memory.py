@@ -303,7 +303,8 @@ class _Memory(Rewriter):
             if self.vars.get(prod.acc) is None:
                 raise CompileError(f"the accumulator '{prod.acc}' must be assigned before the loop", s.span)
         what = "TMA ring" if p.strategy == "wgmma" else "cp.async ring"
-        self.need(f"the {p.stages}-stage {what} of the '@' operands ({p.bm}x{p.bk} and {p.nb}x {p.bk}x{p.bn} per stage)",
+        bs = f"{p.bk}x{p.bn}" if p.nb == 1 else f"{p.nb} of {p.bk}x{p.bn}"
+        self.need(f"the {p.stages}-stage {what} of the '@' operands ({p.bm}x{p.bk} and {bs} per stage)",
                   p.smem_bytes, s)
         self.in_plan = True
         body = self.visit(s.body)

@@ -179,13 +179,17 @@ class _Planner(Rewriter):
             return None  # TODO(transposed a): ldmatrix.trans for a
         if bm % 16 or bn % 16 or bk % 16:
             return None
+        limit = SMEM_LIMIT.get(self.arch, DEFAULT_SMEM_LIMIT)
         why = self.wgmma_obstacle(s, products, bm, bn, bk)
         if why is None:
-            nb = len(products)
+            per_stage = (bm * bk + len(products) * bn * bk) * dt.itemsize
+            asked = stages
+            while stages > 2 and stages * per_stage + 1024 + 16 * stages > limit:
+                stages -= 1  # the pipeline depth is a request: a shallower ring that fits beats an error
             self.specialized = True
-            ring = stages * (bm * bk + nb * bn * bk) * dt.itemsize
             return MatmulPlan("wgmma", bm, bn, bk, stages, dt, products, bm // 16, 1, bm // 64 * 128, 128,
-                              ring + 1024 + 16 * stages)
+                              stages * per_stage + 1024 + 16 * stages,
+                              "" if stages == asked else f"{asked} stages do not fit in shared memory: using {stages}")
         warps = _define(self.k, "WARPS")
         wm, wn = _warp_grid(bm, bn, warps if isinstance(warps, int) else None, len(products))
         if (bm // wm) % 16 or (bn // wn) % 16:
@@ -194,7 +198,6 @@ class _Planner(Rewriter):
             return None  # mixed b orientations in one loop
         per_stage = ((bm + len(products) * bn) * (bk + MMA_PAD) if products[0].b.kmajor
                      else bm * (bk + MMA_PAD) + len(products) * bk * (bn + MMA_PAD)) * dt.itemsize
-        limit = SMEM_LIMIT.get(self.arch, DEFAULT_SMEM_LIMIT)
         asked = stages
         while stages > 2 and stages * per_stage > limit:
             stages -= 1  # the pipeline depth is a request: a shallower ring that fits beats an error

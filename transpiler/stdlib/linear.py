@@ -39,7 +39,7 @@ def _tuned(kernel: str, dt: str, m: int, n: int, k: int, default: dict) -> dict:
     try:
         from ..api import tuned_defines
 
-        src = L.specialize(L.kernel_path("linear").read_text(encoding="utf-8"), {"bf16": dt}) if dt != "bf16" else str(L.kernel_path("linear"))
+        src = L.specialize(L.kernel_path("linear").read_text(encoding="utf-8"), {"T": dt}) if dt != "bf16" else str(L.kernel_path("linear"))
         got = tuned_defines(src, kernel, dict(M=m, N=n, K=k))
     except Exception:  # no GPU, no store: the defaults
         got = {}

@@ -1,0 +1,71 @@
+"""tilex.stdlib.linear / gated_mlp on the interpreter (NumPy in, NumPy out) against float64 NumPy.
+
+Tolerance: max |out - ref| / max |ref| <= 1e-2 (bf16 output), 1e-5 (f32). Shapes include M = 1,
+sizes that are not multiples of the tile, K not a multiple of 8 (the `linear_any` kernel) and
+several tiles per axis with the grouped tile order.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tilex
+from tilex.stdlib import gated_mlp, linear
+
+BF16 = ml_dtypes.bfloat16
+LINEAR = str(Path(__file__).resolve().parents[1] / "stdlib_kernels" / "linear.tile")
+
+
+def _rel(out, ref):
+    out = np.asarray(out, dtype=np.float64)
+    assert np.isfinite(out).all()
+    return float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 24, 40), (5, 33, 16), (3, 7, 37)])
+@pytest.mark.parametrize("dtype,tol", [(BF16, 1e-2), (np.float32, 1e-5)])
+def test_linear(m, n, k, dtype, tol):
+    rng = np.random.default_rng(m * 100 + n + k)
+    x, w, b = (rng.standard_normal(s).astype(dtype) for s in ((m, k), (n, k), (n,)))
+    ref = x.astype(np.float64) @ w.astype(np.float64).T
+    assert _rel(linear(x, w), ref) <= tol
+    if k % 8 == 0:
+        assert _rel(linear(x, w, b), ref + b.astype(np.float64)) <= tol
+
+
+def test_linear_keeps_leading_dims():
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal((2, 3, 16)).astype(BF16), rng.standard_normal((8, 16)).astype(BF16)
+    y = linear(x, w)
+    assert y.shape == (2, 3, 8) and y.dtype == BF16
+    assert _rel(y, x.astype(np.float64) @ w.astype(np.float64).T) <= 1e-2
+
+
+def test_gated_mlp():
+    rng = np.random.default_rng(8)
+    x, wg, wu = (rng.standard_normal(s).astype(BF16) for s in ((4, 24), (40, 24), (40, 24)))
+    g, u = x.astype(np.float64) @ wg.astype(np.float64).T, x.astype(np.float64) @ wu.astype(np.float64).T
+    assert _rel(gated_mlp(x, wg, wu), g / (1 + np.exp(-g)) * u) <= 1e-2
+
+
+@pytest.mark.parametrize("m,n,k", [(50, 40, 24), (17, 100, 8), (100, 17, 32)])
+def test_grouped_tile_order_covers_every_tile(m, n, k):
+    rng = np.random.default_rng(m + n)
+    mod = tilex.compile(LINEAR, BM=16, BN=16, BK=16, GROUP=3)
+    x, w = rng.standard_normal((m, k)).astype(BF16), rng.standard_normal((n, k)).astype(BF16)
+    y = np.full((m, n), np.nan, BF16)
+    mod.interp("linear", x, w, y)
+    assert _rel(y, x.astype(np.float64) @ w.astype(np.float64).T) <= 1e-2
+
+
+def test_bad_arguments():
+    x = np.zeros((2, 16), BF16)
+    with pytest.raises(ValueError, match="weight"):
+        linear(x, np.zeros((4, 8), BF16))
+    with pytest.raises((TypeError, ValueError), match="weight"):
+        linear(x, np.zeros((4, 16), np.float32))
+    with pytest.raises(ValueError, match="in_features % 8"):
+        gated_mlp(np.zeros((2, 12), BF16), np.zeros((4, 12), BF16), np.zeros((4, 12), BF16))
