@@ -119,3 +119,25 @@ def test_tma_rejects_misaligned_base():
     w, y = _rand(64, 64, seed=16), torch.empty(65, 64, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(LaunchError, match="16-byte"):
         tilex.compile(LINEAR).linear(x, w, y)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 520, 1024), (16, 1000, 4096), (64, 264, 2048), (3, 13824, 512)])
+def test_stdlib_linear_split_k(m, n, k):
+    torch = _torch()
+    from tilex.stdlib import linear
+    from tilex.stdlib.linear import _splits
+
+    assert _splits(m, n, k) > 1
+    x, w = _rand(m, k, seed=17), _rand(n, k, seed=18)
+    assert _rel(linear(x, w), x.float() @ w.float().T) <= 1e-2
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 96, 40), (300, 520, 1032), (5000, 136, 64)])
+def test_stdlib_linear_and_gated(m, n, k):
+    torch = _torch()
+    from tilex.stdlib import gated_mlp, linear
+
+    x, w, u, b = _rand(m, k, seed=19), _rand(n, k, seed=20), _rand(n, k, seed=21), _rand(n, seed=22)
+    assert _rel(linear(x, w, b), x.float() @ w.float().T + b.float()) <= 1e-2
+    g = x.float() @ w.float().T
+    assert _rel(gated_mlp(x, w, u), torch.nn.functional.silu(g) * (x.float() @ u.float().T)) <= 1e-2

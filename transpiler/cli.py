@@ -670,6 +670,11 @@ def _print_explain(data: list[dict]) -> None:
             con.print(f"  where        {c}")
         con.print(f"  grid:        ({', '.join(k['grid'])}{',' if len(k['grid']) == 1 else ''})")
         con.print(f"  threads:     {_fmt(k['threads'])} per block")
+        for loop in k.get("matmul_loops", []):
+            con.print(f"  matmul loop: line {loop['line']}: {loop['strategy']} {'x'.join(map(str, loop['tile']))}, "
+                      f"{loop['stages']} stages, {loop['warps']} warps"
+                      + (f" + {loop['producer_warps']} producer warps" if loop['producer_warps'] else "")
+                      + (f" ({loop['note']})" if loop['note'] else ""), markup=False)
         smem = k["smem_bytes"]
         con.print(f"  shared mem:  {_fmt(smem)}" + (" bytes" if smem is not None else "")
                   + ("" if k["threads"] is not None else "   (not annotated: memory pass did not run)"))

@@ -259,6 +259,18 @@ def _tile_rows(k: A.Kernel) -> list[dict]:
     return rows
 
 
+def _matmul_loops(k: A.Kernel) -> list[dict]:
+    """The tensor-core main loops plan_matmul found: strategy, tiles, pipeline depth, and why not wgmma."""
+    out = []
+    for s, _ in walk_stmts(k.body):
+        p = getattr(s, "plan", None)
+        if p is not None:
+            out.append({"line": s.span.line, "strategy": p.strategy, "tile": [p.bm, p.bn, p.bk], "stages": p.stages,
+                        "products": [pr.acc for pr in p.products], "warps": p.consumers // 32,
+                        "producer_warps": p.producers // 32, "smem_bytes": p.smem_bytes, "note": p.why or None})
+    return out
+
+
 def explain(program: A.Program) -> list[dict]:
     """One dict per kernel (JSON-ready): symbols, params, constraints, grid, launch shape, tiles.
 
@@ -296,7 +308,8 @@ def explain(program: A.Program) -> list[dict]:
             "params": params,
             "constraints": [unparse(c) for c in k.where],
             "grid": [unparse(g) for g in k.grid],
-            "threads": _jsonable(_get(info, "threads")),
+            "threads": _jsonable(_get(info, "launch_threads")),
+            "matmul_loops": _matmul_loops(k),
             "smem_bytes": _jsonable(_get(info, "smem_bytes")),
             "info": extra,
             "tiles": _tile_rows(k),

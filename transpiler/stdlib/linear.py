@@ -17,6 +17,21 @@ _GATED = dict(BM=128, BN=128, BK=64, STAGES=4)
 _GATED_SKINNY = dict(BM=16, BN=32, BK=64, STAGES=6)
 
 
+_SPLITK = dict(BM=64, BN=128, BK=128, STAGES=4)
+SMS = 132  # streaming multiprocessors of an H100/H200: enough tiles to fill them twice needs no split
+
+
+def _splits(m: int, n: int, k: int) -> int:
+    """Split-K factor for decode shapes: few rows and too few N tiles to keep every SM streaming weights."""
+    if m > _SPLITK["BM"]:
+        return 1
+    tiles = -(-n // _SPLITK["BN"])
+    s = 1
+    while tiles * s < 3 * SMS and k // (2 * s) >= 4 * _SPLITK["BK"]:
+        s *= 2
+    return s
+
+
 def _config(m: int, large: dict, skinny: dict) -> dict:
     if m <= 16:
         return skinny
@@ -61,7 +76,13 @@ def linear(x, weight, bias=None):
         L.check_shape("bias", bias, (n,))
         bias = L.contiguous(bias)
     y = L.empty(x2, (m, n))
-    if m and n:
+    splits = _splits(m, n, k) if bias is None and k % 8 == 0 and L.kind_of(x2) != "numpy" else 1
+    if m and n and splits > 1:
+        mod = L.load("linear", T=dt, **_SPLITK)
+        part = L.empty(x2, (splits, m, n), "f32")
+        L.run(mod, "linear_splitk", x2, weight, part)
+        L.run(mod, "splitk_sum", part, y)
+    elif m and n:
         if k % 8 == 0:
             kernel = "linear_bias" if bias is not None else "linear"
             cfg = _tuned(kernel, dt, m, n, k, _config(m, _LARGE, _SKINNY))
