@@ -17,7 +17,7 @@ _GATED = dict(BM=128, BN=128, BK=64, STAGES=4)
 _GATED_SKINNY = dict(BM=16, BN=32, BK=64, STAGES=6)
 
 
-_SPLITK = dict(BM=64, BN=128, BK=128, STAGES=4)
+_SPLITK = dict(BM=64, BN=64, BK=64, STAGES=4)
 SMS = 132  # streaming multiprocessors of an H100/H200: enough tiles to fill them twice needs no split
 
 
