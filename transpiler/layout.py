@@ -136,6 +136,7 @@ class Fragment:
     thr: tuple[tuple[int, int, int, int], ...]
     T: int
     what: str = "mma"
+    warps: tuple[int, int] = (1, 1)  # warps along (rows, columns)
 
     rank = 2
 
@@ -208,7 +209,18 @@ def mma_fragment(shape: tuple[int, int], warps_m: int, warps_n: int, what: str =
     wm, wn = bm // warps_m, bn // warps_n
     regs = ((0, wm // 16, 16), (1, wn // 8, 8), (0, 2, 8), (1, 2, 1))
     thr = ((0, 8, 1, 4), (1, 4, 2, 1), (0, warps_m, wm, 32 * warps_n), (1, warps_n, wn, 32))
-    return Fragment(tuple(shape), regs, thr, 32 * warps_m * warps_n, what)
+    return Fragment(tuple(shape), regs, thr, 32 * warps_m * warps_n, what, (warps_m, warps_n))
+
+
+def mma_warp_grid(m: int, n: int, warps: int) -> tuple[int, int] | None:
+    """Arrange `warps` warps over an [m, n] mma.sync result: 16-row warp tiles first, 16-column multiples."""
+    wm = 1
+    while wm * 2 <= warps and m % (16 * wm * 2) == 0:
+        wm *= 2
+    wn = warps // wm
+    if wm * wn != warps or m % (16 * wm) or n % (16 * wn):
+        return None
+    return wm, wn
 
 
 @dataclass(frozen=True)
@@ -286,24 +298,53 @@ class Layout:
         dims = tuple(None if shape[j] == 1 and self.shape[j + off] != 1 else self.dims[j + off] for j in range(len(shape)))
         return Layout(self.root, dims, self.digits)
 
+    def _digit_map(self, want: "Layout") -> dict[int, int] | None:
+        """For each digit this layout holds, the digit of `want`'s root that enumerates the same coordinates."""
+        if len(self.dims) != len(want.dims):
+            return None
+        if self.root == want.root:
+            for a, b, n in zip(self.dims, want.dims, self.shape):
+                if a != b and n != 1:
+                    return None
+            held = {g: g for g in self.digits if self.root.radix(g) > 1}
+            return held if set(held) <= set(want.digits) else None
+        r, w = self.root, want.root
+        if not (isinstance(r, Fragment) and isinstance(w, Fragment)) or r.T != w.T:
+            return None
+        out = {}
+        for i, a in enumerate(self.dims):  # kept axes must be distributed identically over threads
+            if a is None:
+                continue
+            b = want.dims[i]
+            if b is None or sorted(t[1:] for t in r.thr if t[0] == a) != sorted(t[1:] for t in w.thr if t[0] == b):
+                return None
+        for g in self.digits:
+            axis, radix, stride = r.regs[g]
+            if radix == 1:
+                continue
+            i = self.dims.index(axis) if axis in self.dims else None
+            if i is None:
+                return None
+            match = [h for h in want.digits if w.regs[h] == (want.dims[i], radix, stride)]
+            if not match:
+                return None
+            out[g] = match[0]
+        return out
+
     def compatible(self, want: "Layout") -> bool:
         """True if a tile in this layout can be read at `want`'s slots without moving data."""
-        if self.root != want.root or len(self.dims) != len(want.dims):
-            return False
-        for a, b, n in zip(self.dims, want.dims, self.shape):
-            if a != b and n != 1:
-                return False
-        return set(g for g in self.digits if self.root.radix(g) > 1) <= set(want.digits)
+        return self._digit_map(want) is not None
 
     def slot_map(self, want: "Layout", s: str = "tx_s") -> str:
         """C expression: which of this layout's slots holds the element `want` has at slot `s`."""
         if self == want or self.slots == 1:
             return s if self.slots > 1 else "0"
+        digits = {g: g for g in self.digits} if self.root == want.root else self._digit_map(want)
         terms = []
         for g in self.digits:
             if self.root.radix(g) == 1:
                 continue
-            e = want.digit_expr(g, s)
+            e = want.digit_expr(digits[g], s)
             st = self.stride(g)
             terms.append(f"({e}) * {st}" if st > 1 else e)
         return " + ".join(terms) or "0"

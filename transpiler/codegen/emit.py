@@ -13,7 +13,7 @@ import math
 from .. import ast as A
 from ..builtins import CUDA_MATH, FUNCTIONS
 from ..exprs import unparse
-from ..layout import Layout, reduction_plan
+from ..layout import Fragment, Layout, reduction_plan
 from .matmul import kernel_tma_maps
 from ..passes.infer_dtypes import operand_dtype
 from ..passes.infer_memory import MATMUL_PAD, reduce_smem_groups
@@ -554,6 +554,17 @@ class Emitter:
         self.emit(self.barrier)
         self.emit(f"float {name}[{out_l.slots}];")
         self.unrolled(out_l.slots, f"{name}[tx_s] = 0.0f;")
+        if isinstance(out_l.root, Fragment):  # tensor cores: ldmatrix + mma.sync into the fragment layout
+            from . import _env
+
+            wm_, wn_ = out_l.root.warps
+            wm, wn = m // wm_, n // wn_
+            self.helpers.add("tilex_mma.cuh")
+            text = _env().get_template("matmul_mma_tile.j2").render(
+                S=S, m=m, k=kk, lda=lda, ldb=ldb, warps_n=wn_, wm=wm, wn=wn, rm=wm // 16, rn=wn // 8, acc=name)
+            for line in text.rstrip().splitlines():
+                self.emit(line)
+            return name
         self.emit("{")
         self.depth += 1
         self.emit(f"const {S}* tx_As = reinterpret_cast<const {S}*>(tilex_smem);")

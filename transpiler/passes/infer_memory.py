@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from .. import ast as A
 from ..builtins import FUNCTIONS
 from ..diagnostics import CompileError, Span
-from ..layout import Layout, canonical, mma_fragment, reduction_plan
+from ..layout import Fragment, Layout, canonical, mma_fragment, mma_warp_grid, reduction_plan
+from ..types import DType
 from ..types import MemSpace, Ty, numel
 from .base import Rewriter, Walker, fail
 
@@ -54,7 +55,16 @@ class KernelMemory:
 
 
 def infer_memory(program: A.Program, arch: str = "sm_90a") -> A.Program:
-    return replace(program, kernels=tuple(_Memory(k, arch).run() for k in program.kernels))
+    return replace(program, kernels=tuple(_kernel_memory(k, arch) for k in program.kernels))
+
+
+def _kernel_memory(k: A.Kernel, arch: str) -> A.Kernel:
+    """Two runs when a loop-carried variable is updated in a tensor-core layout: the second creates it there."""
+    first = _Memory(k, arch)
+    out = first.run()
+    if not first.prefer:
+        return out
+    return _Memory(k, arch, first.prefer).run()
 
 
 def _plans(k: A.Kernel) -> list:
@@ -112,8 +122,11 @@ def reduce_smem_groups(layout: Layout, axis: int) -> int:
 
 
 class _Memory(Rewriter):
-    def __init__(self, k: A.Kernel, arch: str):
+    def __init__(self, k: A.Kernel, arch: str, seed: dict | None = None):
         self.k = k
+        self.arch = arch
+        self.seed = seed or {}  # variable -> layout to create it in (from a first run: what its updates produce)
+        self.prefer: dict[str, Layout] = {}
         self.plans = _plans(k)
         self.T = _threads(k)
         self.accs: dict[str, Layout] = {}  # accumulators of planned loops -> fragment layouts
@@ -166,16 +179,40 @@ class _Memory(Rewriter):
         return found or self.canon(shape)
 
     def _find(self, e: A.Expr, shape) -> Layout | None:
+        """The layout `e` naturally has, if a variable, a tensor-core product or a reduction of one decides it."""
         if e.ty is None or e.ty.what != "value" or e.ty.shape != shape:
             return None
         if isinstance(e, A.Name) and e.kind is A.NameKind.LOCAL:
             return self.vars.get(e.id)
+        if isinstance(e, A.BinOp) and e.op is A.BinOpKind.MATMUL:
+            return self.mma_layout(e)
+        if isinstance(e, A.Call) and _is_reduction_call(e) and e.args[0].ty.shape:
+            inner = self._find(e.args[0], e.args[0].ty.shape)
+            if inner is None or not isinstance(inner.root, Fragment):
+                return None
+            out = inner
+            for axis in sorted(_reduced_axes(e, len(e.args[0].ty.shape)), reverse=True):
+                out = out.reduce(axis, keepdims=_keepdims(e))
+            return out if out.shape == tuple(shape) else None
         if _elementwise(e):
-            for c in _operands(e):
-                got = self._find(c, shape)
-                if got is not None:
-                    return got
+            found = [got for c in _operands(e) if (got := self._find(c, shape)) is not None]
+            frag = [f for f in found if isinstance(f.root, Fragment)]
+            return (frag or found or [None])[0]
         return None
+
+    def mma_layout(self, e: A.BinOp) -> Layout | None:
+        """The mma.sync fragment layout of a register-tile product `a @ b`, or None (the FMA fallback)."""
+        from .plan_matmul import MMA_ARCHS, TENSOR_CORE_DTYPES
+
+        (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
+        if self.arch not in MMA_ARCHS or e.lhs.ty.dtype not in TENSOR_CORE_DTYPES or e.rhs.ty.dtype != e.lhs.ty.dtype:
+            return None
+        if e.ty.dtype is not DType.F32 or kk % 16:
+            return None
+        grid = mma_warp_grid(m, n, self.T // 32)
+        if grid is None:
+            return None
+        return Layout.of(mma_fragment((m, n), *grid))
 
     def assign(self, e: A.Expr, want: Layout | None = None) -> A.Expr:
         """Annotate `e` (and below) with space and layout; `want` is the view its consumer reads."""
@@ -221,6 +258,12 @@ class _Memory(Rewriter):
             rhs = replace(rhs, ty=replace(rhs.ty, space=MemSpace.SHARED))
             (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
             item = e.lhs.ty.dtype.itemsize
+            if not self.in_plan and self.mma_layout(e) is not None:
+                self.need(f"staging the operands of '@' for mma.sync ({m}x{kk} and {kk}x{n})",
+                          (m * (kk + MATMUL_PAD) + kk * (n + MATMUL_PAD)) * item, e)
+                layout = self.mma_layout(e)
+                self.convert_if_needed(e, layout, want)
+                return replace(e, lhs=lhs, rhs=rhs, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
             if not self.in_plan:
                 self.need(f"staging the operands of '@' ({m}x{kk} and {kk}x{n})",
                       (m * (kk + MATMUL_PAD) + kk * (n + MATMUL_PAD)) * item, e)
@@ -274,11 +317,16 @@ class _Memory(Rewriter):
         shape = s.value.ty.shape
         if s.name in self.vars:
             layout = self.vars[s.name]
+            if layout is not None and shape and s.name not in self.accs:
+                natural = self._find(s.value, shape)
+                if natural is not None and natural != layout and isinstance(natural.root, Fragment):
+                    self.prefer[s.name] = natural  # updated in a tensor-core layout: create it there next time
             want = layout.view_for(shape) if layout is not None and shape else None
             value = self.assign(s.value, want)
-        elif s.name in self.accs:
-            value = self.assign(s.value, self.accs[s.name])
-            self.vars[s.name] = self.accs[s.name]
+        elif s.name in self.accs or s.name in self.seed:
+            layout = self.accs.get(s.name) or self.seed[s.name]
+            value = self.assign(s.value, layout)
+            self.vars[s.name] = layout
         else:
             value = self.assign(s.value)
             self.vars[s.name] = value.ty.layout
@@ -342,6 +390,11 @@ def _operands(e: A.Expr):
     if isinstance(e, A.Call):
         return e.args
     return ()
+
+
+def _is_reduction_call(e: A.Call) -> bool:
+    kind = FUNCTIONS[e.func].kind
+    return kind in ("reduce", "argreduce") or (kind == "minmax" and len(e.args) == 1)
 
 
 def _reduced_axes(e: A.Call, rank: int) -> list[int]:
