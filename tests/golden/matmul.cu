@@ -108,6 +108,24 @@ __device__ __forceinline__ void tilex_ldmatrix_x4_trans(unsigned (&r)[4], const 
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tilex_smem_u32(p)));
 }
 
+// two floats (already representable) as the low and high halves of a 32-bit register
+template <typename S>
+__device__ __forceinline__ unsigned tilex_pack2(float lo, float hi);
+
+template <>
+__device__ __forceinline__ unsigned tilex_pack2<tilex_bf16>(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+template <>
+__device__ __forceinline__ unsigned tilex_pack2<tilex_f16>(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
 // d (4 f32: rows g and g+8, columns 2t and 2t+1) += a (16x16) * b (16x8)
 template <typename S>
 __device__ __forceinline__ void tilex_mma16816(float* d, const unsigned (&a)[4], unsigned b0, unsigned b1);

@@ -64,6 +64,10 @@ class Emitter:
         self.barrier = "__syncthreads();"  # a named barrier of the consumer warps once producers have left
         self.functions: dict[str, str] = {}  # per-kernel device functions (wgmma wrappers), by name
         self.tma_maps = kernel_tma_maps(k)  # TMA descriptors the host passes after the other arguments
+        # tiles kept in shared memory for the whole kernel (matmul operands read in every loop iteration)
+        self.resident = dict(getattr(k.info, "resident", {}) or {})
+        base = getattr(k.info, "resident_bytes", 0)
+        self.smem = f"(tilex_smem + {base})" if base else "tilex_smem"  # scratch space of one op at a time
         self.declared: list[set[str]] = [set()]
 
     # ---- output helpers
@@ -122,6 +126,20 @@ class Emitter:
 
     def stmt_Assign(self, s: A.Assign) -> None:
         v = s.value
+        if s.name in self.resident:  # computed once into registers, then kept in shared memory
+            offset, ld = self.resident[s.name]
+            layout = v.ty.layout
+            S = storage(v.ty.dtype)
+            self.emit("{")
+            self.depth += 1
+            tmp = self.fresh("tx_res")
+            self.emit(f"{reg(v.ty.dtype)} {tmp}[{layout.slots}];")
+            val = self.tile(v, layout)
+            self.unrolled(layout.slots, f"{tmp}[tx_s] = {val};")
+            self.stage(tmp, layout, f"reinterpret_cast<{S}*>(tilex_smem + {offset})", ld, False, S)
+            self.depth -= 1
+            self.emit("}")
+            return
         if not v.ty.shape and not (self.is_declared(s.name) and s.name in self.arrays):
             expr = self.scalar(v)
             if self.is_declared(s.name):
@@ -298,10 +316,10 @@ class Emitter:
         rt = reg(dt)
         self.emit(f"// layout conversion of {name} through shared memory")
         self.emit(self.barrier)
-        self.unrolled(have.slots, f"reinterpret_cast<{rt}*>(tilex_smem)[{_flat(have, shape)}] = {name}[tx_s];")
+        self.unrolled(have.slots, f"reinterpret_cast<{rt}*>({self.smem})[{_flat(have, shape)}] = {name}[tx_s];")
         self.emit(self.barrier)
         self.emit(f"{rt} {out}[{want.slots}];")
-        self.unrolled(want.slots, f"{out}[tx_s] = reinterpret_cast<const {rt}*>(tilex_smem)[{_flat(want, shape)}];")
+        self.unrolled(want.slots, f"{out}[tx_s] = reinterpret_cast<const {rt}*>({self.smem})[{_flat(want, shape)}];")
         return f"{out}[tx_s]"
 
     # ---- elementwise operators (shared by scalar and tile paths)
@@ -509,8 +527,8 @@ class Emitter:
         self.emit(self.barrier)
         self.emit("{")
         self.depth += 1
-        self.emit(f"{acc_t}* tx_sc = reinterpret_cast<{acc_t}*>(tilex_smem);")
-        pi = f"reinterpret_cast<int*>(tilex_smem + {groups * outn * 4 if acc_t != 'double' and acc_t != 'long long' else groups * outn * 8})"
+        self.emit(f"{acc_t}* tx_sc = reinterpret_cast<{acc_t}*>({self.smem});")
+        pi = f"reinterpret_cast<int*>({self.smem} + {groups * outn * 4 if acc_t != 'double' and acc_t != 'long long' else groups * outn * 8})"
         if idx is not None:
             self.emit(f"int* tx_si = {pi};")
         self.emit(f"const int tx_g = {plan.group_expr};")
@@ -532,8 +550,26 @@ class Emitter:
         self.emit("}")
 
     # ---- matmul (v0: operands staged in shared memory, f32 FMA at the result layout)
+    def stage(self, arr: str, layout: Layout, dst: str, ld: int, transpose: bool, S: str) -> None:
+        """Write a register tile into shared memory rows of `ld` elements ([row][col], or [col][row] if
+        `transpose`), as 4/8/16-byte vectors when the layout's vector runs along the stored row."""
+        r, c = (layout.coord(1), layout.coord(0)) if transpose else (layout.coord(0), layout.coord(1))
+        root = layout.root
+        along = 0 if transpose else 1
+        vec = root.vec if (root.vec_digit is not None and layout.digits and layout.digits[-1] == root.vec_digit
+                           and layout.dims[along] == root.rank - 1) else 1
+        vbytes = vec * (2 if S in ("tilex_bf16", "tilex_f16") else 4)
+        if vec > 1 and vbytes in (4, 8, 16) and (ld * vbytes // vec) % vbytes == 0:
+            vt = {4: "unsigned", 8: "uint2", 16: "uint4"}[vbytes]
+            self.unrolled(layout.slots, f"{S} tx_v[{vec}]; for (int tx_q = 0; tx_q < {vec}; ++tx_q) tx_v[tx_q] = tilex_io<{S}>::put({arr}[tx_s + tx_q]); "
+                                        f"*reinterpret_cast<{vt}*>(&{dst}[({r}) * {ld} + ({c})]) = *reinterpret_cast<const {vt}*>(tx_v);",
+                          step=vec)
+            return
+        self.unrolled(layout.slots, f"{dst}[({r}) * {ld} + ({c})] = tilex_io<{S}>::put({arr}[tx_s]);")
+
     def matmul(self, e: A.BinOp) -> str:
-        a, la = self.materialize(e.lhs)
+        resident = self.resident.get(e.lhs.id) if isinstance(e.lhs, A.Name) else None
+        a, la = self.materialize(e.lhs) if resident is None else (None, e.lhs.ty.layout)
         b, lb = self.materialize(e.rhs)
         (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
         dt_in = e.lhs.ty.dtype
@@ -541,11 +577,51 @@ class Emitter:
         lda, ldb = kk + MATMUL_PAD, n + MATMUL_PAD
         out_l = e.ty.layout
         name = self.fresh("tx_mm")
+        if isinstance(out_l.root, Fragment):  # tensor cores: ldmatrix + mma.sync into the fragment layout
+            from . import _env
+
+            # b goes to shared memory K-contiguous ([n][k], plain ldmatrix) when its registers run along K
+            # (a transposed tile, like k.T in attention), else [k][n] (ldmatrix.trans): vector stores either way
+            rb = lb.root
+            kmajor_b = rb.vec_digit is not None and lb.dims[0] == rb.rank - 1
+            ldb = kk + MATMUL_PAD if kmajor_b else n + MATMUL_PAD
+            self.emit(f"// {unparse(e)}: stage [{m}, {kk}] and [{kk}, {n}] {dt_in} tiles in shared memory, multiply with mma.sync")
+            self.emit(self.barrier)
+            self.emit("{")
+            self.depth += 1
+            # a already in this product's accumulator rows (p of an online softmax): A fragments from registers
+            ra = la.root
+            a_regs = (resident is None and isinstance(ra, Fragment) and la == Layout.of(ra)
+                      and ra.warps == (out_l.root.warps[0], 1) and out_l.root.warps[1] == 1 and ra.shape[0] == m)
+            self.emit(f"{S}* tx_As = reinterpret_cast<{S}*>({self.smem});")
+            self.emit(f"{S}* tx_Bs = tx_As + {m * lda};")
+            a_ptr = f"reinterpret_cast<const {S}*>({self.smem})"
+            if resident is not None:
+                a_ptr = f"reinterpret_cast<const {S}*>(tilex_smem + {resident[0]})"
+                lda = resident[1]
+            elif not a_regs:
+                self.stage(a, la, "tx_As", lda, False, S)
+            self.stage(b, lb, "tx_Bs", ldb, kmajor_b, S)
+            self.depth -= 1
+            self.emit("}")
+            self.emit(self.barrier)
+            self.emit(f"float {name}[{out_l.slots}];")
+            self.unrolled(out_l.slots, f"{name}[tx_s] = 0.0f;")
+            wm_, wn_ = out_l.root.warps
+            wm, wn = m // wm_, n // wn_
+            self.helpers.add("tilex_mma.cuh")
+            text = _env().get_template("matmul_mma_tile.j2").render(
+                S=S, m=m, k=kk, lda=lda, ldb=ldb, warps_n=wn_, wm=wm, wn=wn, rm=wm // 16, rn=wn // 8, acc=name,
+                kmajor_b=kmajor_b, a_regs=a if a_regs else None, a_blocks=kk // 8, a_ptr=a_ptr,
+                b_ptr=f"reinterpret_cast<const {S}*>({self.smem}) + {m * (kk + MATMUL_PAD)}")
+            for line in text.rstrip().splitlines():
+                self.emit(line)
+            return name
         self.emit(f"// {unparse(e)}: stage [{m}, {kk}] and [{kk}, {n}] {dt_in} tiles in shared memory, accumulate in f32")
         self.emit(self.barrier)
         self.emit("{")
         self.depth += 1
-        self.emit(f"{S}* tx_As = reinterpret_cast<{S}*>(tilex_smem);")
+        self.emit(f"{S}* tx_As = reinterpret_cast<{S}*>({self.smem});")
         self.emit(f"{S}* tx_Bs = tx_As + {m * lda};")
         self.unrolled(la.slots, f"tx_As[({la.coord(0)}) * {lda} + ({la.coord(1)})] = tilex_io<{S}>::put({a}[tx_s]);")
         self.unrolled(lb.slots, f"tx_Bs[({lb.coord(0)}) * {ldb} + ({lb.coord(1)})] = tilex_io<{S}>::put({b}[tx_s]);")
@@ -554,20 +630,9 @@ class Emitter:
         self.emit(self.barrier)
         self.emit(f"float {name}[{out_l.slots}];")
         self.unrolled(out_l.slots, f"{name}[tx_s] = 0.0f;")
-        if isinstance(out_l.root, Fragment):  # tensor cores: ldmatrix + mma.sync into the fragment layout
-            from . import _env
-
-            wm_, wn_ = out_l.root.warps
-            wm, wn = m // wm_, n // wn_
-            self.helpers.add("tilex_mma.cuh")
-            text = _env().get_template("matmul_mma_tile.j2").render(
-                S=S, m=m, k=kk, lda=lda, ldb=ldb, warps_n=wn_, wm=wm, wn=wn, rm=wm // 16, rn=wn // 8, acc=name)
-            for line in text.rstrip().splitlines():
-                self.emit(line)
-            return name
         self.emit("{")
         self.depth += 1
-        self.emit(f"const {S}* tx_As = reinterpret_cast<const {S}*>(tilex_smem);")
+        self.emit(f"const {S}* tx_As = reinterpret_cast<const {S}*>({self.smem});")
         self.emit(f"const {S}* tx_Bs = tx_As + {m * lda};")
         self.emit(f"for (int tx_k = 0; tx_k < {kk}; ++tx_k) {{")
         self.depth += 1

@@ -48,6 +48,8 @@ class KernelMemory:
     uses: list[SmemUse] = field(default_factory=list)
     var_layouts: dict = field(default_factory=dict)
     producers: int = 0  # extra threads that only load operands (a warp-specialized matmul loop)
+    resident: dict = field(default_factory=dict)  # tile -> (byte offset, row pitch in elements) kept in shared memory
+    resident_bytes: int = 0  # the resident tiles' region, at the start of shared memory; scratch follows it
 
     @property
     def launch_threads(self) -> int:
@@ -143,19 +145,64 @@ class _Memory(Rewriter):
         self.vars: dict[str, Layout | None] = {}
         self.uses: list[SmemUse] = []
 
+    def resident_tiles(self) -> tuple[dict, list]:
+        """Tiles computed once (at the top level) and read only as the left operand of tensor-core products
+        (q in attention): kept in shared memory, staged once instead of at every product, no registers."""
+        if self.plans:
+            return {}, []
+        count: dict[str, int] = {}
+        top = {s.name: s for s in self.k.body.stmts if isinstance(s, A.Assign)}
+        good: dict[str, int] = {}
+        bad: set[str] = set()
+        mem = self
+
+        class _Uses(Walker):
+            def on_Assign(self, s):
+                count[s.name] = count.get(s.name, 0) + 1
+
+            def on_BinOp(self, e):
+                if e.op is A.BinOpKind.MATMUL and isinstance(e.lhs, A.Name):
+                    if mem.mma_layout(e) is not None:
+                        good[e.lhs.id] = good.get(e.lhs.id, 0) + 1
+                    else:
+                        bad.add(e.lhs.id)
+                    self.walk(e.rhs)
+                    return False
+                return None
+
+            def on_Name(self, e):
+                bad.add(e.id)
+
+        _Uses().walk(self.k.body)
+        out, uses, offset = {}, [], 0
+        for name, n in good.items():
+            s = top.get(name)
+            if name in bad or count.get(name) != 1 or s is None or len(s.value.ty.shape) != 2:
+                continue
+            rows, cols = s.value.ty.shape
+            ld = cols + MATMUL_PAD
+            size = rows * ld * s.value.ty.dtype.itemsize
+            out[name] = (offset, ld)
+            uses.append(SmemUse(f"keeping '{name}' in shared memory for the tensor-core products that read it", size, s.span))
+            offset += (size + 15) // 16 * 16
+        return out, uses
+
     def run(self) -> A.Kernel:
         k = self.k
+        self.resident, resident_uses = self.resident_tiles()
+        base = sum((u.bytes + 15) // 16 * 16 for u in resident_uses)
         where = tuple(self.assign(e) for e in k.where)
         grid = tuple(self.assign(e) for e in k.grid)
         body = self.visit(k.body)
-        smem = max((u.bytes for u in self.uses), default=0)
+        smem = base + max((u.bytes for u in self.uses), default=0)
         if smem > self.limit:
-            worst = max(self.uses, key=lambda u: u.bytes)
+            worst = max(self.uses + resident_uses, key=lambda u: u.bytes)
             raise CompileError(f"{worst.what} needs {worst.bytes} bytes of shared memory; the target allows {self.limit} per block",
                                worst.span,
                                ("use smaller tiles (lower the compile-time parameters with -D)",))
         producers = max((p.producers for p in self.plans), default=0)
-        info = KernelMemory(self.T, smem, self.limit, self.uses, dict(self.vars), producers)
+        info = KernelMemory(self.T, smem, self.limit, resident_uses + self.uses, dict(self.vars), producers,
+                            self.resident, base)
         return replace(k, where=where, grid=grid, body=body, info=info)
 
     def canon(self, shape) -> Layout:
@@ -240,7 +287,18 @@ class _Memory(Rewriter):
             if e.base.ty.what == "tensor":  # a load: materialized where it is consumed
                 layout = want or self.canon(ty.shape)
                 return self._children(e, None, MemSpace.REGISTERS, layout, operand_layout=None)
-            base = self.assign(e.base)
+            base_want = None
+            if want is not None and isinstance(want.root, Fragment) and all(
+                    isinstance(i, A.NewAxis) or isinstance(i, A.Slice) and i.start is None and i.stop is None for i in e.items):
+                # `t[:, None]` read at a fragment layout: make t in the matching 1-D view of it, so no data moves
+                dims = tuple(d for d, it in zip(want.dims, e.items) if not isinstance(it, A.NewAxis))
+                base_want = Layout(want.root, dims, want.digits)
+            if isinstance(e.base, A.Name) and base_want is not None:
+                have = self.vars.get(e.base.id)
+                if have is not None and not have.compatible(base_want) and e.base.id not in self.accs:
+                    self.prefer[e.base.id] = base_want  # a second run creates the variable in this layout
+                base_want = None
+            base = self.assign(e.base, base_want)
             layout = base.ty.layout
             for axis, item in enumerate(e.items):
                 if isinstance(item, A.NewAxis):
@@ -260,7 +318,7 @@ class _Memory(Rewriter):
             item = e.lhs.ty.dtype.itemsize
             if not self.in_plan and self.mma_layout(e) is not None:
                 self.need(f"staging the operands of '@' for mma.sync ({m}x{kk} and {kk}x{n})",
-                          (m * (kk + MATMUL_PAD) + kk * (n + MATMUL_PAD)) * item, e)
+                          (m * (kk + MATMUL_PAD) + max(kk * (n + MATMUL_PAD), n * (kk + MATMUL_PAD))) * item, e)
                 layout = self.mma_layout(e)
                 self.convert_if_needed(e, layout, want)
                 return replace(e, lhs=lhs, rhs=rhs, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
