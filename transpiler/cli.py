@@ -23,6 +23,7 @@ import typer
 
 from . import __version__
 from .diagnostics import CompileError, TilexError  # LaunchError is a TilexError
+from .explain import has_matmul
 
 app = typer.Typer(
     name="tilex",
@@ -318,18 +319,6 @@ def _run_interp(program, kernel_name: str, arrays: dict, scalars: dict, out_name
     return {n: np.asarray(v) for n, v in outs.items()}
 
 
-def _has_matmul(kernel) -> bool:
-    from . import ast as A
-    from .explain import stmt_exprs, walk_exprs, walk_stmts
-
-    for s, _ in walk_stmts(kernel.body):
-        for top in stmt_exprs(s):
-            for e in walk_exprs(top):
-                if isinstance(e, A.BinOp) and e.op is A.BinOpKind.MATMUL:
-                    return True
-    return False
-
-
 def _fmt(v: Any, spec: str = ".3g") -> str:
     if v is None:
         return "-"
@@ -494,7 +483,7 @@ def run(
                 nbytes = tensor_bytes(spec, symbols)
                 report["gb_s"] = nbytes / (ms * 1e-3) / 1e9 if ms > 0 else None
                 tflops = None
-                if _has_matmul(kern) and all(s in symbols for s in ("M", "N", "K")):
+                if has_matmul(kern) and all(s in symbols for s in ("M", "N", "K")):
                     flop = 2.0 * symbols["M"] * symbols["N"] * symbols["K"]
                     tflops = flop / (ms * 1e-3) / 1e12 if ms > 0 else None
                 report["tflop_s"] = tflops

@@ -55,6 +55,16 @@ def walk_stmts(block: A.Block | None, depth: int = 0) -> Iterator[tuple[A.Stmt, 
 
 
 # ---------------------------------------------------------------- small renderers
+def has_matmul(kernel: A.Kernel) -> bool:
+    """True if any expression of the kernel is an `@` (its outputs then get matmul tolerances)."""
+    for s, _ in walk_stmts(kernel.body):
+        for top in stmt_exprs(s):
+            for e in walk_exprs(top):
+                if isinstance(e, A.BinOp) and e.op is A.BinOpKind.MATMUL:
+                    return True
+    return False
+
+
 def _space(ty) -> str | None:
     space = getattr(ty, "space", None)
     if space is None:

@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 import numpy as np
 
 from .diagnostics import CompileError, TilexError
+from .explain import has_matmul
 
 STORE_NAME = "tuned.json"
 STORE_FORMAT = "tilex-tuned-configs"
@@ -527,18 +528,6 @@ def _first_line(e: BaseException) -> str:
     return (lines[0] if lines else type(e).__name__)[:300]
 
 
-def _has_matmul(kernel) -> bool:
-    from . import ast as A
-    from .explain import stmt_exprs, walk_exprs, walk_stmts
-
-    for s, _ in walk_stmts(kernel.body):
-        for top in stmt_exprs(s):
-            for e in walk_exprs(top):
-                if isinstance(e, A.BinOp) and e.op is A.BinOpKind.MATMUL:
-                    return True
-    return False
-
-
 def _programs(spec, symbols) -> int:
     from .runtime.args import eval_expr
 
@@ -614,7 +603,7 @@ def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
             out_names = [p.name for p in spec.params if p.kind == "tensor" and p.is_out]
             out_dtypes = {p.name: p.dtype for p in spec.params if p.kind == "tensor"}
             nbytes = tensor_bytes(spec, symbols)
-            if _has_matmul(t.program.kernel(kernel)) and all(s in symbols for s in "MNK"):
+            if has_matmul(t.program.kernel(kernel)) and all(s in symbols for s in "MNK"):
                 flop = 2.0 * symbols["M"] * symbols["N"] * symbols["K"]
             if ref_mode == "auto":
                 elems = sum(a.size for a in arrays.values())
