@@ -316,7 +316,7 @@ def test_negative_infinity_is_not_folded_by_the_parser():
     ("kernel f(x: f32[N]) grid (N,)\n    a = 1\n}\n", 2, 5, "unexpected name 'a'"),
     ("kernel f(x: f32[N]) grid (N,) {\n    a = 1 +* 2\n}\n", 2, 12, "unexpected '*'"),
     ("kernel f(x: f32[N]) grid (N,) {\n    a = 1 $ 2\n}\n", 2, 11, "unexpected character '$'"),
-    ("kernel f(x: f32[N]) grid (N,) {\n  a = 1\n", 2, 7, "unexpected end of file"),
+    ("kernel f(x: f32[N]) grid (N,) {\n  a = 1\n", 2, 8, "unexpected end of file"),
     ("kernel f(x: f32[N]) {\n}\n", 1, 21, "unexpected '{'"),
     ("kernel f(x: f32[N]) grid (N,) {\n    a = = 1\n}\n", 2, 9, "unexpected '='"),
     ("kernel kernel(x: f32[N]) grid (N,) { }", 1, 8, "unexpected 'kernel'"),
@@ -351,9 +351,6 @@ def test_leading_zero_integer_is_a_compile_error():
     assert (ei.value.span.line, ei.value.span.col) == (2, 9)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: 'unexpected end of file' is reported at the start of the last token "
-                                       "(Lark's $END token copies its position), so the caret sits under a '}' "
-                                       "that is not the problem; it should point just past the end of the text")
 def test_end_of_file_error_points_past_the_last_token():
     with pytest.raises(CompileError) as ei:
         parse("kernel f(x: f32[N]) grid (N,) {\n    for i in range(4) {\n    }\n", "bad.tile")

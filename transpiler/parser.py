@@ -68,6 +68,10 @@ def _syntax_error(e: lark.exceptions.UnexpectedInput, source: str, file: str) ->
         tok = getattr(e, "token", None)
         if tok is None or tok.type == "$END":
             msg, width = "unexpected end of file", 1
+            # Lark's $END token borrows the position of the last real token; the caret goes
+            # just past that token (where more text was expected), not under it
+            if tok is not None and (getattr(tok, "end_line", None) or 0) >= 1 and tok.end_column:
+                line, col = tok.end_line, tok.end_column
         else:
             msg, width = f"unexpected {_describe(tok)}", max(1, len(str(tok)))
     expected = sorted({_TOKEN_WORDS.get(t, repr(t).strip("'").lower()) for t in (getattr(e, "expected", None) or getattr(e, "allowed", None) or ())})
