@@ -235,13 +235,19 @@ def test_header_errors(header, message):
     assert e.span.line in (1, 2)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a scalar parameter named like a shape symbol is reported as "
-                                       "\"parameter 'N' is declared twice\" (resolve_names checks `kinds`, which "
-                                       "holds symbols too); the intended 'already a shape symbol' check is dead code")
 def test_param_named_like_a_shape_symbol():
     e = error("", header="kernel f(y: out f32[N], N: i32)\n    grid (N,)\n")
     assert e.message == "'N' is already a shape symbol"
     assert (e.span.line, e.span.col) == (1, 25)
+    assert e.notes == ("'N' is a dimension of 'y' and takes its value from that tensor's shape; rename the parameter",)
+    e = error("", header="kernel f(x: f32[M], y: out f32[N], M: f32[4])\n    grid (N,)\n")
+    assert e.message == "'M' is already a shape symbol" and "dimension of 'x'" in e.notes[0]
+
+
+def test_tensor_named_like_its_own_dimension():
+    e = error("", header="kernel f(y: out f32[y])\n    grid (1,)\n")
+    assert e.message == "'y' names both a tensor parameter and one of its dimensions"
+    assert (e.span.line, e.span.col) == (1, 10)
 
 
 def test_duplicate_kernel():

@@ -80,8 +80,13 @@ def _resolve_kernel(k: A.Kernel, defines: dict, source: str) -> A.Kernel:
 
     kinds: dict[str, A.NameKind] = {}
     symbols: list[str] = []
+    symbol_of: dict[str, str] = {}  # shape symbol -> the tensor parameter that first uses it
     params = []
     for p in k.params:
+        if kinds.get(p.name) is A.NameKind.SYMBOL:
+            raise CompileError(f"'{p.name}' is already a shape symbol", p.span, (
+                f"'{p.name}' is a dimension of '{symbol_of[p.name]}' and takes its value from that tensor's shape; "
+                f"rename the parameter",))
         if p.name in kinds or p.name in consts:
             raise CompileError(f"parameter '{p.name}' is declared twice", p.span)
         dims = p.type.dims
@@ -95,14 +100,16 @@ def _resolve_kernel(k: A.Kernel, defines: dict, source: str) -> A.Kernel:
                         raise CompileError(f"'{d.id}' is a parameter and cannot name a dimension", d.span)
                     if d.id not in symbols:
                         symbols.append(d.id)
+                        symbol_of[d.id] = p.name
                     kinds[d.id] = A.NameKind.SYMBOL
                     d = replace(d, kind=A.NameKind.SYMBOL)
                 elif not (isinstance(d, A.IntLit) and d.value > 0):
                     raise CompileError("a tensor dimension is a symbol (like N) or a positive integer", d.span)
                 new_dims.append(d)
             dims = tuple(new_dims)
-        if p.name in kinds:
-            raise CompileError(f"'{p.name}' is already a shape symbol", p.span)
+        if p.name in kinds:  # a tensor whose own dimensions use its name: x: f32[x]
+            raise CompileError(f"'{p.name}' names both a tensor parameter and one of its dimensions", p.span,
+                               ("rename one of them",))
         kinds[p.name] = A.NameKind.TENSOR if dims is not None else A.NameKind.SCALAR_PARAM
         if p.default is not None and not isinstance(p.default, (A.IntLit, A.FloatLit, A.BoolLit)):
             raise CompileError(f"the default of '{p.name}' must be a number or True/False", p.default.span)
