@@ -201,12 +201,9 @@ def test_bug_program_id_in_grid():
     _expect_error("kernel f(y: out f32[N])\n    grid (program_id(0),)\n{\n    y[0] = 1.0\n}\n", "bug.tile:2:")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: zeros(f32[4, 4].T) passes the checks but infer_memory leaves the "
-                                       "dims of the transposed tile type without a memory space "
-                                       "(IRInvariantError under check=True)")
 def test_bug_transposed_tile_type():
     src = "kernel f(y: out f32[N])\n    grid (1,)\n{\n    t = zeros(f32[4, 4].T)\n}\n"
-    try:
+    with pytest.raises(CompileError) as ei:
         compile_program(src, "bug.tile", check=True)
-    except CompileError:
-        return
+    assert ei.value.message == ".T transposes tiles and tensors, not the tile type 'f32[4, 4]'"
+    assert (ei.value.span.line, ei.value.span.col) == (4, 15)

@@ -220,6 +220,14 @@ class _Dtypes(Rewriter):
     def visit_Attr(self, a):
         obj = self.visit(a.obj)
         if a.name == "T":
+            if obj.ty.what in ("type", "dtype"):
+                notes = ()
+                if isinstance(obj, A.TileTypeExpr) and len(obj.dims) == 2:
+                    from ..exprs import unparse
+
+                    swapped = f"{obj.dtype}[{unparse(obj.dims[1])}, {unparse(obj.dims[0])}]"
+                    notes = (f"write the type with its dimensions swapped: {swapped}",)
+                fail(f".T transposes tiles and tensors, not {_what(obj)}", *notes)
             return replace(a, obj=obj, ty=obj.ty)
         fail(f"unknown attribute '.{a.name}' (tiles and tensors have .T)")
 
