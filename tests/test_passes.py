@@ -316,6 +316,27 @@ def test_dtype_rules(text, dt):
     assert dtype_of(text) == DType(dt)
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_87"])
+def test_fp8_parameter_needs_sm89(arch):
+    e = error("", header="kernel f(x: f32[N], q: f8e4m3[N], y: out f32[N])\n    grid (1,)\n", arch=arch)
+    assert e.message == f"parameter 'q' is f8e4m3, which needs sm_89 or later; the target is {arch}"
+    assert (e.span.line, e.span.col) == (1, 21)
+    assert e.notes == ("compile for sm_89 or later (--arch sm_89, sm_90a), or use bf16 or f16",)
+
+
+@pytest.mark.parametrize("stmts, col", [("    r = c[0 : 4].to(f8e4m3)", 21), ("    r = zeros(f8e4m3[4])", 15)])
+def test_fp8_in_the_body_needs_sm89(stmts, col):
+    e = error(stmts, arch="sm_80")
+    assert e.message == "f8e4m3 needs sm_89 or later; the target is sm_80"
+    assert (e.span.line, e.span.col) == (4, col)
+
+
+@pytest.mark.parametrize("arch", ["sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120"])
+def test_fp8_is_accepted_from_sm89(arch):
+    header = "kernel f(q: f8e4m3[N], y: out f32[N])\n    grid (1,)\n"
+    kernel("    y[0 : 4] = (q[0 : 4].to(f32) * 2.0).to(f8e4m3).to(f32)", header=header, arch=arch)
+
+
 def test_every_expression_has_a_dtype_after_infer_dtypes():
     k = kernel("    r = sum(exp(a[0 : 16] - max(a[0 : 16])))\n    y[0] = r", "infer_dtypes")
     for e in nodes(k.body, A.Expr):

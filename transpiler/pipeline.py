@@ -34,7 +34,7 @@ class Options:
 
 PASSES: list[tuple[str, Callable]] = [
     ("resolve_names", lambda p, o: resolve_names(p, o.defines)),
-    ("infer_dtypes", lambda p, o: infer_dtypes(p)),
+    ("infer_dtypes", lambda p, o: infer_dtypes(p, o.arch)),
     ("infer_shapes", lambda p, o: infer_shapes(p)),
     ("check_constraints", lambda p, o: check_constraints(p)),
     ("plan_matmul", lambda p, o: plan_matmul(p, o.arch)),

@@ -5,22 +5,42 @@ arithmetic operands are promoted (`types.promote`; literals are weak and take th
 operand's dtype); `/` on integers gives f32; `@` takes two equal float dtypes and gives
 f32; reductions of narrow floats accumulate and return f32; a variable keeps one dtype
 (a loop-carried accumulator cannot silently change precision); stores match the
-tensor's dtype (convert with `.to(...)`).
+tensor's dtype (convert with `.to(...)`); f8e4m3 is used only on targets that have it
+(sm_89 and later).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from .. import ast as A
 from ..builtins import FUNCTIONS
+from ..diagnostics import CompileError
 from ..types import SUPPORTED, DType, Ty, promote
 from .base import Rewriter, fail
 
 B = A.BinOpKind
 
 
-def infer_dtypes(program: A.Program) -> A.Program:
-    return replace(program, kernels=tuple(_Dtypes(k).run() for k in program.kernels))
+# dtypes the hardware has only from some compute capability on: the fp8 conversions
+# (cvt.*.e4m3x2) need sm_89 (Ada) or later
+MIN_SM = {DType.F8E4M3: 89}
+
+
+def infer_dtypes(program: A.Program, arch: str = "sm_90a") -> A.Program:
+    return replace(program, kernels=tuple(_Dtypes(k, arch).run() for k in program.kernels))
+
+
+def _sm(arch: str) -> int | None:
+    """The compute capability of `sm_90a`-style names as 90; None for names it cannot read."""
+    m = re.fullmatch(r"sm_(\d+)[a-z]?", arch)
+    return int(m.group(1)) if m else None
+
+
+def _too_old(dt: DType, arch: str) -> bool:
+    """Whether `arch` predates the first target that has `dt` (False for archs it cannot read)."""
+    need, have = MIN_SM.get(dt), _sm(arch)
+    return need is not None and have is not None and have < need
 
 
 def _dtype(name: str) -> DType:
@@ -53,11 +73,16 @@ def _v(dt: DType) -> Ty:
 
 
 class _Dtypes(Rewriter):
-    def __init__(self, k: A.Kernel):
+    def __init__(self, k: A.Kernel, arch: str = "sm_90a"):
         self.k = k
+        self.arch = arch
         self.env: dict[str, tuple[DType, int]] = {}  # name -> (dtype, line of first binding)
         for p in k.params:
-            self.env[p.name] = (_dtype_at(p.type), p.span.line)
+            dt = _dtype_at(p.type)
+            if _too_old(dt, arch):
+                raise CompileError(f"parameter '{p.name}' is {dt.value}, which needs sm_{MIN_SM[dt]} or later; "
+                                   f"the target is {arch}", p.span, _target_notes(dt))
+            self.env[p.name] = (dt, p.span.line)
         for s in k.symbols:
             self.env[s] = (DType.I32, k.span.line)
 
@@ -102,12 +127,18 @@ class _Dtypes(Rewriter):
     def visit_BoolLit(self, n):
         return replace(n, ty=_v(DType.BOOL))
 
+    def _on_target(self, dt: DType) -> DType:
+        if _too_old(dt, self.arch):
+            fail(f"{dt.value} needs sm_{MIN_SM[dt]} or later; the target is {self.arch}", *_target_notes(dt))
+        return dt
+
     def visit_DTypeLit(self, n):
-        return replace(n, ty=Ty("dtype", _dtype(n.dtype)))
+        return replace(n, ty=Ty("dtype", self._on_target(_dtype(n.dtype))))
 
     def visit_TileTypeExpr(self, n):
+        dt = self._on_target(_dtype(n.dtype))
         dims = tuple(self._int(self.visit(d), "a tile dimension") for d in n.dims)
-        return replace(n, dims=dims, ty=Ty("type", _dtype(n.dtype)))
+        return replace(n, dims=dims, ty=Ty("type", dt))
 
     # ---- operators
     def visit_BinOp(self, e):
@@ -303,6 +334,10 @@ def _at(node, thunk):
         return thunk()
     except SemanticError as e:
         raise CompileError(e.message, node.span, e.notes) from None
+
+
+def _target_notes(dt: DType) -> tuple[str, ...]:
+    return (f"compile for sm_{MIN_SM[dt]} or later (--arch sm_{MIN_SM[dt]}, sm_90a), or use bf16 or f16",)
 
 
 def _dtype_at(t: A.TypeExpr) -> DType:
