@@ -169,6 +169,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul(
   // matmul.tile:9  for k in range(0, K, 32)
   // for k in pipeline(0, K, 32, stages = 2):     acc += a[m : m + 64, k : k + 32] @ b[k : k + 32, n : n + 64]
   // tensor cores (mma.sync.m16n8k16): 2-stage cp.async ring of 64x32 a and 32x64 b tiles, 2x2 warps of 32x32
+  __syncthreads();  // the ring overwrites scratch shared memory other warps may still be reading
   {
     tilex_bf16* const tx_ra = reinterpret_cast<tilex_bf16*>(tilex_smem);
     tilex_bf16* const tx_rb0 = tx_ra + 5120;

@@ -141,7 +141,7 @@ class _Planner(Rewriter):
             return None
         base = e.base
         if isinstance(base, A.Attr) and base.name == "T":
-            transposed, base = not transposed, base.obj
+            base = base.obj  # `t.T[...]`: the items index the transposed view; only the tensor axes change (below)
         if not isinstance(base, A.Name) or base.id not in self.tensors or len(self.tensors[base.id].type.dims) != 2:
             return None
         if not all(isinstance(i, A.Slice) and i.start is not None for i in e.items):
@@ -164,10 +164,10 @@ class _Planner(Rewriter):
 
     # ---- choosing the strategy
     def plan(self, s: A.For, products: tuple[Product, ...]) -> MatmulPlan | None:
-        acc_shape = None
-        for p in products:
-            acc_shape = acc_shape or self.acc_shape(s, p.acc)
-        bm, bn = acc_shape
+        shapes = {self.acc_shape(s, p.acc) for p in products}
+        if len(shapes) != 1:
+            return None  # one ring and one fragment layout per loop: every accumulator has the tile's shape
+        bm, bn = shapes.pop()
         bk = _static_extent(s, products[0].a)
         dt = DType(self.tensors[products[0].a.tensor].type.dtype)
         if any(DType(self.tensors[p.b.tensor].type.dtype) is not dt for p in products):
@@ -232,8 +232,10 @@ class _Planner(Rewriter):
         if s not in self.k.body.stmts:
             return "the loop is not at the top level of the kernel"
         for st in self.k.body.stmts[: self.k.body.stmts.index(s)]:
-            if not (isinstance(st, A.Assign) and (not st.value.ty.shape or st.name in {p.acc for p in products}
-                                                  and isinstance(st.value, A.Call) and st.value.func in ("zeros", "full"))):
+            # the producer warps run this code too, outside the threads the tile layouts are made for
+            if not (isinstance(st, A.Assign) and (not _has_tile(st.value) or st.name in {p.acc for p in products}
+                                                  and isinstance(st.value, A.Call) and st.value.func in ("zeros", "full")
+                                                  and not any(_has_tile(a) for a in st.value.args[1:]))):
                 return "statements before the loop do more than compute scalars and initialize the accumulators"
         return None
 
@@ -271,6 +273,15 @@ def _static_extent(s: A.For, op: Operand) -> int:
         mm = st.value.rhs if isinstance(st.value.rhs, A.BinOp) and st.value.rhs.op is A.BinOpKind.MATMUL else st.value.lhs
         return mm.lhs.ty.shape[1]
     raise AssertionError
+
+
+def _has_tile(e) -> bool:
+    """True if `e` or any expression below it is a tile (computed over the block's threads)."""
+    if not isinstance(e, A.Expr):
+        return False
+    if e.ty is not None and e.ty.what == "value" and e.ty.shape:
+        return True
+    return any(_has_tile(c) for c in e.children())
 
 
 def _is_acc(e: A.Expr, name: str) -> bool:
