@@ -76,6 +76,15 @@ kernel f(x: f32[M, N], y: out f32[M], i: out i32[M], q: out i64[N])
     y[0] = m + min(t) + sum(full(f32[16], 1.0))
 }
 """,
+    "int_argreduce": """
+kernel f<B: int = 1024>(x: i64[N], w: f32[N], y: out i32[3])
+    grid (1,)
+{
+    y[0] = argmax(x[0 : B])
+    y[1] = argmin(x[0 : B])
+    y[2] = argmax(w[0 : B])
+}
+""",
     "broadcast_and_views": """
 kernel f(x: f32[N], w: f32[K, N], y: out f32[N, K], z: out f32[K])
     grid (1,)
@@ -213,6 +222,9 @@ BUGS = [
     pytest.param(
         "kernel f(a: f8e4m3[N], c: out f32[N])\n    grid (1,)\n{\n    c[0 : 16] = a[0 : 16].to(f32)\n}\n",
         "sm_80", id="fp8-on-sm_80"),  # a CompileError: f8e4m3 needs sm_89 or later
+    pytest.param(  # a CompileError: 'norm' is a CUDA math function, and kernels are extern "C" symbols
+        "kernel norm(x: f32[N], y: out f32[N])\n    grid (1,)\n{\n    y[0 : 16] = x[0 : 16]\n}\n",
+        "sm_90a", id="kernel-named-norm"),
 ]
 
 

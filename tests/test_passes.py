@@ -250,6 +250,35 @@ def test_tensor_named_like_its_own_dimension():
     assert (e.span.line, e.span.col) == (1, 10)
 
 
+@pytest.mark.parametrize("name, why", [
+    ("norm", "the CUDA math API or the C library has a function 'norm'"),
+    ("rsqrt", "the CUDA math API or the C library has a function 'rsqrt'"),
+    ("select", "the CUDA math API or the C library has a function 'select'"),
+    ("threadIdx", "the CUDA or C library headers declare a type, variable or constant 'threadIdx'"),
+    ("float4", "the CUDA or C library headers declare a type, variable or constant 'float4'"),
+    ("assert", "the CUDA or C library headers define a macro 'assert'"),
+    ("class", "'class' is a C++ keyword"),
+    ("requires", "'requires' is a C++ keyword"),
+    ("main", "'main' is the entry point of a C++ program"),
+    ("_scale", "C++ reserves names that start with '_' or contain '__'"),
+    ("my__kernel", "C++ reserves names that start with '_' or contain '__'"),
+    ("tilex_copy", "names starting with 'tx_' or 'tilex' are reserved for generated code"),
+])
+def test_kernel_named_like_cuda(name, why):
+    src = f"# {name}\n  kernel  {name}(y: out f32[N])\n    grid (N,)\n{{\n}}\n"
+    with pytest.raises(CompileError) as ei:
+        compile_src(src)
+    e = ei.value
+    assert e.message == f"kernel name '{name}' is reserved in CUDA C++: {why}"
+    assert (e.span.line, e.span.col, e.span.end_line, e.span.end_col) == (2, 11, 2, 11 + len(name))
+    assert e.notes[0].startswith('a kernel is emitted as an extern "C" function under its own name')
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "softmax", "matmul", "layer_norm", "sum_rows", "norm2", "exp_kernel"])
+def test_kernel_names_that_do_not_collide(name):
+    assert compile_src(f"kernel {name}(y: out f32[N]) grid (N,) {{ }}\n").kernels[0].name == name
+
+
 def test_duplicate_kernel():
     src = "kernel f(y: out f32[N]) grid (N,) { }\nkernel f(y: out f32[N]) grid (N,) { }\n"
     with pytest.raises(CompileError) as ei:
@@ -748,3 +777,10 @@ def test_shared_memory_budget_depends_on_arch():
     with pytest.raises(CompileError) as ei:
         compile_program(src, "matmul.tile", Options(defines=opts, arch="sm_86"), check=True)
     assert "108544 bytes of shared memory" in ei.value.message and "101376" in ei.value.message
+
+
+def test_argmax_of_i64_counts_value_and_index_bytes():
+    """Cross-warp argmax keeps (value, i32 index) pairs: 8 + 4 bytes per warp for i64 values."""
+    k = memory("    y[0] = argmax(x[0 : 1024])", header="kernel f(x: i64[N], y: out i32[1])\n    grid (1,)\n")
+    groups = k.info.threads // 32
+    assert [u.bytes for u in k.info.uses] == [groups * (8 + 4)]

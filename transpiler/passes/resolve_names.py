@@ -5,17 +5,20 @@ Needs: a parsed Program and the `-D` overrides. Guarantees: every `Name` has a `
 replaced by literals (`kernel.defines` records their values); `kernel.symbols` lists the
 shape symbols in order of first appearance; `x op= v` is desugared to `x = x op v`;
 `pipeline(..., stages=S)` has an int `stages`. Reports unknown names (with a
-suggestion), names used outside the block that defines them, and writes to parameters.
+suggestion), names used outside the block that defines them, writes to parameters, and
+kernel names that would collide with CUDA C++ (`cuda_names`).
 """
 from __future__ import annotations
 
 import difflib
 import math
+import re
 from dataclasses import replace
 
 from .. import ast as A
 from ..builtins import FUNCTIONS
-from ..diagnostics import CompileError
+from ..cuda_names import reserved_reason
+from ..diagnostics import CompileError, Span
 from .base import Rewriter, fail
 
 CONSTANTS = {"inf": math.inf, "nan": math.nan, "pi": math.pi}
@@ -68,7 +71,31 @@ def _literal(value, span):
     return A.FloatLit(float(value), span)
 
 
+def _check_kernel_name(k: A.Kernel, source: str) -> None:
+    """The kernel's name is its extern "C" symbol in the generated CUDA: it must not collide."""
+    if k.name.startswith(("tx_", "tilex")):
+        why = "names starting with 'tx_' or 'tilex' are reserved for generated code"
+    else:
+        why = reserved_reason(k.name)
+    if why is None:
+        return
+    raise CompileError(f"kernel name '{k.name}' is reserved in CUDA C++: {why}", _name_span(k, source), (
+        "a kernel is emitted as an extern \"C\" function under its own name (hosts call it by that name); "
+        f"rename it, e.g. '{k.name.lstrip('_')}_kernel'",))
+
+
+def _name_span(k: A.Kernel, source: str) -> Span:
+    """The span of the kernel's name (the kernel's span starts at the 'kernel' keyword)."""
+    lines = source.splitlines() if source else []
+    if 1 <= k.span.line <= len(lines):
+        m = re.compile(r"kernel\s+([A-Za-z_][A-Za-z_0-9]*)").match(lines[k.span.line - 1], k.span.col - 1)
+        if m and m.group(1) == k.name:
+            return Span(k.span.file, k.span.line, m.start(1) + 1, k.span.line, m.end(1) + 1)
+    return k.span
+
+
 def _resolve_kernel(k: A.Kernel, defines: dict, source: str) -> A.Kernel:
+    _check_kernel_name(k, source)
     consts: dict[str, object] = {}
     for cp in k.cparams:
         if cp.name in consts:
