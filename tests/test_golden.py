@@ -147,3 +147,27 @@ def test_entry_points_are_extern_c(path):
     for line in t.cuda.splitlines():
         if "__global__" in line:
             assert line.startswith('extern "C"'), line
+
+
+@pytest.mark.parametrize("first", ["import tilex", "from tilex.translate import translate",
+                                   "import tilex.api", "import tilex.translate"])
+def test_package_translate_is_callable(first):
+    """`tilex.translate(src, file)` works whatever imported the submodule tilex.translate first."""
+    import os
+    import subprocess
+    import sys
+
+    code = (f"{first}\nimport sys, tilex\n"
+            "t = tilex.translate('kernel f(y: out f32[N]) grid (N,) { }', 'f.tile')\n"
+            "assert list(t.specs) == ['f'] and '__global__' in t.cuda\n"
+            "from tilex.translate import Translation, translate_file\n"
+            "assert isinstance(t, Translation) and sys.modules['tilex.translate'].translate is not None\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert res.returncode == 0, res.stderr
+
+
+def test_package_translate_in_process():
+    import tilex
+
+    assert tilex.translate("kernel f(y: out f32[N]) grid (N,) { }", "f.tile").specs["f"] is not None

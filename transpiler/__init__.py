@@ -5,6 +5,9 @@
     mod.rmsnorm(x, w, y, eps=1e-6)        # CuPy arrays or torch CUDA tensors
 """
 
+import sys as _sys
+import types as _types
+
 __version__ = "0.1.0"
 
 
@@ -23,7 +26,23 @@ def tuned_defines(path_or_source, kernel, shapes, arch=None, cache_dir=None):
 
 
 def translate(source, file="<string>", options=None, host=False):
-    """Translate .tile source text to CUDA C++ (see tilex.translate.Translation)."""
+    """Translate .tile source text to CUDA C++; returns a Translation (`from tilex.translate import Translation`)."""
     from .translate import translate as _translate
 
     return _translate(source, file, options, host)
+
+
+class _Package(_types.ModuleType):
+    """The tilex package. `tilex.translate` stays the function above: importing the
+    submodule of the same name (`from tilex.translate import translate`, done by
+    tilex.api and others) would otherwise rebind the attribute to the module, and
+    `tilex.translate(src, file)` would fail with "'module' object is not callable".
+    The submodule is still importable and lives in sys.modules["tilex.translate"]."""
+
+    def __setattr__(self, name, value):
+        if name == "translate" and isinstance(value, _types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
