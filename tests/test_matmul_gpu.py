@@ -141,3 +141,13 @@ def test_stdlib_linear_and_gated(m, n, k):
     assert _rel(linear(x, w, b), x.float() @ w.float().T + b.float()) <= 1e-2
     g = x.float() @ w.float().T
     assert _rel(gated_mlp(x, w, u), torch.nn.functional.silu(g) * (x.float() @ u.float().T)) <= 1e-2
+
+
+def test_linear_empty_k_gives_zeros():
+    """K = 0 (empty operands): the wgmma loop makes no trips and the TMA maps are never encoded."""
+    torch = _torch()
+    from tilex.stdlib import linear
+
+    x, w = torch.empty(4, 0, device="cuda", dtype=torch.bfloat16), torch.empty(64, 0, device="cuda", dtype=torch.bfloat16)
+    y = linear(x, w)
+    assert y.shape == (4, 64) and torch.equal(y.float(), torch.zeros(4, 64, device="cuda"))

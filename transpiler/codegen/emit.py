@@ -543,7 +543,7 @@ class Emitter:
             body = (f"{acc_t} tx_a = tx_sc[{flat}]; for (int tx_q = 1; tx_q < {groups}; ++tx_q) tx_a = {_combine(func, acc_t, 'tx_a', f'tx_sc[tx_q * {outn} + {flat}]')}; "
                     f"{name}[tx_s] = tx_a;")
         else:
-            body = (f"float tx_a = tx_sc[{flat}]; int tx_ai = tx_si[{flat}]; for (int tx_q = 1; tx_q < {groups}; ++tx_q) tilex_{func}_combine(tx_a, tx_ai, tx_sc[tx_q * {outn} + {flat}], tx_si[tx_q * {outn} + {flat}]); "
+            body = (f"{acc_t} tx_a = tx_sc[{flat}]; int tx_ai = tx_si[{flat}]; for (int tx_q = 1; tx_q < {groups}; ++tx_q) tilex_{func}_combine(tx_a, tx_ai, tx_sc[tx_q * {outn} + {flat}], tx_si[tx_q * {outn} + {flat}]); "
                     f"{name}[tx_s] = tx_a; {idx}[tx_s] = tx_ai;")
         self.unrolled(out_l.slots, body)
         self.depth -= 1

@@ -339,7 +339,8 @@ class _Memory(Rewriter):
                 groups = reduce_smem_groups(out, axis if not keep else axis)
                 red = out.reduce(axis, keepdims=keep)
                 if groups > 1:
-                    per = 8 if FUNCTIONS[e.func].kind == "argreduce" else compute_bytes(e.ty.dtype)
+                    # argmax/argmin keep (value, i32 index) pairs
+                    per = compute_bytes(x.ty.dtype) + 4 if FUNCTIONS[e.func].kind == "argreduce" else compute_bytes(e.ty.dtype)
                     self.need(f"combining {e.func}() across {groups} warps", groups * max(1, numel(red.shape)) * per, e)
                 out = red
             args = (x,) + tuple(self.assign(a) for a in e.args[1:])
