@@ -393,3 +393,15 @@ def reduction_plan(layout: Layout, axis: int) -> ReductionPlan:
         return ReductionPlan(tuple(shuffles), t // inwarp, f"({thr}) / {inwarp}", f"({thr}) % {inwarp} == 0")
     writer = " && ".join(f"{_tid_digit(r, s, root.T)} == 0" for r, s in inwarp_parts) or "true"
     return ReductionPlan(tuple(shuffles), t, _tid_digit(t, st, root.T), writer)
+
+
+def flat_index(layout: Layout, shape: tuple) -> str:
+    """C expression: the row-major flat index in `shape` of the element at slot `tx_s`."""
+    terms = []
+    for i in range(len(shape)):
+        stride = numel(shape[i + 1:])
+        c = layout.coord(i, "tx_s")
+        if c == "0":
+            continue
+        terms.append(f"({c}) * {stride}" if stride > 1 else f"({c})")
+    return " + ".join(terms) or "0"

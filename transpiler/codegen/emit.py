@@ -8,47 +8,21 @@ barriers are always legal.
 """
 from __future__ import annotations
 
-import math
-
 from .. import ast as A
 from ..builtins import CUDA_MATH, FUNCTIONS
 from ..exprs import unparse
-from ..layout import Fragment, Layout, reduction_plan
-from .matmul import kernel_tma_maps
+from ..layout import Layout, flat_index
 from ..passes.infer_dtypes import operand_dtype
-from ..passes.infer_memory import MATMUL_PAD, reduce_smem_groups
-from ..types import DType, numel
+from ..types import DType
+from .access import GlobalAccess
+from .c import C_BINOP, ROUND, flit, reg, storage
+from .matmul import MatmulEmission, kernel_tma_maps
+from .reduce import Reductions, is_reduction
 
 B = A.BinOpKind
 
-# register (compute) C type per dtype
-REG = {DType.F16: "float", DType.BF16: "float", DType.F8E4M3: "float", DType.F32: "float", DType.F64: "double",
-       DType.I32: "int", DType.I64: "long long", DType.BOOL: "bool", DType.I8: "int", DType.I16: "int", DType.U8: "int"}
-ROUND = {DType.BF16: "tilex_round_bf16", DType.F16: "tilex_round_f16", DType.F8E4M3: "tilex_round_fp8e4m3"}
-C_BINOP = {B.ADD: "+", B.SUB: "-", B.MUL: "*", B.EQ: "==", B.NE: "!=", B.LT: "<", B.LE: "<=", B.GT: ">", B.GE: ">=",
-           B.AND: "&&", B.OR: "||", B.BITAND: "&", B.BITOR: "|"}
 
-
-def reg(dt: DType) -> str:
-    return REG[dt]
-
-
-def storage(dt: DType) -> str:
-    return dt.ctype
-
-
-def flit(v: float) -> str:
-    if math.isnan(v):
-        return "__int_as_float(0x7fc00000)"
-    if math.isinf(v):
-        return "__int_as_float(0x7f800000)" if v > 0 else "__int_as_float(0xff800000)"
-    r = repr(float(v))
-    if "e" not in r and "." not in r:
-        r += ".0"
-    return r + "f"
-
-
-class Emitter:
+class Emitter(GlobalAccess, Reductions, MatmulEmission):
     """Emits the body of one kernel; `helpers` collects the device helper files it needs."""
 
     def __init__(self, k: A.Kernel, file: str):
@@ -199,25 +173,6 @@ class Emitter:
         self.depth -= 1
         self.emit("}")
 
-    def planned_loop(self, s: A.For) -> None:
-        """A tensor-core main loop, from its template (see codegen/matmul.py)."""
-        from . import _env
-        from .matmul import render_mma, render_wgmma
-
-        plan = s.plan
-        if plan.strategy == "wgmma":
-            ctx = render_wgmma(self, s, plan)
-        else:
-            ctx = render_mma(self, s, plan)
-        text = _env().get_template(f"matmul_{plan.strategy}.j2").render(barrier=self.barrier, **ctx)
-        for line in text.rstrip().splitlines():
-            self.emit(line)
-        if plan.strategy == "wgmma":
-            self.barrier = f'asm volatile("bar.sync 1, {plan.consumers};" ::: "memory");'
-
-    def tma_map(self, tensor: str, box_rows: int) -> str:
-        return next(m.param for m in self.tma_maps if m.tensor == tensor and m.box_rows == box_rows)
-
     def stmt_If(self, s: A.If) -> None:
         self.emit(f"if ({self.scalar(s.cond)}) {{")
         self.depth += 1
@@ -260,7 +215,7 @@ class Emitter:
             other = e.kwarg("other")
             oth = self.cast(self.scalar(other), other.ty.dtype, e.ty.dtype) if other is not None else "0"
             return f"(({ok}) ? ({reg(e.ty.dtype)})tilex_io<{storage(e.ty.dtype)}>::get({e.base.id}[{idx}]) : ({reg(e.ty.dtype)})({oth}))"
-        if isinstance(e, A.Call) and _is_reduction(e):
+        if isinstance(e, A.Call) and is_reduction(e):
             name, _ = self.reduction(e)
             return name
         return self.elementwise(e, lambda c: self.scalar(c))
@@ -284,7 +239,7 @@ class Emitter:
         if isinstance(e, A.BinOp) and e.op is B.MATMUL:
             name = self.matmul(e)
             return self.read_array(name, e.ty.layout, want, e.ty.dtype)
-        if isinstance(e, A.Call) and _is_reduction(e):
+        if isinstance(e, A.Call) and is_reduction(e):
             name, layout = self.reduction(e)
             return self.read_array(name, layout, want, e.ty.dtype)
         if isinstance(e, A.Call) and e.func == "zeros":
@@ -316,10 +271,10 @@ class Emitter:
         rt = reg(dt)
         self.emit(f"// layout conversion of {name} through shared memory")
         self.emit(self.barrier)
-        self.unrolled(have.slots, f"reinterpret_cast<{rt}*>({self.smem})[{_flat(have, shape)}] = {name}[tx_s];")
+        self.unrolled(have.slots, f"reinterpret_cast<{rt}*>({self.smem})[{flat_index(have, shape)}] = {name}[tx_s];")
         self.emit(self.barrier)
         self.emit(f"{rt} {out}[{want.slots}];")
-        self.unrolled(want.slots, f"{out}[tx_s] = reinterpret_cast<const {rt}*>({self.smem})[{_flat(want, shape)}];")
+        self.unrolled(want.slots, f"{out}[tx_s] = reinterpret_cast<const {rt}*>({self.smem})[{flat_index(want, shape)}];")
         return f"{out}[tx_s]"
 
     # ---- elementwise operators (shared by scalar and tile paths)
@@ -384,301 +339,6 @@ class Emitter:
 
     def round(self, expr: str, dt: DType) -> str:
         return f"{ROUND[dt]}({expr})" if dt in ROUND else expr
-
-    # ---- global memory: masked, vectorized tile loads and stores
-    def index_axes(self, e: A.Index):
-        """(tensor name, [(tensor axis, item)] in view order) of a tensor subscript."""
-        base = e.base
-        perm = None
-        if isinstance(base, A.Attr):
-            perm = base.ty.layout
-            base = base.obj
-        name = base.id
-        axes = []
-        for i, item in enumerate(e.items):
-            axes.append((perm[i] if perm else i, item))
-        return name, axes
-
-    def scalar_address(self, e: A.Index) -> tuple[str, str]:
-        name, axes = self.index_axes(e)
-        terms, oks = [], []
-        for ax, item in axes:
-            i = f"(long long)({self.scalar(item)})"
-            st = self.stride(name, ax)
-            terms.append(f"{i} * {st}" if st else i)
-            oks.append(f"(unsigned long long){i} < (unsigned long long){self.dim(name, ax)}")
-        return " + ".join(terms), " && ".join(oks)
-
-    def access(self, e: A.Index, layout: Layout, arr: str, store: bool) -> None:
-        """Emit a masked load of tensor subscript `e` into `arr` (or a store from it)."""
-        name, axes = self.index_axes(e)
-        dt = e.ty.dtype
-        self.helpers.add("tilex_mem.cuh")
-        idx_lines, terms, oks = [], [], []
-        tile_axis = 0
-        last_tensor_axis = len(self.tensors[name].type.dims) - 1
-        vec_axis = None
-        for ax, item in axes:
-            if isinstance(item, A.Slice):
-                start = self.scalar(item.start) if item.start is not None else "0"
-                iv = f"tx_i{ax}"
-                idx_lines.append(f"const long long {iv} = (long long)({start}) + ({layout.coord(tile_axis, 'tx_s')});")
-                if ax == last_tensor_axis and tile_axis == len(layout.dims) - 1:
-                    vec_axis = (iv, ax)
-                tile_axis += 1
-            else:
-                iv = f"tx_i{ax}"
-                idx_lines.append(f"const long long {iv} = (long long)({self.scalar(item)});")
-            st = self.stride(name, ax)
-            terms.append(f"{iv} * {st}" if st else iv)
-            if vec_axis is None or vec_axis[1] != ax:
-                oks.append(f"(unsigned long long){iv} < (unsigned long long){self.dim(name, ax)}")
-        vec = 1
-        root = layout.root
-        if vec_axis is not None and layout.dims[-1] == root.rank - 1 and root.vec_digit is not None \
-                and layout.digits and layout.digits[-1] == root.vec_digit:
-            vec = root.vec
-        ok = " && ".join(oks) or "true"
-        off = " + ".join(terms)
-        S, R = storage(dt), reg(dt)
-        if vec > 1:
-            iv, ax = vec_axis
-            first = f"-{iv}"
-            last = f"(long long){self.dim(name, ax)} - {iv}"
-            if store:
-                call = f"tilex_store_chunk<{vec}, {S}, {R}>({name}, {off}, {first}, {last}, {ok}, &{arr}[tx_s]);"
-            else:
-                other = self.other(e)
-                call = f"tilex_load_chunk<{vec}, {S}, {R}>(&{arr}[tx_s], {name}, {off}, {first}, {last}, {ok}, ({R})({other}));"
-            self.unrolled(layout.slots, " ".join(idx_lines + [call]), step=vec)
-            return
-        ok_all = " && ".join(oks + ([f"(unsigned long long){vec_axis[0]} < (unsigned long long){self.dim(name, vec_axis[1])}"] if vec_axis else [])) or "true"
-        if store:
-            body = f"if ({ok_all}) {name}[{off}] = tilex_io<{S}>::put({arr}[tx_s]);"
-        else:
-            body = f"{arr}[tx_s] = ({ok_all}) ? ({R})tilex_io<{S}>::get({name}[{off}]) : ({R})({self.other(e)});"
-        self.unrolled(layout.slots, " ".join(idx_lines + [body]))
-
-    def other(self, e: A.Index) -> str:
-        o = e.kwarg("other")
-        if o is None:
-            return "0"
-        return self.cast(self.scalar(o), o.ty.dtype, e.ty.dtype)
-
-    # ---- reductions
-    def reduction(self, e: A.Call) -> tuple[str, Layout | None]:
-        self.helpers.add("tilex_reduce.cuh")
-        x = e.args[0]
-        src, have = self.materialize(x)
-        func = e.func
-        arg = FUNCTIONS[func].kind == "argreduce"
-        dt = e.ty.dtype
-        acc_t = reg(x.ty.dtype.compute if not arg else x.ty.dtype.compute)
-        if func in ("sum", "mean"):
-            acc_t = reg(dt)
-        axis_kw = e.kwarg("axis")
-        keep = bool(e.kwarg("keepdims").value) if e.kwarg("keepdims") is not None else False
-        axes = [axis_kw.value] if axis_kw is not None else list(range(len(x.ty.shape)))
-        count = numel(tuple(x.ty.shape[a] for a in axes))
-        ident = _identity(func, acc_t)
-        cur, cur_idx, layout = src, None, have
-        first = True
-        for axis in sorted(axes, reverse=True):
-            out_l = layout.reduce(axis, keepdims=keep)
-            name = self.fresh("tx_rd")
-            self.emit(f"{acc_t} {name}[{out_l.slots}];")
-            self.unrolled(out_l.slots, f"{name}[tx_s] = {ident};")
-            idx = None
-            if arg:
-                idx = self.fresh("tx_ri")
-                self.emit(f"int {idx}[{out_l.slots}];")
-                self.unrolled(out_l.slots, f"{idx}[tx_s] = 0x7fffffff;")
-            m = out_l.slot_map(layout, "tx_s")
-            val = f"({acc_t}){cur}[tx_s]" if not (func in ("sum", "mean") and first) else self.cast(f"{cur}[tx_s]", x.ty.dtype, dt)
-            if arg:
-                pos = layout.coord(axis, "tx_s") if first else f"{cur_idx}[tx_s]"
-                self.unrolled(layout.slots, f"tilex_{func}_combine({name}[{m}], {idx}[{m}], {val}, {pos});")
-            else:
-                self.unrolled(layout.slots, f"{name}[{m}] = {_combine(func, acc_t, f'{name}[{m}]', val)};")
-            self.cross_thread(func, acc_t, name, idx, layout, axis, out_l)
-            cur, cur_idx, layout, first = name, idx, out_l, False
-        result = cur_idx if arg else cur
-        if func == "mean":
-            self.unrolled(layout.slots, f"{cur}[tx_s] = {cur}[tx_s] / ({acc_t}){count};")
-        if not e.ty.shape:
-            out = self.fresh("tx_red")
-            self.emit(f"const {reg(dt)} {out} = {result}[0];")
-            return out, None
-        return result, layout
-
-    def cross_thread(self, func, acc_t, name, idx, layout: Layout, axis: int, out_l: Layout) -> None:
-        plan = reduction_plan(layout, axis)
-        for off in plan.shuffles:
-            if idx is None:
-                self.unrolled(out_l.slots, f"{name}[tx_s] = {_combine(func, acc_t, f'{name}[tx_s]', f'tilex_shfl_xor({name}[tx_s], {off})')};")
-            else:
-                self.unrolled(out_l.slots, f"tilex_{func}_combine({name}[tx_s], {idx}[tx_s], tilex_shfl_xor({name}[tx_s], {off}), tilex_shfl_xor({idx}[tx_s], {off}));")
-        groups = plan.groups
-        if groups == 1:
-            return
-        outn = max(1, numel(out_l.shape))
-        flat = _flat(out_l, out_l.shape)
-        self.emit(f"// combine {groups} warps' partial {func}s through shared memory")
-        self.emit(self.barrier)
-        self.emit("{")
-        self.depth += 1
-        self.emit(f"{acc_t}* tx_sc = reinterpret_cast<{acc_t}*>({self.smem});")
-        pi = f"reinterpret_cast<int*>({self.smem} + {groups * outn * 4 if acc_t != 'double' and acc_t != 'long long' else groups * outn * 8})"
-        if idx is not None:
-            self.emit(f"int* tx_si = {pi};")
-        self.emit(f"const int tx_g = {plan.group_expr};")
-        write = f"tx_sc[tx_g * {outn} + {flat}] = {name}[tx_s];" + (f" tx_si[tx_g * {outn} + {flat}] = {idx}[tx_s];" if idx else "")
-        self.emit(f"if ({plan.writer}) {{")
-        self.depth += 1
-        self.unrolled(out_l.slots, write)
-        self.depth -= 1
-        self.emit("}")
-        self.emit(self.barrier)
-        if idx is None:
-            body = (f"{acc_t} tx_a = tx_sc[{flat}]; for (int tx_q = 1; tx_q < {groups}; ++tx_q) tx_a = {_combine(func, acc_t, 'tx_a', f'tx_sc[tx_q * {outn} + {flat}]')}; "
-                    f"{name}[tx_s] = tx_a;")
-        else:
-            body = (f"{acc_t} tx_a = tx_sc[{flat}]; int tx_ai = tx_si[{flat}]; for (int tx_q = 1; tx_q < {groups}; ++tx_q) tilex_{func}_combine(tx_a, tx_ai, tx_sc[tx_q * {outn} + {flat}], tx_si[tx_q * {outn} + {flat}]); "
-                    f"{name}[tx_s] = tx_a; {idx}[tx_s] = tx_ai;")
-        self.unrolled(out_l.slots, body)
-        self.depth -= 1
-        self.emit("}")
-
-    # ---- matmul (v0: operands staged in shared memory, f32 FMA at the result layout)
-    def stage(self, arr: str, layout: Layout, dst: str, ld: int, transpose: bool, S: str) -> None:
-        """Write a register tile into shared memory rows of `ld` elements ([row][col], or [col][row] if
-        `transpose`), as 4/8/16-byte vectors when the layout's vector runs along the stored row."""
-        r, c = (layout.coord(1), layout.coord(0)) if transpose else (layout.coord(0), layout.coord(1))
-        root = layout.root
-        along = 0 if transpose else 1
-        vec = root.vec if (root.vec_digit is not None and layout.digits and layout.digits[-1] == root.vec_digit
-                           and layout.dims[along] == root.rank - 1) else 1
-        vbytes = vec * (2 if S in ("tilex_bf16", "tilex_f16") else 4)
-        if vec > 1 and vbytes in (4, 8, 16) and (ld * vbytes // vec) % vbytes == 0:
-            vt = {4: "unsigned", 8: "uint2", 16: "uint4"}[vbytes]
-            self.unrolled(layout.slots, f"{S} tx_v[{vec}]; for (int tx_q = 0; tx_q < {vec}; ++tx_q) tx_v[tx_q] = tilex_io<{S}>::put({arr}[tx_s + tx_q]); "
-                                        f"*reinterpret_cast<{vt}*>(&{dst}[({r}) * {ld} + ({c})]) = *reinterpret_cast<const {vt}*>(tx_v);",
-                          step=vec)
-            return
-        self.unrolled(layout.slots, f"{dst}[({r}) * {ld} + ({c})] = tilex_io<{S}>::put({arr}[tx_s]);")
-
-    def matmul(self, e: A.BinOp) -> str:
-        resident = self.resident.get(e.lhs.id) if isinstance(e.lhs, A.Name) else None
-        a, la = self.materialize(e.lhs) if resident is None else (None, e.lhs.ty.layout)
-        b, lb = self.materialize(e.rhs)
-        (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
-        dt_in = e.lhs.ty.dtype
-        S = storage(dt_in)
-        lda, ldb = kk + MATMUL_PAD, n + MATMUL_PAD
-        out_l = e.ty.layout
-        name = self.fresh("tx_mm")
-        if isinstance(out_l.root, Fragment):  # tensor cores: ldmatrix + mma.sync into the fragment layout
-            from . import _env
-
-            # b goes to shared memory K-contiguous ([n][k], plain ldmatrix) when its registers run along K
-            # (a transposed tile, like k.T in attention), else [k][n] (ldmatrix.trans): vector stores either way
-            rb = lb.root
-            kmajor_b = rb.vec_digit is not None and lb.dims[0] == rb.rank - 1
-            ldb = kk + MATMUL_PAD if kmajor_b else n + MATMUL_PAD
-            self.emit(f"// {unparse(e)}: stage [{m}, {kk}] and [{kk}, {n}] {dt_in} tiles in shared memory, multiply with mma.sync")
-            self.emit(self.barrier)
-            self.emit("{")
-            self.depth += 1
-            # a already in this product's accumulator rows (p of an online softmax): A fragments from registers
-            ra = la.root
-            a_regs = (resident is None and isinstance(ra, Fragment) and la == Layout.of(ra)
-                      and ra.warps == (out_l.root.warps[0], 1) and out_l.root.warps[1] == 1 and ra.shape[0] == m)
-            self.emit(f"{S}* tx_As = reinterpret_cast<{S}*>({self.smem});")
-            self.emit(f"{S}* tx_Bs = tx_As + {m * lda};")
-            a_ptr = f"reinterpret_cast<const {S}*>({self.smem})"
-            if resident is not None:
-                a_ptr = f"reinterpret_cast<const {S}*>(tilex_smem + {resident[0]})"
-                lda = resident[1]
-            elif not a_regs:
-                self.stage(a, la, "tx_As", lda, False, S)
-            self.stage(b, lb, "tx_Bs", ldb, kmajor_b, S)
-            self.depth -= 1
-            self.emit("}")
-            self.emit(self.barrier)
-            self.emit(f"float {name}[{out_l.slots}];")
-            self.unrolled(out_l.slots, f"{name}[tx_s] = 0.0f;")
-            wm_, wn_ = out_l.root.warps
-            wm, wn = m // wm_, n // wn_
-            self.helpers.add("tilex_mma.cuh")
-            text = _env().get_template("matmul_mma_tile.j2").render(
-                S=S, m=m, k=kk, lda=lda, ldb=ldb, warps_n=wn_, wm=wm, wn=wn, rm=wm // 16, rn=wn // 8, acc=name,
-                kmajor_b=kmajor_b, a_regs=a if a_regs else None, a_blocks=kk // 8, a_ptr=a_ptr,
-                b_ptr=f"reinterpret_cast<const {S}*>({self.smem}) + {m * (kk + MATMUL_PAD)}")
-            for line in text.rstrip().splitlines():
-                self.emit(line)
-            return name
-        self.emit(f"// {unparse(e)}: stage [{m}, {kk}] and [{kk}, {n}] {dt_in} tiles in shared memory, accumulate in f32")
-        self.emit(self.barrier)
-        self.emit("{")
-        self.depth += 1
-        self.emit(f"{S}* tx_As = reinterpret_cast<{S}*>({self.smem});")
-        self.emit(f"{S}* tx_Bs = tx_As + {m * lda};")
-        self.unrolled(la.slots, f"tx_As[({la.coord(0)}) * {lda} + ({la.coord(1)})] = tilex_io<{S}>::put({a}[tx_s]);")
-        self.unrolled(lb.slots, f"tx_Bs[({lb.coord(0)}) * {ldb} + ({lb.coord(1)})] = tilex_io<{S}>::put({b}[tx_s]);")
-        self.depth -= 1
-        self.emit("}")
-        self.emit(self.barrier)
-        self.emit(f"float {name}[{out_l.slots}];")
-        self.unrolled(out_l.slots, f"{name}[tx_s] = 0.0f;")
-        self.emit("{")
-        self.depth += 1
-        self.emit(f"const {S}* tx_As = reinterpret_cast<const {S}*>({self.smem});")
-        self.emit(f"const {S}* tx_Bs = tx_As + {m * lda};")
-        self.emit(f"for (int tx_k = 0; tx_k < {kk}; ++tx_k) {{")
-        self.depth += 1
-        self.unrolled(out_l.slots, f"{name}[tx_s] += (float)tilex_io<{S}>::get(tx_As[({out_l.coord(0)}) * {lda} + tx_k]) * "
-                                   f"(float)tilex_io<{S}>::get(tx_Bs[tx_k * {ldb} + ({out_l.coord(1)})]);")
-        self.depth -= 1
-        self.emit("}")
-        self.depth -= 1
-        self.emit("}")
-        return name
-
-
-def _flat(layout: Layout, shape: tuple) -> str:
-    """C expression: row-major flat index in `shape` of slot s's element."""
-    terms = []
-    for i in range(len(shape)):
-        stride = numel(shape[i + 1:])
-        c = layout.coord(i, "tx_s")
-        if c == "0":
-            continue
-        terms.append(f"({c}) * {stride}" if stride > 1 else f"({c})")
-    return " + ".join(terms) or "0"
-
-
-def _is_reduction(e: A.Call) -> bool:
-    kind = FUNCTIONS[e.func].kind
-    return kind in ("reduce", "argreduce") or (kind == "minmax" and len(e.args) == 1)
-
-
-def _identity(func: str, t: str) -> str:
-    if func in ("sum", "mean"):
-        return "0"
-    if func in ("max", "argmax"):
-        return {"float": "__int_as_float(0xff800000)", "double": "-__longlong_as_double(0x7ff0000000000000LL)",
-                "int": "(-2147483647 - 1)", "long long": "(-9223372036854775807LL - 1)", "bool": "false"}[t]
-    return {"float": "__int_as_float(0x7f800000)", "double": "__longlong_as_double(0x7ff0000000000000LL)",
-            "int": "2147483647", "long long": "9223372036854775807LL", "bool": "true"}[t]
-
-
-def _combine(func: str, t: str, a: str, b: str) -> str:
-    if func in ("sum", "mean"):
-        return f"{a} + {b}"
-    if t in ("float", "double"):
-        return f"f{func}{'f' if t == 'float' else ''}({a}, {b})"
-    return f"({a} {'>' if func == 'max' else '<'} {b} ? {a} : {b})"
-
 
 def _reads(e: A.Expr, name: str) -> bool:
     if isinstance(e, A.Name):

@@ -1,15 +1,22 @@
-"""Emission of planned tensor-core main loops (`passes/plan_matmul.py`) from Jinja templates.
+"""Emission of `@`: planned tensor-core main loops and products of register tiles, from Jinja templates.
 
 `templates/matmul_mma.j2` (cp.async + ldmatrix + mma.sync) and `templates/matmul_wgmma.j2`
-(TMA + mbarriers + wgmma, warp-specialized) hold the loop skeletons; this module fills in
-the operand geometry (tensor names, slice starts, dims, shared-memory offsets) and the
-per-shape `wgmma` instruction wrappers, and records the TMA descriptors the host must pass.
+(TMA + mbarriers + wgmma, warp-specialized) hold the main-loop skeletons (`passes/plan_matmul.py`
+decides which); this module fills in the operand geometry (tensor names, slice starts, dims,
+shared-memory offsets) and the per-shape `wgmma` instruction wrappers, and records the TMA
+descriptors the host must pass. `templates/matmul_mma_tile.j2` multiplies register tiles staged
+in shared memory (attention's `q @ k.T`, `p @ v`); f32 or odd-shaped tiles use FMAs.
 """
 from __future__ import annotations
 
+from .. import ast as A
+from ..exprs import unparse
+from ..layout import Fragment, Layout
+from ..passes.infer_memory import MATMUL_PAD
 from ..passes.plan_matmul import MMA_PAD, SWIZZLE_ELEMS, MatmulPlan
 from ..spec import TmaMap
 from ..types import DType
+from .c import storage
 
 PTX_TYPE = {DType.BF16: "bf16", DType.F16: "f16"}
 PRODUCER_REGS = 40
@@ -122,9 +129,125 @@ def _plus(expr: str, c: int) -> str:
 
 
 def _text(s) -> str:
-    from ..exprs import unparse
-
     lines = [f"for {s.var} in pipeline({unparse(s.start)}, {unparse(s.stop)}, {unparse(s.step)}, stages = {s.stages}):"]
     for st in s.body.stmts:
         lines.append(f"    {st.name} += {unparse(st.value.rhs if isinstance(st.value.rhs, type(st.value)) else st.value.lhs)}")
     return " ".join(lines)
+
+
+class MatmulEmission:
+    """Emitter methods for `@`: planned main loops and products of register tiles (mixed into `emit.Emitter`)."""
+
+    def planned_loop(self, s: A.For) -> None:
+        """A tensor-core main loop, from its template (see codegen/matmul.py)."""
+        from . import _env
+        from .matmul import render_mma, render_wgmma
+
+        plan = s.plan
+        if plan.strategy == "wgmma":
+            ctx = render_wgmma(self, s, plan)
+        else:
+            ctx = render_mma(self, s, plan)
+        text = _env().get_template(f"matmul_{plan.strategy}.j2").render(barrier=self.barrier, **ctx)
+        for line in text.rstrip().splitlines():
+            self.emit(line)
+        if plan.strategy == "wgmma":
+            self.barrier = f'asm volatile("bar.sync 1, {plan.consumers};" ::: "memory");'
+
+    def tma_map(self, tensor: str, box_rows: int) -> str:
+        return next(m.param for m in self.tma_maps if m.tensor == tensor and m.box_rows == box_rows)
+
+    # ---- matmul (v0: operands staged in shared memory, f32 FMA at the result layout)
+    def stage(self, arr: str, layout: Layout, dst: str, ld: int, transpose: bool, S: str) -> None:
+        """Write a register tile into shared memory rows of `ld` elements ([row][col], or [col][row] if
+        `transpose`), as 4/8/16-byte vectors when the layout's vector runs along the stored row."""
+        r, c = (layout.coord(1), layout.coord(0)) if transpose else (layout.coord(0), layout.coord(1))
+        root = layout.root
+        along = 0 if transpose else 1
+        vec = root.vec if (root.vec_digit is not None and layout.digits and layout.digits[-1] == root.vec_digit
+                           and layout.dims[along] == root.rank - 1) else 1
+        vbytes = vec * (2 if S in ("tilex_bf16", "tilex_f16") else 4)
+        if vec > 1 and vbytes in (4, 8, 16) and (ld * vbytes // vec) % vbytes == 0:
+            vt = {4: "unsigned", 8: "uint2", 16: "uint4"}[vbytes]
+            self.unrolled(layout.slots, f"{S} tx_v[{vec}]; for (int tx_q = 0; tx_q < {vec}; ++tx_q) tx_v[tx_q] = tilex_io<{S}>::put({arr}[tx_s + tx_q]); "
+                                        f"*reinterpret_cast<{vt}*>(&{dst}[({r}) * {ld} + ({c})]) = *reinterpret_cast<const {vt}*>(tx_v);",
+                          step=vec)
+            return
+        self.unrolled(layout.slots, f"{dst}[({r}) * {ld} + ({c})] = tilex_io<{S}>::put({arr}[tx_s]);")
+
+    def matmul(self, e: A.BinOp) -> str:
+        resident = self.resident.get(e.lhs.id) if isinstance(e.lhs, A.Name) else None
+        a, la = self.materialize(e.lhs) if resident is None else (None, e.lhs.ty.layout)
+        b, lb = self.materialize(e.rhs)
+        (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
+        dt_in = e.lhs.ty.dtype
+        S = storage(dt_in)
+        lda, ldb = kk + MATMUL_PAD, n + MATMUL_PAD
+        out_l = e.ty.layout
+        name = self.fresh("tx_mm")
+        if isinstance(out_l.root, Fragment):  # tensor cores: ldmatrix + mma.sync into the fragment layout
+            from . import _env
+
+            # b goes to shared memory K-contiguous ([n][k], plain ldmatrix) when its registers run along K
+            # (a transposed tile, like k.T in attention), else [k][n] (ldmatrix.trans): vector stores either way
+            rb = lb.root
+            kmajor_b = rb.vec_digit is not None and lb.dims[0] == rb.rank - 1
+            ldb = kk + MATMUL_PAD if kmajor_b else n + MATMUL_PAD
+            self.emit(f"// {unparse(e)}: stage [{m}, {kk}] and [{kk}, {n}] {dt_in} tiles in shared memory, multiply with mma.sync")
+            self.emit(self.barrier)
+            self.emit("{")
+            self.depth += 1
+            # a already in this product's accumulator rows (p of an online softmax): A fragments from registers
+            ra = la.root
+            a_regs = (resident is None and isinstance(ra, Fragment) and la == Layout.of(ra)
+                      and ra.warps == (out_l.root.warps[0], 1) and out_l.root.warps[1] == 1 and ra.shape[0] == m)
+            self.emit(f"{S}* tx_As = reinterpret_cast<{S}*>({self.smem});")
+            self.emit(f"{S}* tx_Bs = tx_As + {m * lda};")
+            a_ptr = f"reinterpret_cast<const {S}*>({self.smem})"
+            if resident is not None:
+                a_ptr = f"reinterpret_cast<const {S}*>(tilex_smem + {resident[0]})"
+                lda = resident[1]
+            elif not a_regs:
+                self.stage(a, la, "tx_As", lda, False, S)
+            self.stage(b, lb, "tx_Bs", ldb, kmajor_b, S)
+            self.depth -= 1
+            self.emit("}")
+            self.emit(self.barrier)
+            self.emit(f"float {name}[{out_l.slots}];")
+            self.unrolled(out_l.slots, f"{name}[tx_s] = 0.0f;")
+            wm_, wn_ = out_l.root.warps
+            wm, wn = m // wm_, n // wn_
+            self.helpers.add("tilex_mma.cuh")
+            text = _env().get_template("matmul_mma_tile.j2").render(
+                S=S, m=m, k=kk, lda=lda, ldb=ldb, warps_n=wn_, wm=wm, wn=wn, rm=wm // 16, rn=wn // 8, acc=name,
+                kmajor_b=kmajor_b, a_regs=a if a_regs else None, a_blocks=kk // 8, a_ptr=a_ptr,
+                b_ptr=f"reinterpret_cast<const {S}*>({self.smem}) + {m * (kk + MATMUL_PAD)}")
+            for line in text.rstrip().splitlines():
+                self.emit(line)
+            return name
+        self.emit(f"// {unparse(e)}: stage [{m}, {kk}] and [{kk}, {n}] {dt_in} tiles in shared memory, accumulate in f32")
+        self.emit(self.barrier)
+        self.emit("{")
+        self.depth += 1
+        self.emit(f"{S}* tx_As = reinterpret_cast<{S}*>({self.smem});")
+        self.emit(f"{S}* tx_Bs = tx_As + {m * lda};")
+        self.unrolled(la.slots, f"tx_As[({la.coord(0)}) * {lda} + ({la.coord(1)})] = tilex_io<{S}>::put({a}[tx_s]);")
+        self.unrolled(lb.slots, f"tx_Bs[({lb.coord(0)}) * {ldb} + ({lb.coord(1)})] = tilex_io<{S}>::put({b}[tx_s]);")
+        self.depth -= 1
+        self.emit("}")
+        self.emit(self.barrier)
+        self.emit(f"float {name}[{out_l.slots}];")
+        self.unrolled(out_l.slots, f"{name}[tx_s] = 0.0f;")
+        self.emit("{")
+        self.depth += 1
+        self.emit(f"const {S}* tx_As = reinterpret_cast<const {S}*>({self.smem});")
+        self.emit(f"const {S}* tx_Bs = tx_As + {m * lda};")
+        self.emit(f"for (int tx_k = 0; tx_k < {kk}; ++tx_k) {{")
+        self.depth += 1
+        self.unrolled(out_l.slots, f"{name}[tx_s] += (float)tilex_io<{S}>::get(tx_As[({out_l.coord(0)}) * {lda} + tx_k]) * "
+                                   f"(float)tilex_io<{S}>::get(tx_Bs[tx_k * {ldb} + ({out_l.coord(1)})]);")
+        self.depth -= 1
+        self.emit("}")
+        self.depth -= 1
+        self.emit("}")
+        return name

@@ -7,25 +7,16 @@ Signatures follow torch.nn.functional where an equivalent exists. See docs/stdli
 from __future__ import annotations
 
 from .activations import gelu_and_mul, silu_and_mul, softmax
+from .attention import attention_decode, attention_prefill
 from .embedding import embedding
 from .kvcache import kv_cache_write
 from .norms import fused_add_rms_norm, layer_norm, rms_norm
 from .rope import rope
+from .linear import gated_mlp, linear
 from .sampling import argmax, sample
-
-# linear.py and attention.py are written by other engineers; guarded until they land.
-try:
-    from .linear import gated_mlp, linear
-except ImportError:  # pragma: no cover - module not there yet
-    pass
-try:
-    from .attention import attention_decode, attention_prefill
-except ImportError:  # pragma: no cover - module not there yet
-    pass
 
 __all__ = [
     "rms_norm", "fused_add_rms_norm", "layer_norm", "rope", "silu_and_mul", "gelu_and_mul",
     "softmax", "embedding", "kv_cache_write", "argmax", "sample",
     "linear", "gated_mlp", "attention_prefill", "attention_decode",
 ]
-__all__ = [n for n in __all__ if n in globals()]

@@ -1,0 +1,90 @@
+"""Global-memory access of tiles: masked, vectorized loads and stores over a tensor's valid region."""
+from __future__ import annotations
+
+from .. import ast as A
+from ..layout import Layout
+from .c import reg, storage
+
+
+class GlobalAccess:
+    """Emitter methods for tensor subscripts (mixed into `emit.Emitter`)."""
+
+    # ---- global memory: masked, vectorized tile loads and stores
+    def index_axes(self, e: A.Index):
+        """(tensor name, [(tensor axis, item)] in view order) of a tensor subscript."""
+        base = e.base
+        perm = None
+        if isinstance(base, A.Attr):
+            perm = base.ty.layout
+            base = base.obj
+        name = base.id
+        axes = []
+        for i, item in enumerate(e.items):
+            axes.append((perm[i] if perm else i, item))
+        return name, axes
+
+    def scalar_address(self, e: A.Index) -> tuple[str, str]:
+        name, axes = self.index_axes(e)
+        terms, oks = [], []
+        for ax, item in axes:
+            i = f"(long long)({self.scalar(item)})"
+            st = self.stride(name, ax)
+            terms.append(f"{i} * {st}" if st else i)
+            oks.append(f"(unsigned long long){i} < (unsigned long long){self.dim(name, ax)}")
+        return " + ".join(terms), " && ".join(oks)
+
+    def access(self, e: A.Index, layout: Layout, arr: str, store: bool) -> None:
+        """Emit a masked load of tensor subscript `e` into `arr` (or a store from it)."""
+        name, axes = self.index_axes(e)
+        dt = e.ty.dtype
+        self.helpers.add("tilex_mem.cuh")
+        idx_lines, terms, oks = [], [], []
+        tile_axis = 0
+        last_tensor_axis = len(self.tensors[name].type.dims) - 1
+        vec_axis = None
+        for ax, item in axes:
+            if isinstance(item, A.Slice):
+                start = self.scalar(item.start) if item.start is not None else "0"
+                iv = f"tx_i{ax}"
+                idx_lines.append(f"const long long {iv} = (long long)({start}) + ({layout.coord(tile_axis, 'tx_s')});")
+                if ax == last_tensor_axis and tile_axis == len(layout.dims) - 1:
+                    vec_axis = (iv, ax)
+                tile_axis += 1
+            else:
+                iv = f"tx_i{ax}"
+                idx_lines.append(f"const long long {iv} = (long long)({self.scalar(item)});")
+            st = self.stride(name, ax)
+            terms.append(f"{iv} * {st}" if st else iv)
+            if vec_axis is None or vec_axis[1] != ax:
+                oks.append(f"(unsigned long long){iv} < (unsigned long long){self.dim(name, ax)}")
+        vec = 1
+        root = layout.root
+        if vec_axis is not None and layout.dims[-1] == root.rank - 1 and root.vec_digit is not None \
+                and layout.digits and layout.digits[-1] == root.vec_digit:
+            vec = root.vec
+        ok = " && ".join(oks) or "true"
+        off = " + ".join(terms)
+        S, R = storage(dt), reg(dt)
+        if vec > 1:
+            iv, ax = vec_axis
+            first = f"-{iv}"
+            last = f"(long long){self.dim(name, ax)} - {iv}"
+            if store:
+                call = f"tilex_store_chunk<{vec}, {S}, {R}>({name}, {off}, {first}, {last}, {ok}, &{arr}[tx_s]);"
+            else:
+                other = self.other(e)
+                call = f"tilex_load_chunk<{vec}, {S}, {R}>(&{arr}[tx_s], {name}, {off}, {first}, {last}, {ok}, ({R})({other}));"
+            self.unrolled(layout.slots, " ".join(idx_lines + [call]), step=vec)
+            return
+        ok_all = " && ".join(oks + ([f"(unsigned long long){vec_axis[0]} < (unsigned long long){self.dim(name, vec_axis[1])}"] if vec_axis else [])) or "true"
+        if store:
+            body = f"if ({ok_all}) {name}[{off}] = tilex_io<{S}>::put({arr}[tx_s]);"
+        else:
+            body = f"{arr}[tx_s] = ({ok_all}) ? ({R})tilex_io<{S}>::get({name}[{off}]) : ({R})({self.other(e)});"
+        self.unrolled(layout.slots, " ".join(idx_lines + [body]))
+
+    def other(self, e: A.Index) -> str:
+        o = e.kwarg("other")
+        if o is None:
+            return "0"
+        return self.cast(self.scalar(o), o.ty.dtype, e.ty.dtype)
