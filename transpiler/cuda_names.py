@@ -34,6 +34,23 @@ def reserved_reason(name: str) -> str | None:
     return None
 
 
+# CUDA built-in variables the generated code reads
+BUILTIN_VARIABLES: frozenset[str] = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"})
+
+
+def identifier_reason(name: str) -> str | None:
+    """Why `name` cannot be a parameter, variable or shape symbol (a C++ identifier inside the kernel), or None."""
+    if name.startswith("_") or "__" in name:
+        return "C++ reserves names that start with '_' or contain '__'"
+    if name in KEYWORDS and name != "main":
+        return f"'{name}' is a C++ keyword"
+    if name in MACROS:
+        return f"the CUDA or C library headers define a macro '{name}'"
+    if name in BUILTIN_VARIABLES:
+        return f"'{name}' is a CUDA built-in variable the generated code uses"
+    return None
+
+
 # C++ keywords and alternative tokens (and/or/not are .tile keywords already), and main
 KEYWORDS: frozenset[str] = frozenset("""
 alignas alignof and_eq asm auto bitand bitor break case catch char char16_t char32_t char8_t class

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from .. import ast as A
 from ..builtins import FUNCTIONS
-from ..cuda_names import reserved_reason
+from ..cuda_names import identifier_reason, reserved_reason
 from ..diagnostics import CompileError, Span
 from .base import Rewriter, fail
 
@@ -110,6 +110,10 @@ def _resolve_kernel(k: A.Kernel, defines: dict, source: str) -> A.Kernel:
     symbol_of: dict[str, str] = {}  # shape symbol -> the tensor parameter that first uses it
     params = []
     for p in k.params:
+        why = identifier_reason(p.name)
+        if why is not None:
+            raise CompileError(f"parameter name '{p.name}' cannot be used in CUDA C++: {why}", p.span,
+                               ("rename the parameter",))
         if kinds.get(p.name) is A.NameKind.SYMBOL:
             raise CompileError(f"'{p.name}' is already a shape symbol", p.span, (
                 f"'{p.name}' is a dimension of '{symbol_of[p.name]}' and takes its value from that tensor's shape; "
@@ -126,6 +130,10 @@ def _resolve_kernel(k: A.Kernel, defines: dict, source: str) -> A.Kernel:
                     if d.id in kinds and kinds[d.id] is not A.NameKind.SYMBOL:
                         raise CompileError(f"'{d.id}' is a parameter and cannot name a dimension", d.span)
                     if d.id not in symbols:
+                        why = identifier_reason(d.id)
+                        if why is not None:
+                            raise CompileError(f"shape symbol '{d.id}' cannot be used in CUDA C++: {why}", d.span,
+                                               ("rename the dimension",))
                         symbols.append(d.id)
                         symbol_of[d.id] = p.name
                     kinds[d.id] = A.NameKind.SYMBOL
@@ -221,6 +229,9 @@ class _Resolver(Rewriter):
     def _bind(self, name: str, kind: A.NameKind, stmt) -> None:
         if name.startswith(("tx_", "tilex")):
             fail(f"names starting with 'tx_' or 'tilex' are reserved for generated code: rename '{name}'")
+        why = identifier_reason(name)
+        if why is not None:
+            fail(f"'{name}' cannot be a variable name in CUDA C++: {why}", "rename it")
         prior = self.lookup(name)
         if prior in (A.NameKind.TENSOR, A.NameKind.SCALAR_PARAM, A.NameKind.SYMBOL):
             fail(f"cannot assign to '{name}': it is a {prior.value}")
