@@ -337,3 +337,18 @@ def test_mma_ring_waits_for_readers_of_scratch_shared_memory():
     last_read = body.rindex("tx_sc[", 0, body.index("tx_fill"))
     first_fill = body.index("tx_fill(tx_q, tx_q)")
     assert "__syncthreads();" in body[last_read:first_fill]
+
+
+def test_wgmma_says_when_warps_is_ignored():
+    """wgmma fixes its warps (one consumer warpgroup per 64 rows): a different WARPS is reported, not obeyed silently."""
+    from pathlib import Path
+
+    from tilex.explain import explain
+    from tilex.pipeline import Options, compile_program
+
+    text = (Path(__file__).resolve().parents[1] / "stdlib_kernels" / "linear.tile").read_text()
+    text = text.replace("STAGES: int = 4, GROUP: int = 8>(\n    x: bf16[M, K], w: bf16[N, K], y: out bf16[M, N])\n    where",
+                        "STAGES: int = 4, GROUP: int = 8, WARPS: int = 4>(\n    x: bf16[M, K], w: bf16[N, K], y: out bf16[M, N])\n    where", 1)
+    prog = compile_program(text, "linear.tile", Options(arch="sm_90a", kernel="linear"))
+    loop = explain(prog)[0]["matmul_loops"][0]
+    assert loop["strategy"] == "wgmma" and "WARPS=4 ignored" in loop["note"]

@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import ast as A
+from ..diagnostics import CompileError
 from ..exprs import unparse
 from ..types import DType
 from .base import Rewriter
@@ -187,11 +188,18 @@ class _Planner(Rewriter):
             while stages > 2 and stages * per_stage + 1024 + 16 * stages > limit:
                 stages -= 1  # the pipeline depth is a request: a shallower ring that fits beats an error
             self.specialized = True
+            notes = [] if stages == asked else [f"{asked} stages do not fit in shared memory: using {stages}"]
+            warps = _define(self.k, "WARPS")
+            if isinstance(warps, int) and warps != bm // 16:
+                notes.append(f"WARPS={warps} ignored: wgmma takes one consumer warpgroup per 64 rows ({bm // 16} warps)")
             return MatmulPlan("wgmma", bm, bn, bk, stages, dt, products, bm // 16, 1, bm // 64 * 128, 128,
-                              stages * per_stage + 1024 + 16 * stages,
-                              "" if stages == asked else f"{asked} stages do not fit in shared memory: using {stages}")
+                              stages * per_stage + 1024 + 16 * stages, "; ".join(notes))
         warps = _define(self.k, "WARPS")
         wm, wn = _warp_grid(bm, bn, warps if isinstance(warps, int) else None, len(products))
+        if isinstance(warps, int) and wm * wn != warps:
+            raise CompileError(f"WARPS={warps} cannot split the {bm}x{bn} accumulator of this loop into warp tiles of "
+                               f"at least 16x16 ({wm * wn} warps can)", s.span,
+                               (f"use -D WARPS={wm * wn}, or larger tiles",))
         if (bm // wm) % 16 or (bn // wn) % 16:
             return None
         if not all(p.b.kmajor for p in products) and any(p.b.kmajor for p in products):
