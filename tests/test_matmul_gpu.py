@@ -34,6 +34,25 @@ kernel mm<BM: int = 128, BN: int = 128, BK: int = 64, STAGES: int = 3>(a: bf16[M
 """
 
 
+# an epilogue of ordinary tile code on the accumulator: scale, bias, gelu, residual add, cast
+EPILOGUE = """
+kernel mlp_out<BM: int = 128, BN: int = 128, BK: int = 64, STAGES: int = 4>(
+    x: bf16[M, K], w: bf16[N, K], b: bf16[N], r: bf16[M, N], y: out bf16[M, N], alpha: f32)
+    where K % 8 == 0
+    grid (cdiv(M, BM), cdiv(N, BN))
+{
+    m = program_id(0) * BM
+    n = program_id(1) * BN
+    acc = zeros(f32[BM, BN])
+    for k in pipeline(0, K, BK, stages = STAGES) {
+        acc += x[m : m + BM, k : k + BK] @ w[n : n + BN, k : k + BK].T
+    }
+    h = gelu(acc * alpha + b[n : n + BN][None, :].to(f32))
+    y[m : m + BM, n : n + BN] = (h + r[m : m + BM, n : n + BN].to(f32)).to(bf16)
+}
+"""
+
+
 def _torch():
     return pytest.importorskip("torch")
 
@@ -151,3 +170,13 @@ def test_linear_empty_k_gives_zeros():
     x, w = torch.empty(4, 0, device="cuda", dtype=torch.bfloat16), torch.empty(64, 0, device="cuda", dtype=torch.bfloat16)
     y = linear(x, w)
     assert y.shape == (4, 64) and torch.equal(y.float(), torch.zeros(4, 64, device="cuda"))
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 128, 64), (130, 264, 200), (256, 384, 512)])
+def test_fused_epilogue_scale_bias_gelu_residual(m, n, k):
+    torch = _torch()
+    x, w, b, r = _rand(m, k, seed=23), _rand(n, k, seed=24), _rand(n, seed=25), _rand(m, n, seed=26)
+    y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    tilex.compile(EPILOGUE).mlp_out(x, w, b, r, y, alpha=0.5)
+    ref = torch.nn.functional.gelu((x.float() @ w.float().T) * 0.5 + b.float()) + r.float()
+    assert _rel(y, ref) <= 1e-2

@@ -58,3 +58,23 @@ def test_plan_reasons():
 
     F().walk(prog.kernels[0].body)
     assert plans[0].strategy == "mma" and "K % 8 == 0" in plans[0].why
+
+
+def test_fused_epilogue_compiles_on_the_wgmma_path(tmp_path):
+    """Scale, bias, gelu and a residual add after the loop: one wgmma kernel, no shared-memory round trip
+    for the epilogue, built by nvcc for sm_90a."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_matmul_gpu import EPILOGUE
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not found on PATH")
+    t = translate(EPILOGUE, "epilogue.tile", Options(arch="sm_90a"))
+    assert "wgmma.mma_async" in t.cuda
+    assert "layout conversion" not in t.cuda  # the epilogue runs on the accumulator fragments in registers
+    (tmp_path / "k.cu").write_text(t.cuda)
+    proc = subprocess.run([nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "k.cu", "-o", "k.cubin"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
