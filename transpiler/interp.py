@@ -239,6 +239,12 @@ class _Interp:
 
     def s_store(self, s: A.Store) -> None:
         t = s.target
+        if _gathers(t):  # a scatter: valid elements only; with repeated indices one of the writes wins
+            view, idx, valid = self.gather(t)
+            v = np.broadcast_to(self.ev_as(s.value, t.ty.dtype), t.ty.shape)
+            if valid.any():
+                view[tuple(i[valid] for i in idx)] = v[valid]
+            return
         view, src, dst, inside = self.window(t)
         if not inside:
             return
@@ -419,12 +425,45 @@ class _Interp:
                 src.append(i)
         return view, tuple(src), tuple(dst), inside
 
+    def gather(self, e: A.Index):
+        """(view, index arrays, valid mask) of a subscript with index tiles, all shaped like the tile.
+
+        Index tiles give the tile's first axis, slices the following ones, scalars none; an element
+        is valid when every one of its indices is inside the tensor.
+        """
+        view = self.tensor_view(e.base)
+        shape = e.ty.shape
+        rank = len(shape)
+        idx, valid, k = [], np.ones(shape, dtype=bool), 1
+        for axis, item in enumerate(e.items):
+            dim = view.shape[axis]
+            if isinstance(item, A.Slice):
+                start = 0 if item.start is None else int(self.ev(item.start))
+                v = (start + np.arange(shape[k], dtype=np.int64)).reshape((1,) * k + (shape[k],) + (1,) * (rank - k - 1))
+                k += 1
+            elif item.ty.shape:
+                v = np.asarray(self.ev(item), dtype=np.int64).reshape((shape[0],) + (1,) * (rank - 1))
+            else:
+                v = np.int64(int(self.ev(item)))
+            v = np.broadcast_to(v, shape)
+            valid &= (v >= 0) & (v < dim)
+            idx.append(np.clip(v, 0, max(dim - 1, 0)))
+        return view, tuple(idx), valid
+
     def e_index(self, e: A.Index):
         base = e.base
         if base.ty.what != "tensor":
             v = self.ev(base)
             idx = tuple(None if isinstance(i, A.NewAxis) else slice(None) for i in e.items)
             return np.asarray(v)[idx]
+        if _gathers(e):
+            view, idx, valid = self.gather(e)
+            other = e.kwarg("other")
+            fill = cast(self.ev(other), e.ty.dtype) if other is not None else _lit(0, e.ty.dtype)
+            out = np.full(e.ty.shape, fill, dtype=_NP[e.ty.dtype])
+            if valid.any():
+                out[valid] = view[tuple(i[valid] for i in idx)]
+            return out
         view, src, dst, inside = self.window(e)
         shape = e.ty.shape
         if inside and all(d.start == 0 and d.stop == n for d, n in zip(dst, shape)):
@@ -438,6 +477,11 @@ class _Interp:
         if inside:
             out[dst] = view[src]
         return out
+
+
+def _gathers(e: A.Index) -> bool:
+    """True if a tensor subscript has index tiles (a gather, or a scatter when stored to)."""
+    return any(not isinstance(i, (A.Slice, A.NewAxis)) and i.ty.shape for i in e.items)
 
 
 # ---------------------------------------------------------------- entry points

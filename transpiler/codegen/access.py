@@ -39,11 +39,17 @@ class GlobalAccess:
         dt = e.ty.dtype
         self.helpers.add("tilex_mem.cuh")
         idx_lines, terms, oks = [], [], []
-        tile_axis = 0
+        # index tiles (a gather/scatter) give tile axis 0: each slot reads its row's index in registers
+        gathered = any(not isinstance(item, A.Slice) and item.ty.shape for _, item in axes)
+        rows = Layout(layout.root, (layout.dims[0],), layout.digits) if gathered else None
+        tile_axis = 1 if gathered else 0
         last_tensor_axis = len(self.tensors[name].type.dims) - 1
         vec_axis = None
         for ax, item in axes:
-            if isinstance(item, A.Slice):
+            if not isinstance(item, A.Slice) and item.ty.shape:
+                iv = f"tx_i{ax}"
+                idx_lines.append(f"const long long {iv} = (long long)({self.tile(item, rows)});")
+            elif isinstance(item, A.Slice):
                 start = self.scalar(item.start) if item.start is not None else "0"
                 iv = f"tx_i{ax}"
                 idx_lines.append(f"const long long {iv} = (long long)({start}) + ({layout.coord(tile_axis, 'tx_s')});")

@@ -366,8 +366,11 @@ class _Memory(Rewriter):
         if hasattr(e, "kwargs"):
             changes["kwargs"] = tuple((k, self.assign(v)) for k, v in e.kwargs)
         if isinstance(e, A.Index):
-            changes["items"] = tuple(self.assign(i) if not isinstance(i, A.Slice) else
-                                     replace(i, start=self.assign(i.start), stop=self.assign(i.stop)) for i in e.items)
+            # index tiles (a gather) are read at the rows of the result: the view of its first axis
+            rows = Layout(layout.root, (layout.dims[0],), layout.digits) if layout is not None and layout.dims else None
+            changes["items"] = tuple(
+                replace(i, start=self.assign(i.start), stop=self.assign(i.stop)) if isinstance(i, A.Slice)
+                else self.assign(i, rows if _is_tile(i) else None) for i in e.items)
             changes["base"] = self.assign(e.base)
         return replace(e, **changes, ty=replace(e.ty, space=space, layout=layout))
 

@@ -211,7 +211,19 @@ class _Shapes(Rewriter):
         if len(real) != len(e.items):
             fail("None (new axis) applies to tiles, not to tensor reads; index the tile afterwards")
         shape = []
+        gather = None  # length of the index tiles (a gather/scatter through them)
         for axis, (item, dim) in enumerate(zip(e.items, dims)):
+            if not isinstance(item, A.Slice) and item.ty.shape:
+                if len(item.ty.shape) != 1:
+                    fail(f"index {axis} of '{unparse(e.base)}' is a tile of shape {show(item.ty.shape)}; "
+                         f"an index tile must be 1-D (one row of the result per element)")
+                if shape:
+                    fail("index tiles must come before the slices (the gathered axis is the tile's first)",
+                         f"write {unparse(e.base)}[rows, ..., a : b] rather than putting ':' ranges first")
+                if gather is not None and gather != item.ty.shape[0]:
+                    fail(f"index tiles of '{unparse(e.base)}' must have one length, got {gather} and {item.ty.shape[0]}")
+                gather = item.ty.shape[0]
+                continue
             if isinstance(item, A.Slice):
                 if item.start is None and item.stop is None:
                     if not isinstance(dim, int):
@@ -230,7 +242,7 @@ class _Shapes(Rewriter):
                 shape.append(n)
             else:
                 self._scalar(item, f"index {axis} of '{unparse(e.base)}'")
-        shape = tuple(shape)
+        shape = tuple(shape) if gather is None else (gather, *shape)
         if shape:
             _check_tile(shape, f"the tile read from '{unparse(e.base)}'")
         return _with(e, shape)
