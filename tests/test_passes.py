@@ -550,7 +550,7 @@ def test_every_value_has_a_static_shape_after_infer_shapes():
     ("    r = zeros(f32[4, 4])[:]", "a tile of shape [4, 4] needs 2 ':' in its subscript, got 1"),
     ("    r = c[None, 0 : 4]", "None (new axis) applies to tiles, not to tensor reads; index the tile afterwards"),
     ("    r = s[0]", "a scalar cannot be indexed; use full(f32[N], v) to make a tile of it"),
-    ("    r = c[zeros(i32[4, 4])]", "index 0 of 'c' is a tile of shape [4, 4]; an index tile must be 1-D"),
+    ("    r = c[zeros(i32[4, 4])]", "index 0 of 'c' is a tile of shape [4, 4]; an index tile must be 1-D (one row of the result per element)"),
     ("    r = program_id(3)", "program_id(3): the grid has 1 dimension"),
     ("    r = num_programs(n)", "the axis of num_programs() must be a compile-time constant, got 'n'"),
     ("    r = sum(s)", "sum() of a scalar: reduce a tile, or pass two values for the elementwise sum"),
