@@ -12,7 +12,7 @@ from tilex.codegen.emit import Emitter
 from tilex.codegen.matmul import render_mma, render_wgmma
 from tilex.diagnostics import CompileError
 from tilex.exprs import unparse
-from tilex.passes.infer_memory import SMEM_LIMIT
+from tilex.targets import SMEM_LIMIT
 from tilex.pipeline import Options, compile_program
 from tilex.translate import translate
 

@@ -18,14 +18,10 @@ from .. import ast as A
 from ..builtins import FUNCTIONS
 from ..diagnostics import CompileError, Span
 from ..layout import Fragment, Layout, canonical, mma_fragment, mma_warp_grid, reduction_plan
-from ..types import DType
-from ..types import MemSpace, Ty, numel
+from ..targets import MMA_ARCHS, TENSOR_CORE_DTYPES, smem_limit
+from ..types import DType, MemSpace, numel
 from .base import Rewriter, Walker, fail
 
-# shared memory a block may use, by target (bytes, with the opt-in attribute)
-SMEM_LIMIT = {"sm_90": 232448, "sm_90a": 232448, "sm_80": 166912, "sm_86": 101376, "sm_87": 166912,
-              "sm_89": 101376, "sm_100": 232448, "sm_100a": 232448, "sm_120": 101376}
-DEFAULT_SMEM_LIMIT = 49152
 MATMUL_PAD = 8  # elements of padding per staged row (16 bytes of bf16): no bank conflicts on column reads
 
 
@@ -141,7 +137,7 @@ class _Memory(Rewriter):
             for prod in plan.products:
                 self.accs[prod.acc] = frag
         self.in_plan = False
-        self.limit = SMEM_LIMIT.get(arch, DEFAULT_SMEM_LIMIT)
+        self.limit = smem_limit(arch)
         self.vars: dict[str, Layout | None] = {}
         self.uses: list[SmemUse] = []
 
@@ -249,8 +245,6 @@ class _Memory(Rewriter):
 
     def mma_layout(self, e: A.BinOp) -> Layout | None:
         """The mma.sync fragment layout of a register-tile product `a @ b`, or None (the FMA fallback)."""
-        from .plan_matmul import MMA_ARCHS, TENSOR_CORE_DTYPES
-
         (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
         if self.arch not in MMA_ARCHS or e.lhs.ty.dtype not in TENSOR_CORE_DTYPES or e.rhs.ty.dtype != e.lhs.ty.dtype:
             return None

@@ -14,7 +14,7 @@ from dataclasses import replace
 from .. import ast as A
 from ..builtins import FUNCTIONS
 from ..exprs import affine, const_int, unparse
-from ..types import Ty, numel
+from ..types import numel
 from .base import Rewriter, fail
 
 MAX_TILE_ELEMS = 1 << 16
@@ -228,7 +228,7 @@ class _Shapes(Rewriter):
                 if item.start is None and item.stop is None:
                     if not isinstance(dim, int):
                         fail(f"':' along axis {axis} would take all of '{dim}', which is not a compile-time size",
-                             f"slice a tile: start : start + BLOCK")
+                             "slice a tile: start : start + BLOCK")
                     shape.append(dim)
                     continue
                 if item.start is None or item.stop is None:

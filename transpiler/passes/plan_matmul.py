@@ -33,13 +33,10 @@ from dataclasses import dataclass, replace
 from .. import ast as A
 from ..diagnostics import CompileError
 from ..exprs import unparse
+from ..targets import MMA_ARCHS, TENSOR_CORE_DTYPES, WGMMA_ARCHS, smem_limit
 from ..types import DType
 from .base import Rewriter
-from .infer_memory import DEFAULT_SMEM_LIMIT, SMEM_LIMIT
 
-TENSOR_CORE_DTYPES = (DType.BF16, DType.F16)
-MMA_ARCHS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_120")
-WGMMA_ARCHS = ("sm_90a",)
 SWIZZLE_ELEMS = 64  # a 128-byte swizzled TMA box row of 2-byte elements
 MMA_PAD = 8  # elements of padding per shared-memory row in the mma path (ldmatrix without bank conflicts)
 
@@ -180,7 +177,7 @@ class _Planner(Rewriter):
             return None  # TODO(transposed a): ldmatrix.trans for a
         if bm % 16 or bn % 16 or bk % 16:
             return None
-        limit = SMEM_LIMIT.get(self.arch, DEFAULT_SMEM_LIMIT)
+        limit = smem_limit(self.arch)
         why = self.wgmma_obstacle(s, products, bm, bn, bk)
         if why is None:
             per_stage = (bm * bk + len(products) * bn * bk) * dt.itemsize
