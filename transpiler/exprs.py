@@ -21,6 +21,15 @@ def unparse(e: A.Expr | None) -> str:
     return _unparse(e, 0)
 
 
+def mentions(e: A.Expr | None, name: str) -> bool:
+    """True if the variable `name` occurs anywhere in `e`."""
+    if e is None:
+        return False
+    if isinstance(e, A.Name):
+        return e.id == name
+    return any(mentions(c, name) for c in e.children() if isinstance(c, A.Expr))
+
+
 def _unparse(e, ctx: int) -> str:
     if e is None:
         return ""

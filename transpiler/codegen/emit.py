@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .. import ast as A
 from ..builtins import CUDA_MATH, FUNCTIONS
-from ..exprs import unparse
+from ..exprs import mentions, unparse
 from ..layout import Layout, flat_index
 from ..passes.infer_dtypes import operand_dtype
 from ..types import DType
@@ -126,7 +126,7 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
             layout = self.arrays[s.name]
             dt = v.ty.dtype  # the dtype pass keeps one dtype per variable
             want = layout.view_for(v.ty.shape) if v.ty.shape else None
-            reads_self = _reads(v, s.name)
+            reads_self = mentions(v, s.name)
             dest = self.fresh("tx_nx") if reads_self else s.name
             if reads_self and _only_identity(v, s.name, layout, want):
                 dest = s.name
@@ -340,18 +340,12 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
     def round(self, expr: str, dt: DType) -> str:
         return f"{ROUND[dt]}({expr})" if dt in ROUND else expr
 
-def _reads(e: A.Expr, name: str) -> bool:
-    if isinstance(e, A.Name):
-        return e.id == name
-    return any(_reads(c, name) for c in e.children() if isinstance(c, A.Expr))
-
-
 def _only_identity(e: A.Expr, name: str, layout: Layout, want) -> bool:
     """True if every read of `name` in `e` is at the same slot it is written (safe in place)."""
     if isinstance(e, A.Name):
         return e.id != name or (want is not None and layout.compatible(want) and layout.slot_map(want) == "tx_s")
     if isinstance(e, A.BinOp) and e.op is B.MATMUL or isinstance(e, (A.Index, A.Attr, A.Call)) and not _elementwise_call(e):
-        return not _reads(e, name) or isinstance(e, A.Index) and e.base.ty.what == "tensor"
+        return not mentions(e, name) or isinstance(e, A.Index) and e.base.ty.what == "tensor"
     return all(_only_identity(c, name, layout, want.view_for(c.ty.shape) if want is not None and c.ty.shape else None)
                for c in e.children() if isinstance(c, A.Expr) and c.ty is not None and c.ty.what == "value")
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from .. import ast as A
 from ..diagnostics import CompileError
-from ..exprs import unparse
+from ..exprs import mentions, unparse
 from ..targets import MMA_ARCHS, TENSOR_CORE_DTYPES, WGMMA_ARCHS, smem_limit
 from ..types import DType
 from .base import Rewriter
@@ -156,7 +156,7 @@ class _Planner(Rewriter):
         # which tensor axis is K: items index the (possibly .T-viewed) tensor
         k_item = 1 if kk is second else 0
         k_tensor_axis = (1 - k_item) if base_t else k_item
-        if _mentions(rows.start, var) or not _mentions(kk.start, var):
+        if mentions(rows.start, var) or not mentions(kk.start, var):
             return None
         return Operand(base.id, k_tensor_axis == 1, rows.start, kk.start, unparse(e))
 
@@ -295,11 +295,3 @@ def _is_acc(e: A.Expr, name: str) -> bool:
 
 def _key(op: Operand):
     return (op.tensor, op.kmajor, unparse(op.rows), unparse(op.k))
-
-
-def _mentions(e: A.Expr | None, name: str) -> bool:
-    if e is None:
-        return False
-    if isinstance(e, A.Name):
-        return e.id == name
-    return any(_mentions(c, name) for c in e.children() if isinstance(c, A.Expr))
