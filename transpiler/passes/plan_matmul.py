@@ -57,6 +57,8 @@ class Product:
     acc: str
     a: Operand
     b: Operand
+    shape: tuple[int, int]  # the accumulator's [BM, BN]
+    bk: int  # the K extent of one step
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,7 @@ class _Planner(Rewriter):
             a, b = self.operand(mm.lhs, s.var, a_side=True), self.operand(mm.rhs, s.var, a_side=False)
             if a is None or b is None:
                 return None
-            out.append(Product(st.name, a, b))
+            out.append(Product(st.name, a, b, tuple(st.value.ty.shape), mm.lhs.ty.shape[1]))
         if not out or len({p.acc for p in out}) != len(out):
             return None
         if any(_key(p.a) != _key(out[0].a) for p in out):
@@ -162,11 +164,11 @@ class _Planner(Rewriter):
 
     # ---- choosing the strategy
     def plan(self, s: A.For, products: tuple[Product, ...]) -> MatmulPlan | None:
-        shapes = {self.acc_shape(s, p.acc) for p in products}
+        shapes = {p.shape for p in products}
         if len(shapes) != 1:
             return None  # one ring and one fragment layout per loop: every accumulator has the tile's shape
         bm, bn = shapes.pop()
-        bk = _static_extent(s, products[0].a)
+        bk = products[0].bk
         dt = DType(self.tensors[products[0].a.tensor].type.dtype)
         if any(DType(self.tensors[p.b.tensor].type.dtype) is not dt for p in products):
             return None
@@ -178,22 +180,24 @@ class _Planner(Rewriter):
         if bm % 16 or bn % 16 or bk % 16:
             return None
         limit = smem_limit(self.arch)
+        warps = _define(self.k, "WARPS")
+        warps = warps if isinstance(warps, int) else None
         why = self.wgmma_obstacle(s, products, bm, bn, bk)
         if why is None:
             per_stage = (bm * bk + len(products) * bn * bk) * dt.itemsize
-            asked = stages
-            while stages > 2 and stages * per_stage + 1024 + 16 * stages > limit:
-                stages -= 1  # the pipeline depth is a request: a shallower ring that fits beats an error
+
+            def ring(n: int) -> int:  # n stages, the 1024-byte alignment slack and 2 mbarriers a stage
+                return n * per_stage + 1024 + 16 * n
+
+            fit = _deepest_ring(stages, ring, limit)
             self.specialized = True
-            notes = [] if stages == asked else [f"{asked} stages do not fit in shared memory: using {stages}"]
-            warps = _define(self.k, "WARPS")
-            if isinstance(warps, int) and warps != bm // 16:
+            notes = [] if fit == stages else [f"{stages} stages do not fit in shared memory: using {fit}"]
+            if warps is not None and warps != bm // 16:
                 notes.append(f"WARPS={warps} ignored: wgmma takes one consumer warpgroup per 64 rows ({bm // 16} warps)")
-            return MatmulPlan("wgmma", bm, bn, bk, stages, dt, products, bm // 16, 1, bm // 64 * 128, 128,
-                              stages * per_stage + 1024 + 16 * stages, "; ".join(notes))
-        warps = _define(self.k, "WARPS")
-        wm, wn = _warp_grid(bm, bn, warps if isinstance(warps, int) else None, len(products))
-        if isinstance(warps, int) and wm * wn != warps:
+            return MatmulPlan("wgmma", bm, bn, bk, fit, dt, products, bm // 16, 1, bm // 64 * 128, 128,
+                              ring(fit), "; ".join(notes))
+        wm, wn = _warp_grid(bm, bn, warps, len(products))
+        if warps is not None and wm * wn != warps:
             raise CompileError(f"WARPS={warps} cannot split the {bm}x{bn} accumulator of this loop into warp tiles of "
                                f"at least 16x16 ({wm * wn} warps can)", s.span,
                                (f"use -D WARPS={wm * wn}, or larger tiles",))
@@ -203,18 +207,10 @@ class _Planner(Rewriter):
             return None  # mixed b orientations in one loop
         per_stage = ((bm + len(products) * bn) * (bk + MMA_PAD) if products[0].b.kmajor
                      else bm * (bk + MMA_PAD) + len(products) * bk * (bn + MMA_PAD)) * dt.itemsize
-        asked = stages
-        while stages > 2 and stages * per_stage > limit:
-            stages -= 1  # the pipeline depth is a request: a shallower ring that fits beats an error
-        if stages != asked:
-            why = (why + "; " if why else "") + f"{asked} stages do not fit in shared memory on {self.arch}: using {stages}"
-        return MatmulPlan("mma", bm, bn, bk, stages, dt, products, wm, wn, 32 * wm * wn, 0, stages * per_stage, why or "")
-
-    def acc_shape(self, s: A.For, acc: str) -> tuple[int, int]:
-        for st in s.body.stmts:
-            if isinstance(st, A.Assign) and st.name == acc:
-                return tuple(st.value.ty.shape)
-        raise AssertionError(acc)
+        fit = _deepest_ring(stages, lambda n: n * per_stage, limit)
+        if fit != stages:
+            why = (why + "; " if why else "") + f"{stages} stages do not fit in shared memory on {self.arch}: using {fit}"
+        return MatmulPlan("mma", bm, bn, bk, fit, dt, products, wm, wn, 32 * wm * wn, 0, fit * per_stage, why or "")
 
     def wgmma_obstacle(self, s, products, bm, bn, bk) -> str | None:
         if self.arch not in WGMMA_ARCHS:
@@ -273,11 +269,11 @@ def _warp_grid(bm: int, bn: int, warps: int | None, nb: int) -> tuple[int, int]:
     return wm, wn
 
 
-def _static_extent(s: A.For, op: Operand) -> int:
-    for st in s.body.stmts:
-        mm = st.value.rhs if isinstance(st.value.rhs, A.BinOp) and st.value.rhs.op is A.BinOpKind.MATMUL else st.value.lhs
-        return mm.lhs.ty.shape[1]
-    raise AssertionError
+def _deepest_ring(stages: int, nbytes, limit: int) -> int:
+    """The pipeline depth is a request: the deepest ring of at most `stages` (and at least 2) that fits."""
+    while stages > 2 and nbytes(stages) > limit:
+        stages -= 1
+    return stages
 
 
 def _has_tile(e) -> bool:
