@@ -290,6 +290,11 @@ class Layout:
         drop = self.root.axis_digits(d)
         return Layout(self.root, tuple(dims), tuple(g for g in self.digits if g not in drop))
 
+    def axes(self, *axes: int) -> "Layout":
+        """The view holding only tile axes `axes` (with all of this layout's digits): how a tile indexed
+        by those coordinates alone is read at this layout's slots (the rows of a gather, `t` of `t[:, None]`)."""
+        return Layout(self.root, tuple(self.dims[a] for a in axes), self.digits)
+
     def view_for(self, shape: tuple[int, ...]) -> "Layout":
         """How an operand of `shape` is read when broadcast against a value in this layout."""
         if tuple(shape) == self.shape:

@@ -41,7 +41,7 @@ class GlobalAccess:
         idx_lines, terms, oks = [], [], []
         # index tiles (a gather/scatter) give tile axis 0: each slot reads its row's index in registers
         gathered = any(not isinstance(item, A.Slice) and item.ty.shape for _, item in axes)
-        rows = Layout(layout.root, (layout.dims[0],), layout.digits) if gathered else None
+        rows = layout.axes(0) if gathered else None
         tile_axis = 1 if gathered else 0
         last_tensor_axis = len(self.tensors[name].type.dims) - 1
         vec_axis = None

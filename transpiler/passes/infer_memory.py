@@ -285,8 +285,7 @@ class _Memory(Rewriter):
             if want is not None and isinstance(want.root, Fragment) and all(
                     isinstance(i, A.NewAxis) or isinstance(i, A.Slice) and i.start is None and i.stop is None for i in e.items):
                 # `t[:, None]` read at a fragment layout: make t in the matching 1-D view of it, so no data moves
-                dims = tuple(d for d, it in zip(want.dims, e.items) if not isinstance(it, A.NewAxis))
-                base_want = Layout(want.root, dims, want.digits)
+                base_want = want.axes(*(a for a, it in enumerate(e.items) if not isinstance(it, A.NewAxis)))
             if isinstance(e.base, A.Name) and base_want is not None:
                 have = self.vars.get(e.base.id)
                 if have is not None and not have.compatible(base_want) and e.base.id not in self.accs:
@@ -361,7 +360,7 @@ class _Memory(Rewriter):
             changes["kwargs"] = tuple((k, self.assign(v)) for k, v in e.kwargs)
         if isinstance(e, A.Index):
             # index tiles (a gather) are read at the rows of the result: the view of its first axis
-            rows = Layout(layout.root, (layout.dims[0],), layout.digits) if layout is not None and layout.dims else None
+            rows = layout.axes(0) if layout is not None and layout.dims else None
             changes["items"] = tuple(
                 replace(i, start=self.assign(i.start), stop=self.assign(i.stop)) if isinstance(i, A.Slice)
                 else self.assign(i, rows if _is_tile(i) else None) for i in e.items)
