@@ -82,23 +82,28 @@ def specialize(source: str, dtypes: dict[str, str]) -> str:
 
 
 @functools.lru_cache(maxsize=None)
+def source(name: str, dtypes: tuple = ()) -> str:
+    """The text of stdlib_kernels/<name>.tile with its dtype placeholders set (`dtypes`: (placeholder, dtype)
+    pairs), read once per process like the modules `load` compiles from it."""
+    return specialize(kernel_path(name).read_text(encoding="utf-8"), dict(dtypes))
+
+
+@functools.lru_cache(maxsize=None)
 def _load(name: str, kernel: str | None, items: tuple):
     from ..api import Module
     from ..pipeline import Options
     from ..translate import translate
 
     path = kernel_path(name)
-    source = path.read_text(encoding="utf-8")
-    dtypes = {k: v for k, v in items if isinstance(v, str)}
     defines = {k: v for k, v in items if not isinstance(v, str)}
-    source = specialize(source, dtypes)
+    text = source(name, tuple((k, v) for k, v in items if isinstance(v, str)))
     try:
         from ..runtime.nvrtc import default_arch
 
         arch = default_arch()
     except Exception:  # no GPU: the target only matters when launching
         arch = "sm_90a"
-    return Module(translate(source, str(path), Options(defines=defines, arch=arch, kernel=kernel)), arch)
+    return Module(translate(text, str(path), Options(defines=defines, arch=arch, kernel=kernel)), arch)
 
 
 def load(name: str, kernel: str | None = None, **defines):

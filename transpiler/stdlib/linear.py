@@ -52,7 +52,8 @@ def _tuned(kernel: str, dt: str, m: int, n: int, k: int, default: dict) -> dict:
     try:
         from ..api import tuned_defines
 
-        src = L.specialize(L.kernel_path("linear").read_text(encoding="utf-8"), {"T": dt}) if dt != "bf16" else str(L.kernel_path("linear"))
+        # the tuned store is keyed by the compiled text: the file itself for bf16 (its digest is memoized per path)
+        src = str(L.kernel_path("linear")) if dt == "bf16" else L.source("linear", (("T", dt),))
         got = tuned_defines(src, kernel, dict(M=m, N=n, K=k))
     except Exception:  # no GPU, no store: the defaults
         got = {}
