@@ -102,14 +102,10 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         v = s.value
         if s.name in self.resident:  # computed once into registers, then kept in shared memory
             offset, ld = self.resident[s.name]
-            layout = v.ty.layout
             S = storage(v.ty.dtype)
             self.emit("{")
             self.depth += 1
-            tmp = self.fresh("tx_res")
-            self.emit(f"{reg(v.ty.dtype)} {tmp}[{layout.slots}];")
-            val = self.tile(v, layout)
-            self.unrolled(layout.slots, f"{tmp}[tx_s] = {val};")
+            tmp, layout = self.materialize(v)
             self.stage(tmp, layout, f"reinterpret_cast<{S}*>(tilex_smem + {offset})", ld, False, S)
             self.depth -= 1
             self.emit("}")

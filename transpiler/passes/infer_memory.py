@@ -309,10 +309,11 @@ class _Memory(Rewriter):
             rhs = replace(rhs, ty=replace(rhs.ty, space=MemSpace.SHARED))
             (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
             item = e.lhs.ty.dtype.itemsize
-            if not self.in_plan and self.mma_layout(e) is not None:
+            frag = None if self.in_plan else self.mma_layout(e)
+            if frag is not None:
                 self.need(f"staging the operands of '@' for mma.sync ({m}x{kk} and {kk}x{n})",
                           (m * (kk + MATMUL_PAD) + max(kk * (n + MATMUL_PAD), n * (kk + MATMUL_PAD))) * item, e)
-                layout = self.mma_layout(e)
+                layout = frag
                 self.convert_if_needed(e, layout, want)
                 return replace(e, lhs=lhs, rhs=rhs, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
             if not self.in_plan:
