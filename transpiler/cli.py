@@ -405,8 +405,6 @@ def run(
 
     failed = False
     with _errors(json_mode=as_json):
-        import numpy as np
-
         from .inputs import compare, load_input, make_inputs, resolve_symbols, stats, tensor_bytes
         from .launchspec import make_spec
         from .pipeline import compile_program

@@ -12,9 +12,9 @@ from __future__ import annotations
 from .. import ast as A
 from ..exprs import unparse
 from ..layout import Fragment, Layout
-from ..passes.infer_memory import MATMUL_PAD
-from ..passes.plan_matmul import MMA_PAD, SWIZZLE_ELEMS, MatmulPlan
+from ..passes.plan_matmul import SWIZZLE_ELEMS, MatmulPlan
 from ..spec import TmaMap
+from ..targets import MATMUL_PAD
 from ..types import DType
 from .c import storage
 
@@ -69,8 +69,8 @@ def consumer_regs(consumers: int) -> int:
 def render_mma(em, s, plan: MatmulPlan) -> dict:
     a = plan.products[0].a
     kmajor_b = plan.products[0].b.kmajor
-    lda = plan.bk + MMA_PAD
-    ldb = plan.bk + MMA_PAD if kmajor_b else plan.bn + MMA_PAD
+    lda = plan.bk + MATMUL_PAD
+    ldb = plan.bk + MATMUL_PAD if kmajor_b else plan.bn + MATMUL_PAD
     products = []
     for p in plan.products:
         b = p.b

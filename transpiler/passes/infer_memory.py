@@ -18,11 +18,10 @@ from .. import ast as A
 from ..builtins import FUNCTIONS
 from ..diagnostics import CompileError, Span
 from ..layout import Fragment, Layout, canonical, mma_fragment, mma_warp_grid, reduction_plan
-from ..targets import MMA_ARCHS, TENSOR_CORE_DTYPES, smem_limit
+from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, smem_limit
 from ..types import DType, MemSpace, numel
 from .base import Rewriter, Walker, fail
 
-MATMUL_PAD = 8  # elements of padding per staged row (16 bytes of bf16): no bank conflicts on column reads
 
 
 @dataclass

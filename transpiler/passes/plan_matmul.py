@@ -33,12 +33,11 @@ from dataclasses import dataclass, replace
 from .. import ast as A
 from ..diagnostics import CompileError
 from ..exprs import mentions, unparse
-from ..targets import MMA_ARCHS, TENSOR_CORE_DTYPES, WGMMA_ARCHS, smem_limit
+from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, WGMMA_ARCHS, smem_limit
 from ..types import DType
 from .base import Rewriter
 
 SWIZZLE_ELEMS = 64  # a 128-byte swizzled TMA box row of 2-byte elements
-MMA_PAD = 8  # elements of padding per shared-memory row in the mma path (ldmatrix without bank conflicts)
 
 
 @dataclass(frozen=True)
@@ -205,8 +204,8 @@ class _Planner(Rewriter):
             return None
         if not all(p.b.kmajor for p in products) and any(p.b.kmajor for p in products):
             return None  # mixed b orientations in one loop
-        per_stage = ((bm + len(products) * bn) * (bk + MMA_PAD) if products[0].b.kmajor
-                     else bm * (bk + MMA_PAD) + len(products) * bk * (bn + MMA_PAD)) * dt.itemsize
+        per_stage = ((bm + len(products) * bn) * (bk + MATMUL_PAD) if products[0].b.kmajor
+                     else bm * (bk + MATMUL_PAD) + len(products) * bk * (bn + MATMUL_PAD)) * dt.itemsize
         fit = _deepest_ring(stages, lambda n: n * per_stage, limit)
         if fit != stages:
             why = (why + "; " if why else "") + f"{stages} stages do not fit in shared memory on {self.arch}: using {fit}"
