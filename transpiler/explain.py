@@ -12,7 +12,7 @@ import math
 from typing import Any, Iterator
 
 from . import ast as A
-from .exprs import unparse
+from .exprs import unparse, unparse_stmt
 
 __all__ = ["dump_ir", "explain", "walk_exprs", "walk_stmts"]
 
@@ -107,21 +107,7 @@ def _cparam_text(c: A.CParam) -> str:
 
 
 def _stmt_head(s: A.Stmt) -> str:
-    if isinstance(s, A.Assign):
-        op = "=" if s.op is None else f"{s.op.value}="
-        return f"{s.name} {op} {unparse(s.value)}"
-    if isinstance(s, A.Store):
-        op = "=" if s.op is None else f"{s.op.value}="
-        return f"{unparse(s.target)} {op} {unparse(s.value)}"
-    if isinstance(s, A.For):
-        if s.pipelined or s.stages > 1:
-            rng = f"pipeline({unparse(s.start)}, {unparse(s.stop)}, {unparse(s.step)}, stages = {s.stages})"
-        else:
-            rng = f"range({unparse(s.start)}, {unparse(s.stop)}, {unparse(s.step)})"
-        return f"for {s.var} in {rng} {{"
-    if isinstance(s, A.If):
-        return f"if {unparse(s.cond)} {{"
-    return f"<{type(s).__name__}>"
+    return unparse_stmt(s) + (" {" if isinstance(s, (A.For, A.If)) else "")
 
 
 def _annotations(exprs) -> str:

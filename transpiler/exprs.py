@@ -21,6 +21,22 @@ def unparse(e: A.Expr | None) -> str:
     return _unparse(e, 0)
 
 
+def unparse_stmt(s: A.Stmt) -> str:
+    """Source-like text of a statement's head (an assignment, store, loop header or condition)."""
+    if isinstance(s, A.Assign):
+        return f"{s.name} {'=' if s.op is None else f'{s.op.value}='} {unparse(s.value)}"
+    if isinstance(s, A.Store):
+        return f"{unparse(s.target)} {'=' if s.op is None else f'{s.op.value}='} {unparse(s.value)}"
+    if isinstance(s, A.For):
+        bounds = f"{unparse(s.start)}, {unparse(s.stop)}, {unparse(s.step)}"
+        if s.pipelined or s.stages > 1:
+            return f"for {s.var} in pipeline({bounds}, stages = {s.stages})"
+        return f"for {s.var} in range({bounds})"
+    if isinstance(s, A.If):
+        return f"if {unparse(s.cond)}"
+    return f"<{type(s).__name__}>"
+
+
 def mentions(e: A.Expr | None, name: str) -> bool:
     """True if the variable `name` occurs anywhere in `e`."""
     if e is None:

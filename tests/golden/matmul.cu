@@ -166,8 +166,8 @@ extern "C" __global__ void __launch_bounds__(128) matmul(
   float acc[32];
   #pragma unroll
   for (int tx_s = 0; tx_s < 32; ++tx_s) { acc[tx_s] = 0; }
-  // matmul.tile:9  for k in range(0, K, 32)
-  // for k in pipeline(0, K, 32, stages = 2):     acc += a[m : m + 64, k : k + 32] @ b[k : k + 32, n : n + 64]
+  // matmul.tile:9  for k in pipeline(0, K, 32, stages = 2)
+  // acc = acc + a[m : m + 64, k : k + 32] @ b[k : k + 32, n : n + 64]
   // tensor cores (mma.sync.m16n8k16): 2-stage cp.async ring of 64x32 a and 32x64 b tiles, 2x2 warps of 32x32
   __syncthreads();  // the ring overwrites scratch shared memory other warps may still be reading
   {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .. import ast as A
 from ..builtins import CUDA_MATH, FUNCTIONS
-from ..exprs import mentions, unparse
+from ..exprs import mentions, unparse, unparse_stmt
 from ..layout import Layout, flat_index
 from ..passes.infer_dtypes import operand_dtype
 from ..types import DType
@@ -95,7 +95,7 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         return any(name in d for d in self.declared)
 
     def stmt(self, s: A.Stmt) -> None:
-        self.emit(f"// {self.file}:{s.span.line}  {_source_line(s)}")
+        self.emit(f"// {self.file}:{s.span.line}  {unparse_stmt(s)}")
         getattr(self, "stmt_" + type(s).__name__)(s)
 
     def stmt_Assign(self, s: A.Assign) -> None:
@@ -351,17 +351,3 @@ def _elementwise_call(e) -> bool:
         kind = FUNCTIONS[e.func].kind
         return kind in ("math", "abs", "where", "scalar", "axis", "ctor", "arange") or (kind == "minmax" and len(e.args) == 2)
     return isinstance(e, A.Method)
-
-
-def _source_line(s: A.Stmt) -> str:
-    from ..exprs import unparse as u
-
-    if isinstance(s, A.Assign):
-        return f"{s.name} = {u(s.value)}"
-    if isinstance(s, A.Store):
-        return f"{u(s.target)} = {u(s.value)}"
-    if isinstance(s, A.For):
-        return f"for {s.var} in range({u(s.start)}, {u(s.stop)}, {u(s.step)})"
-    if isinstance(s, A.If):
-        return f"if {u(s.cond)}"
-    return ""

@@ -10,7 +10,7 @@ in shared memory (attention's `q @ k.T`, `p @ v`); f32 or odd-shaped tiles use F
 from __future__ import annotations
 
 from .. import ast as A
-from ..exprs import unparse
+from ..exprs import unparse, unparse_stmt
 from ..layout import Fragment, Layout
 from ..passes.plan_matmul import SWIZZLE_ELEMS, MatmulPlan
 from ..spec import TmaMap
@@ -129,10 +129,8 @@ def _plus(expr: str, c: int) -> str:
 
 
 def _text(s) -> str:
-    lines = [f"for {s.var} in pipeline({unparse(s.start)}, {unparse(s.stop)}, {unparse(s.step)}, stages = {s.stages}):"]
-    for st in s.body.stmts:
-        lines.append(f"    {st.name} += {unparse(st.value.rhs if isinstance(st.value.rhs, type(st.value)) else st.value.lhs)}")
-    return " ".join(lines)
+    """The loop body the template replaces, as source text (the loop header has its own comment)."""
+    return "; ".join(unparse_stmt(st) for st in s.body.stmts)
 
 
 class MatmulEmission:
