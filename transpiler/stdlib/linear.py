@@ -30,12 +30,9 @@ def _splits(m: int, n: int, k: int) -> int:
     return max(1, min(SMS // tiles, k // (4 * _SPLITK["BK"])))
 
 
-def _config(m: int, large: dict, skinny: dict) -> dict:
-    if m <= 16:
-        return skinny
-    if m <= 64:
-        return _MEDIUM if large is _LARGE else large
-    return large
+def _config(m: int, skinny: dict, medium: dict, large: dict) -> dict:
+    """Tile sizes by the number of rows: decode (<= 16), small batches (<= 64), the rest."""
+    return skinny if m <= 16 else medium if m <= 64 else large
 
 
 def _flatten(x, k_name="x"):
@@ -84,7 +81,7 @@ def linear(x, weight, bias=None):
     elif m and n:
         if k % 8 == 0:
             kernel = "linear_bias" if bias is not None else "linear"
-            cfg = _tuned(kernel, dt, m, n, k, _config(m, _LARGE, _SKINNY))
+            cfg = _tuned(kernel, dt, m, n, k, _config(m, _SKINNY, _MEDIUM, _LARGE))
         else:
             kernel, cfg = "linear_any", dict(BM=64 if m > 16 else 16, BN=128 if m > 16 else 64, BK=32, STAGES=4)
             if bias is not None:
@@ -110,7 +107,7 @@ def gated_mlp(x, w_gate, w_up):
         raise ValueError(f"gated_mlp needs in_features % 8 == 0 (16-byte rows for TMA), got {k}")
     y = L.empty(x2, (m, n))
     if m and n:
-        cfg = _tuned("gated_mlp", dt, m, n, k, _config(m, _GATED, _GATED_SKINNY))
+        cfg = _tuned("gated_mlp", dt, m, n, k, _config(m, _GATED_SKINNY, _GATED, _GATED))
         mod = L.load("linear", kernel="gated_mlp", T=dt, **cfg)
         L.run(mod, "gated_mlp", x2, L.contiguous(w_gate), L.contiguous(w_up), y)
     return L.reshape(y, tuple(x.shape[:-1]) + (n,))
