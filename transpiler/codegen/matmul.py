@@ -174,72 +174,61 @@ class MatmulEmission:
         self.unrolled(layout.slots, f"{dst}[({r}) * {ld} + ({c})] = tilex_io<{S}>::put({arr}[tx_s]);")
 
     def matmul(self, e: A.BinOp) -> str:
+        """`a @ b` of register tiles: both staged in shared memory, then mma.sync into a fragment-layout result
+        (bf16/f16 operands, see infer_memory.mma_layout) or f32 FMAs at the result's own layout."""
         resident = self.resident.get(e.lhs.id) if isinstance(e.lhs, A.Name) else None
         a, la = self.materialize(e.lhs) if resident is None else (None, e.lhs.ty.layout)
         b, lb = self.materialize(e.rhs)
         (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
         dt_in = e.lhs.ty.dtype
         S = storage(dt_in)
-        lda, ldb = kk + MATMUL_PAD, n + MATMUL_PAD
         out_l = e.ty.layout
+        mma = isinstance(out_l.root, Fragment)
+        # b goes to shared memory K-contiguous ([n][k], plain ldmatrix) when its registers run along K
+        # (a transposed tile, like k.T in attention), else [k][n] (ldmatrix.trans): vector stores either way
+        kmajor_b = mma and lb.root.vec_digit is not None and lb.dims[0] == lb.root.rank - 1
+        lda, ldb = kk + MATMUL_PAD, (kk if kmajor_b else n) + MATMUL_PAD
+        b_offset = m * lda
+        # a already in this product's accumulator rows (p of an online softmax): A fragments from registers
+        a_regs = (mma and resident is None and isinstance(la.root, Fragment) and la == Layout.of(la.root)
+                  and la.root.warps == (out_l.root.warps[0], 1) and out_l.root.warps[1] == 1 and la.root.shape[0] == m)
+        how = "multiply with mma.sync" if mma else "accumulate in f32"
+        self.emit(f"// {unparse(e)}: stage [{m}, {kk}] and [{kk}, {n}] {dt_in} tiles in shared memory, {how}")
+        self.emit(self.barrier)
+        self.emit("{")
+        self.depth += 1
+        self.emit(f"{S}* tx_As = reinterpret_cast<{S}*>({self.smem});")
+        self.emit(f"{S}* tx_Bs = tx_As + {b_offset};")
+        if resident is None and not a_regs:
+            self.stage(a, la, "tx_As", lda, False, S)
+        self.stage(b, lb, "tx_Bs", ldb, kmajor_b, S)
+        self.depth -= 1
+        self.emit("}")
+        self.emit(self.barrier)
         name = self.fresh("tx_mm")
-        if isinstance(out_l.root, Fragment):  # tensor cores: ldmatrix + mma.sync into the fragment layout
+        self.emit(f"float {name}[{out_l.slots}];")
+        self.unrolled(out_l.slots, f"{name}[tx_s] = 0.0f;")
+        if mma:
             from . import _env
 
-            # b goes to shared memory K-contiguous ([n][k], plain ldmatrix) when its registers run along K
-            # (a transposed tile, like k.T in attention), else [k][n] (ldmatrix.trans): vector stores either way
-            rb = lb.root
-            kmajor_b = rb.vec_digit is not None and lb.dims[0] == rb.rank - 1
-            ldb = kk + MATMUL_PAD if kmajor_b else n + MATMUL_PAD
-            self.emit(f"// {unparse(e)}: stage [{m}, {kk}] and [{kk}, {n}] {dt_in} tiles in shared memory, multiply with mma.sync")
-            self.emit(self.barrier)
-            self.emit("{")
-            self.depth += 1
-            # a already in this product's accumulator rows (p of an online softmax): A fragments from registers
-            ra = la.root
-            a_regs = (resident is None and isinstance(ra, Fragment) and la == Layout.of(ra)
-                      and ra.warps == (out_l.root.warps[0], 1) and out_l.root.warps[1] == 1 and ra.shape[0] == m)
-            self.emit(f"{S}* tx_As = reinterpret_cast<{S}*>({self.smem});")
-            self.emit(f"{S}* tx_Bs = tx_As + {m * lda};")
             a_ptr = f"reinterpret_cast<const {S}*>({self.smem})"
             if resident is not None:
                 a_ptr = f"reinterpret_cast<const {S}*>(tilex_smem + {resident[0]})"
                 lda = resident[1]
-            elif not a_regs:
-                self.stage(a, la, "tx_As", lda, False, S)
-            self.stage(b, lb, "tx_Bs", ldb, kmajor_b, S)
-            self.depth -= 1
-            self.emit("}")
-            self.emit(self.barrier)
-            self.emit(f"float {name}[{out_l.slots}];")
-            self.unrolled(out_l.slots, f"{name}[tx_s] = 0.0f;")
             wm_, wn_ = out_l.root.warps
             wm, wn = m // wm_, n // wn_
             self.helpers.add("tilex_mma.cuh")
             text = _env().get_template("matmul_mma_tile.j2").render(
                 S=S, m=m, k=kk, lda=lda, ldb=ldb, warps_n=wn_, wm=wm, wn=wn, rm=wm // 16, rn=wn // 8, acc=name,
                 kmajor_b=kmajor_b, a_regs=a if a_regs else None, a_blocks=kk // 8, a_ptr=a_ptr,
-                b_ptr=f"reinterpret_cast<const {S}*>({self.smem}) + {m * (kk + MATMUL_PAD)}")
+                b_ptr=f"reinterpret_cast<const {S}*>({self.smem}) + {b_offset}")
             for line in text.rstrip().splitlines():
                 self.emit(line)
             return name
-        self.emit(f"// {unparse(e)}: stage [{m}, {kk}] and [{kk}, {n}] {dt_in} tiles in shared memory, accumulate in f32")
-        self.emit(self.barrier)
-        self.emit("{")
-        self.depth += 1
-        self.emit(f"{S}* tx_As = reinterpret_cast<{S}*>({self.smem});")
-        self.emit(f"{S}* tx_Bs = tx_As + {m * lda};")
-        self.unrolled(la.slots, f"tx_As[({la.coord(0)}) * {lda} + ({la.coord(1)})] = tilex_io<{S}>::put({a}[tx_s]);")
-        self.unrolled(lb.slots, f"tx_Bs[({lb.coord(0)}) * {ldb} + ({lb.coord(1)})] = tilex_io<{S}>::put({b}[tx_s]);")
-        self.depth -= 1
-        self.emit("}")
-        self.emit(self.barrier)
-        self.emit(f"float {name}[{out_l.slots}];")
-        self.unrolled(out_l.slots, f"{name}[tx_s] = 0.0f;")
         self.emit("{")
         self.depth += 1
         self.emit(f"const {S}* tx_As = reinterpret_cast<const {S}*>({self.smem});")
-        self.emit(f"const {S}* tx_Bs = tx_As + {m * lda};")
+        self.emit(f"const {S}* tx_Bs = tx_As + {b_offset};")
         self.emit(f"for (int tx_k = 0; tx_k < {kk}; ++tx_k) {{")
         self.depth += 1
         self.unrolled(out_l.slots, f"{name}[tx_s] += (float)tilex_io<{S}>::get(tx_As[({out_l.coord(0)}) * {lda} + tx_k]) * "
