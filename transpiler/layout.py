@@ -78,9 +78,6 @@ class Blocked:
         """(threads, tid stride) groups along axis d that hold different coordinates."""
         return [(self.threads[d], self.tstride(d))] if self.threads[d] > 1 else []
 
-    def axis_thr(self, d: int) -> str:
-        return self.thr(d)
-
     def coord_expr(self, d: int, digit) -> str:
         """C expression of the coordinate along axis d; digit(g) is the held digit's expression or None."""
         t, c = self.threads[d], self.chunk(d)
@@ -166,17 +163,6 @@ class Fragment:
 
     def thread_groups(self, d: int) -> list[tuple[int, int]]:
         return [(r, ts) for axis, r, _, ts in self.thr if axis == d and r > 1]
-
-    def axis_thr(self, d: int) -> str:
-        """C expression: this thread's index among the threads along axis d (warp-level groups last)."""
-        groups = [(r, ts) for axis, r, _, ts in self.thr if axis == d and r > 1]
-        if not groups:
-            return "0"
-        terms, mult = [], 1
-        for r, ts in sorted(groups, key=lambda g: g[1]):
-            terms.append(_tid_digit(r, ts, self.T) + (f" * {mult}" if mult > 1 else ""))
-            mult *= r
-        return " + ".join(terms)
 
     def coord_expr(self, d: int, digit) -> str:
         terms = []
