@@ -72,7 +72,7 @@ def kernel_arguments(spec: KernelSpec, bound: BoundArgs) -> list:
             if rows == 0 or cols == 0:  # an empty operand (K = 0): the loop makes no trips, the map is never read
                 out.append(np.void(bytes(128)))
                 continue
-            tma.check_alignment(m, m.tensor, ptr, p.dtype, cols)
+            tma.check_alignment(m.tensor, ptr, p.dtype, cols)
             out.append(tma.encode(ptr, p.dtype, rows, cols, m.box_rows, m.box_cols))
     return out
 

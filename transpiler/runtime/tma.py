@@ -14,7 +14,6 @@ from functools import lru_cache
 import numpy as np
 
 from ..diagnostics import LaunchError
-from ..spec import TmaMap
 
 # CUtensorMapDataType, CUtensorMapSwizzle, CUtensorMapL2promotion (cuda.h)
 _DATA_TYPE = {"f16": 6, "bf16": 9, "f32": 7}
@@ -37,7 +36,7 @@ def _encoder():
     return fn
 
 
-def check_alignment(m: TmaMap, name: str, ptr: int, dtype: str, cols: int) -> None:
+def check_alignment(name: str, ptr: int, dtype: str, cols: int) -> None:
     """TMA needs a 16-byte aligned base and a row pitch that is a multiple of 16 bytes."""
     if ptr % 16:
         raise LaunchError(f"argument '{name}': the tensor-core loop reads it with TMA, which needs a 16-byte aligned "
