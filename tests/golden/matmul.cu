@@ -199,12 +199,12 @@ extern "C" __global__ void __launch_bounds__(128) matmul(
         for (int tx_i = 0; tx_i < 2; ++tx_i)
           tilex_ldmatrix_x4(tx_af[tx_i], tx_sa + (tx_i * 16 + tx_lane % 16) * 40 + tx_kk + (tx_lane / 16) * 8);
         {
-          const tilex_bf16* tx_sb = tx_rb0 + (tx_trip % 2) * 2304;
+          const tilex_bf16* tx_sb = tx_rb0 + (tx_trip % 2) * 2304 + tx_wn * 32;
           unsigned tx_bf[4][2];
   #pragma unroll
           for (int tx_j = 0; tx_j < 4; tx_j += 2) {
             unsigned tx_r[4];
-            tilex_ldmatrix_x4_trans(tx_r, tx_sb + (tx_kk + tx_lane % 8 + ((tx_lane / 8) % 2) * 8) * 72 + tx_wn * 32 + tx_j * 8 + (tx_lane / 16) * 8);
+            tilex_ldmatrix_x4_trans(tx_r, tx_sb + (tx_kk + tx_lane % 8 + ((tx_lane / 8) % 2) * 8) * 72 + tx_j * 8 + (tx_lane / 16) * 8);
             tx_bf[tx_j][0] = tx_r[0]; tx_bf[tx_j][1] = tx_r[1]; tx_bf[tx_j + 1][0] = tx_r[2]; tx_bf[tx_j + 1][1] = tx_r[3];
           }
   #pragma unroll
