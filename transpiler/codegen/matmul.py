@@ -12,7 +12,7 @@ from __future__ import annotations
 from .. import ast as A
 from ..exprs import unparse, unparse_stmt
 from ..layout import Fragment, Layout
-from ..passes.plan_matmul import SWIZZLE_ELEMS, MatmulPlan
+from ..passes.plan_matmul import SWIZZLE_ELEMS, MatmulPlan, mma_stage
 from ..spec import TmaMap
 from ..targets import MATMUL_PAD
 from ..types import DType
@@ -69,8 +69,7 @@ def consumer_regs(consumers: int) -> int:
 def render_mma(em, s, plan: MatmulPlan) -> dict:
     a = plan.products[0].a
     kmajor_b = plan.products[0].b.kmajor
-    lda = plan.bk + MATMUL_PAD
-    ldb = plan.bk + MATMUL_PAD if kmajor_b else plan.bn + MATMUL_PAD
+    lda, ldb, a_stage, b_stage = mma_stage(plan.bm, plan.bn, plan.bk, kmajor_b)
     products = []
     for p in plan.products:
         b = p.b
@@ -81,10 +80,9 @@ def render_mma(em, s, plan: MatmulPlan) -> dict:
         products.append(dict(acc=p.acc, b=b.tensor, brows=brows, bcols=bcols, r0=r0, c0=c0,
                              nrows=em.dim(b.tensor, 0), ncols=em.dim(b.tensor, 1)))
     wm, wn = plan.bm // plan.warps_m, plan.bn // plan.warps_n
-    b_stage = (plan.bn * ldb) if kmajor_b else (plan.bk * ldb)
     ctx = dict(text=_text(s), stages=plan.stages, bm=plan.bm, bn=plan.bn, bk=plan.bk, S=plan.dtype.ctype,
                warps_m=plan.warps_m, warps_n=plan.warps_n, wm=wm, wn=wn, rm=wm // 16, rn=wn // 8,
-               lda=lda, ldb=ldb, a_stage=plan.bm * lda, b_stage=b_stage, kmajor_b=kmajor_b,
+               lda=lda, ldb=ldb, a_stage=a_stage, b_stage=b_stage, kmajor_b=kmajor_b,
                threads=plan.consumers, products=products, var=s.var,
                start=em.scalar(s.start), stop=em.scalar(s.stop), step=em.scalar(s.step),
                a=dict(tensor=a.tensor, rows=em.scalar(a.rows), k=em.scalar(a.k),

@@ -204,8 +204,8 @@ class _Planner(Rewriter):
             return None
         if not all(p.b.kmajor for p in products) and any(p.b.kmajor for p in products):
             return None  # mixed b orientations in one loop
-        per_stage = ((bm + len(products) * bn) * (bk + MATMUL_PAD) if products[0].b.kmajor
-                     else bm * (bk + MATMUL_PAD) + len(products) * bk * (bn + MATMUL_PAD)) * dt.itemsize
+        _, _, a_stage, b_stage = mma_stage(bm, bn, bk, products[0].b.kmajor)
+        per_stage = (a_stage + len(products) * b_stage) * dt.itemsize
         fit = _deepest_ring(stages, lambda n: n * per_stage, limit)
         if fit != stages:
             why = (why + "; " if why else "") + f"{stages} stages do not fit in shared memory on {self.arch}: using {fit}"
@@ -266,6 +266,14 @@ def _warp_grid(bm: int, bn: int, warps: int | None, nb: int) -> tuple[int, int]:
         else:
             break
     return wm, wn
+
+
+def mma_stage(bm: int, bn: int, bk: int, kmajor_b: bool) -> tuple[int, int, int, int]:
+    """(lda, ldb, a elements, elements of each b) of one stage of the mma path's ring: padded rows of a [BM, BK]
+    and of b as [BN, BK] (K-contiguous) or [BK, BN]."""
+    lda = bk + MATMUL_PAD
+    ldb = (bk if kmajor_b else bn) + MATMUL_PAD
+    return lda, ldb, bm * lda, (bn if kmajor_b else bk) * ldb
 
 
 def _deepest_ring(stages: int, nbytes, limit: int) -> int:
