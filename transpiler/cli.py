@@ -622,7 +622,8 @@ def explain(
     as_json: bool = typer.Option(False, "--json", help="Print the same data as one JSON list (one object per kernel)."),
 ) -> None:
     """Show what each kernel becomes: symbols, params, constraints, launch grid, threads,
-    shared memory, and every tile with its dtype, shape, memory space, layout and
+    shared memory, each tensor-core loop's strategy (wgmma or mma.sync, tiles, stages, warps,
+    why not wgmma), and every tile with its dtype, shape, memory space, layout and
     registers per thread."""
     defines = _defines(define)
     with _errors(json_mode=as_json):
