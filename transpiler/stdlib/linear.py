@@ -71,6 +71,11 @@ def linear(x, weight, bias=None):
         L.check_same_dtype("bias", bias, dt)
         L.check_shape("bias", bias, (n,))
         bias = L.contiguous(bias)
+    if k == 0:  # an empty sum is zero (+ bias), as in torch; kernels take empty operands only with empty grids
+        y = L.full(x2, (m, n), 0.0)
+        if bias is not None:
+            y[...] = bias
+        return L.reshape(y, tuple(x.shape[:-1]) + (n,))
     y = L.empty(x2, (m, n))
     splits = _splits(m, n, k) if bias is None and k % 8 == 0 and L.kind_of(x2) != "numpy" else 1
     if m and n and splits > 1:
@@ -105,6 +110,8 @@ def gated_mlp(x, w_gate, w_up):
             raise ValueError(f"{name}: expected shape ({n}, {k}), got {tuple(w.shape)}")
     if k % 8:
         raise ValueError(f"gated_mlp needs in_features % 8 == 0 (16-byte rows for TMA), got {k}")
+    if k == 0:  # silu(0) * 0
+        return L.reshape(L.full(x2, (m, n), 0.0), tuple(x.shape[:-1]) + (n,))
     y = L.empty(x2, (m, n))
     if m and n:
         cfg = _tuned("gated_mlp", dt, m, n, k, _config(m, _GATED_SKINNY, _GATED, _GATED))
