@@ -241,3 +241,38 @@ def test_checked_programs_compile(src, arch, tmp_path, nvcc):
     flags = ARCHS.get(arch, ["-cubin", f"-arch={arch}"])
     proc = _nvcc(nvcc, [*flags, "k.cu", "-o", "k.cubin"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# ---------------------------------------------------------------- warp shuffles are never divergent
+INT_REDUCTIONS = """
+kernel f<WARPS: int = 4>(x: i32[N], y: out i32[2], z: out i64[1])
+    grid (1,)
+{
+    t = x[0 : 512, other = 0]
+    y[0] = min(t)
+    y[1] = max(t)
+    z[0] = argmax(t).to(i64)
+}
+"""
+
+
+def test_integer_reductions_shuffle_without_branches(tmp_path, nvcc):
+    """Every lane must issue each `shfl.sync` (full mask): an int min/max written as
+    `a < shfl(a) ? a : shfl(a)` put the second shuffle in one branch and hung the
+    multi-warp argmax on the H200. In the PTX, no branch may sit inside a run of shuffles."""
+    t = translate(INT_REDUCTIONS, "r.tile", Options(arch="sm_90a"))
+    (tmp_path / "k.cu").write_text(t.cuda)
+    proc = _nvcc(nvcc, ["-ptx", "-arch=sm_90a", "k.cu", "-o", "k.ptx"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = (tmp_path / "k.ptx").read_text().splitlines()
+    shfl = [i for i, line in enumerate(lines) if "shfl.sync" in line]
+    assert len(shfl) >= 15  # three reductions of five butterfly steps (argmax: value and index)
+    runs, start = [], shfl[0]
+    for a, b in zip(shfl, shfl[1:]):
+        if b - a > 12:
+            runs.append((start, a))
+            start = b
+    runs.append((start, shfl[-1]))
+    for lo, hi in runs:
+        inside = [lines[i].strip() for i in range(lo, hi + 1) if "bra" in lines[i]]
+        assert not inside, f"branch among warp shuffles (lines {lo}-{hi}): {inside}"

@@ -116,4 +116,7 @@ def _combine(func: str, t: str, a: str, b: str) -> str:
         return f"{a} + {b}"
     if t in ("float", "double"):
         return f"f{func}{'f' if t == 'float' else ''}({a}, {b})"
-    return f"({a} {'>' if func == 'max' else '<'} {b} ? {a} : {b})"
+    # a function call, not `a < b ? a : b`: each operand is evaluated exactly once, so a
+    # shuffle operand is never issued by only the lanes of one branch (a divergent
+    # shfl.sync with a full mask deadlocks the warp).
+    return f"tilex_red_{func}({a}, {b})"
