@@ -3,6 +3,15 @@ __device__ __forceinline__ float tilex_sigmoid(float x) { return 1.0f / (1.0f + 
 __device__ __forceinline__ float tilex_silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float tilex_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float tilex_gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
+// i32/i64 + - * and negation wrap around (two's complement), as the language defines:
+// computed in the unsigned type, so overflow is never undefined behaviour in C++
+template <typename T> struct tilex_unsigned;
+template <> struct tilex_unsigned<int> { typedef unsigned int type; };
+template <> struct tilex_unsigned<long long> { typedef unsigned long long type; };
+template <typename T> __device__ __forceinline__ T tilex_wadd(T a, T b) { typedef typename tilex_unsigned<T>::type U; return (T)((U)a + (U)b); }
+template <typename T> __device__ __forceinline__ T tilex_wsub(T a, T b) { typedef typename tilex_unsigned<T>::type U; return (T)((U)a - (U)b); }
+template <typename T> __device__ __forceinline__ T tilex_wmul(T a, T b) { typedef typename tilex_unsigned<T>::type U; return (T)((U)a * (U)b); }
+template <typename T> __device__ __forceinline__ T tilex_wneg(T a) { typedef typename tilex_unsigned<T>::type U; return (T)(U(0) - (U)a); }
 // floor division and modulo (Python semantics), as the language defines // and %
 template <typename T> __device__ __forceinline__ T tilex_floordiv(T a, T b) { T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 template <typename T> __device__ __forceinline__ T tilex_floormod(T a, T b) { T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }

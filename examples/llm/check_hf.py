@@ -38,6 +38,14 @@ def _rel(a, b) -> float:
     return float(np.max(np.max(np.abs(a - b), axis=-1) / np.max(np.abs(b), axis=-1)))
 
 
+def _rel_norm(a, b) -> float:
+    """||a - b|| / ||b|| over all the logits (Frobenius norms)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if not np.isfinite(a).all():
+        return float("inf")
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
 def _gap(row) -> float:
     top = np.sort(np.asarray(row, np.float64))[-2:]
     return float(top[1] - top[0])
@@ -76,15 +84,25 @@ def check(cfg: ModelConfig, prompt_len=128, steps=32, seed=0, ref_dtype="f32", u
     refs = [r.cpu().numpy() for r in hf_logits(model, [p + f[:steps] for p, f in zip(prompts, forced)])]
     hf_tokens, hf_free_logits = hf_greedy(model, prompts[0], steps)
     hf_free_logits = hf_free_logits.cpu().numpy()
+    del model
+    # the precision floor: transformers itself in bf16 (the engine's dtype) against its f32
+    bf16 = build_hf_model(cfg, weights, dtype="bf16", share=True)
+    ref16 = hf_logits(bf16, [prompts[0]])[0].cpu().numpy()
+    del bf16
     log(f"[{time.time() - t_start:.0f}s] transformers done")
 
     res = {"config": cfg.name, "prompt_len": prompt_len, "steps": steps, "ref_dtype": ref_dtype,
            "cuda_graph": eng.use_graph, "prefill_attention": prefill_attention,
            "mlp": "gated_mlp" if eng.model.use_gated_mlp else "silu_and_mul", "tol": tol}
     res["prefill_all_positions_rel_err"] = _rel(all_pos, refs[0][:prompt_len])
+    res["prefill_all_positions_rel_err_norm"] = _rel_norm(all_pos, refs[0][:prompt_len])
+    res["hf_bf16_vs_f32_rel_err"] = _rel(ref16, refs[0][:prompt_len])
+    res["hf_bf16_vs_f32_rel_err_norm"] = _rel_norm(ref16, refs[0][:prompt_len])
+    res["tilex_vs_hf_bf16_rel_err"] = _rel(all_pos, ref16)
     single = np.stack([lg[0] for lg in tf_single.logits])  # [steps + 1, vocab]
     res["prefill_rel_err"] = _rel(single[0], refs[0][prompt_len - 1])
     res["decode_teacher_forced_rel_err"] = _rel(single[1:], refs[0][prompt_len:prompt_len + steps])
+    res["decode_teacher_forced_rel_err_norm"] = _rel_norm(single[1:], refs[0][prompt_len:prompt_len + steps])
     batch_errs = []
     for i, n in enumerate(lens):
         got = np.stack([lg[i] for lg in tf.logits])
@@ -107,7 +125,6 @@ def check(cfg: ModelConfig, prompt_len=128, steps=32, seed=0, ref_dtype="f32", u
     res["max_rel_err"] = max(errs)
     res["pass"] = bool(res["max_rel_err"] <= tol)
     res["seconds"] = time.time() - t_start
-    del model
     torch.cuda.empty_cache()
     return res
 

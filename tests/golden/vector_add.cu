@@ -25,6 +25,30 @@ template <> struct tilex_io<double> { __device__ static double get(double x) { r
 template <> struct tilex_io<int> { __device__ static int get(int x) { return x; } __device__ static int put(int f) { return f; } };
 template <> struct tilex_io<long long> { __device__ static long long get(long long x) { return x; } __device__ static long long put(long long f) { return f; } };
 template <> struct tilex_io<bool> { __device__ static bool get(bool x) { return x; } __device__ static bool put(bool f) { return f; } };
+// tilex device helpers: math and integer semantics shared with the NumPy interpreter.
+__device__ __forceinline__ float tilex_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float tilex_silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float tilex_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ float tilex_gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
+// i32/i64 + - * and negation wrap around (two's complement), as the language defines:
+// computed in the unsigned type, so overflow is never undefined behaviour in C++
+template <typename T> struct tilex_unsigned;
+template <> struct tilex_unsigned<int> { typedef unsigned int type; };
+template <> struct tilex_unsigned<long long> { typedef unsigned long long type; };
+template <typename T> __device__ __forceinline__ T tilex_wadd(T a, T b) { typedef typename tilex_unsigned<T>::type U; return (T)((U)a + (U)b); }
+template <typename T> __device__ __forceinline__ T tilex_wsub(T a, T b) { typedef typename tilex_unsigned<T>::type U; return (T)((U)a - (U)b); }
+template <typename T> __device__ __forceinline__ T tilex_wmul(T a, T b) { typedef typename tilex_unsigned<T>::type U; return (T)((U)a * (U)b); }
+template <typename T> __device__ __forceinline__ T tilex_wneg(T a) { typedef typename tilex_unsigned<T>::type U; return (T)(U(0) - (U)a); }
+// floor division and modulo (Python semantics), as the language defines // and %
+template <typename T> __device__ __forceinline__ T tilex_floordiv(T a, T b) { T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+template <typename T> __device__ __forceinline__ T tilex_floormod(T a, T b) { T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+__device__ __forceinline__ float tilex_floormod(float a, float b) { return a - floorf(a / b) * b; }
+template <typename T> __device__ __forceinline__ T tilex_cdiv(T a, T b) { return tilex_floordiv<T>(a + b - 1, b); }
+template <typename T> __device__ __forceinline__ T tilex_imax(T a, T b) { return a > b ? a : b; }
+template <typename T> __device__ __forceinline__ T tilex_imin(T a, T b) { return a < b ? a : b; }
+// float -> int truncation toward zero; NaN gives 0 and out-of-range saturates (PTX cvt.rzi semantics)
+__device__ __forceinline__ int tilex_f2i(float x) { return __float2int_rz(x); }
+__device__ __forceinline__ long long tilex_f2ll(float x) { return __float2ll_rz(x); }
 // tilex device helpers: masked, vectorized global loads and stores.
 // Elements [first, last) of a VEC-element chunk are inside the tensor; the rest are skipped (loads give `other`).
 // Whole, 16-byte aligned chunks move as 16-byte vectors; edge chunks element by element.
@@ -69,7 +93,7 @@ extern "C" __global__ void __launch_bounds__(128) vector_add(
     const int N)
 {
   // vector_add.tile:5  i = program_id(0) * 1024
-  int i = ((int)blockIdx.x * 1024);
+  int i = tilex_wmul<int>((int)blockIdx.x, 1024);
   // vector_add.tile:6  z[i : i + 1024] = x[i : i + 1024] + y[i : i + 1024]
   float tx_st1[8];
   float tx_ld2[8];  // x[i : i + 1024]

@@ -20,6 +20,8 @@ from .matmul import MatmulEmission, kernel_tma_maps
 from .reduce import Reductions, is_reduction
 
 B = A.BinOpKind
+# integer ops emitted through the wrapping helpers of tilex_math.cuh
+WRAPPING = {B.ADD: "add", B.SUB: "sub", B.MUL: "mul"}
 
 
 class Emitter(GlobalAccess, Reductions, MatmulEmission):
@@ -285,7 +287,10 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
             if e.op.is_logical:
                 return f"({a} {C_BINOP[e.op]} {b})"
             a, b = self.cast(a, e.lhs.ty.dtype, cdt), self.cast(b, e.rhs.ty.dtype, cdt)
-            if e.op in C_BINOP:
+            if e.op in WRAPPING and cdt in (DType.I32, DType.I64):  # ints wrap; C++ signed overflow is UB
+                self.helpers.add("tilex_math.cuh")
+                expr = f"tilex_w{WRAPPING[e.op]}<{reg(cdt)}>({a}, {b})"
+            elif e.op in C_BINOP:
                 expr = f"({a} {C_BINOP[e.op]} {b})"
             elif e.op is B.DIV:
                 expr = f"({a} / {b})"
@@ -304,6 +309,9 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
             x = sub(e.operand)
             if e.op is A.UnaryOpKind.NOT:
                 return f"(!{x})"
+            if cdt in (DType.I32, DType.I64):
+                self.helpers.add("tilex_math.cuh")
+                return f"tilex_wneg<{reg(cdt)}>({self.cast(x, e.operand.ty.dtype, cdt)})"
             return self.round(f"(-{self.cast(x, e.operand.ty.dtype, cdt)})", dt)
         if isinstance(e, A.Method):  # .to(dtype)
             return self.cast(sub(e.obj), e.obj.ty.dtype, dt)
