@@ -147,8 +147,9 @@ def test_stdlib_linear_split_k(m, n, k):
     from tilex.stdlib.linear import _splits
 
     assert _splits(m, n, k) > 1
-    x, w = _rand(m, k, seed=17), _rand(n, k, seed=18)
+    x, w, b = _rand(m, k, seed=17), _rand(n, k, seed=18), _rand(n, seed=19)
     assert _rel(linear(x, w), x.float() @ w.float().T) <= 1e-2
+    assert _rel(linear(x, w, b), x.float() @ w.float().T + b.float()) <= 1e-2  # splitk_sum_bias
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 96, 40), (300, 520, 1032), (5000, 136, 64)])

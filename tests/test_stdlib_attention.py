@@ -105,6 +105,22 @@ def test_prefill_dtypes(dt, causal):
     assert _rel(o, ref_attention(q, k, v, causal, d ** -0.5)) <= TOL[dt]
 
 
+@pytest.mark.parametrize("case", [PREFILL_CASES[1], PREFILL_CASES[2], PREFILL_CASES[5]],
+                         ids=lambda c: "B{}_Hq{}_Hkv{}_S{}_D{}".format(*c[:5]))
+def test_prefill_token_major_layout(case):
+    """layout="bshd": q [B, S, Hq, D], k, v [B, S, Hkv, D] (the attention_prefill_bshd kernel)."""
+    b, hq, hkv, s, d, cfg = case
+    rng = np.random.default_rng()
+    q, k, v = _rand(rng, (b, s, hq, d), "bf16"), _rand(rng, (b, s, hkv, d), "bf16"), _rand(rng, (b, s, hkv, d), "bf16")
+    o = stdlib.attention_prefill(q, k, v, causal=True, config=cfg, layout="bshd")
+    assert o.shape == (b, s, hq, d)
+    heads = lambda t: np.ascontiguousarray(t.transpose(0, 2, 1, 3))  # noqa: E731
+    ref = ref_attention(heads(q), heads(k), heads(v), True, d ** -0.5)
+    assert _rel(heads(o), ref) <= TOL["bf16"]
+    with pytest.raises(ValueError, match="layout"):
+        stdlib.attention_prefill(q, k, v, layout="sbhd")
+
+
 def test_prefill_scale_out_and_large_logits():
     """A given scale; large scores (a wide softmax range) stay finite; out= is written in place."""
     rng = np.random.default_rng()
@@ -240,7 +256,9 @@ def test_decode_splits_heuristic():
     assert stdlib.attention.decode_splits(256, 8, 256, 16) == 1          # many programs already
     assert stdlib.attention.decode_splits(16, 8, 256, 16) == 9           # ~8 programs per SM
     assert stdlib.attention.decode_splits(1, 8, 2048, 16) == 64          # capped
-    assert stdlib.attention.decode_splits(1, 8, 4, 16) == 1              # >= ~256 tokens a share
+    assert stdlib.attention.decode_splits(1, 8, 4, 16) == 2              # >= 32 tokens a share
+    assert stdlib.attention.decode_splits(1, 8, 2, 16) == 1
+    assert stdlib.attention.decode_splits(64, 8, 12, 16) == 3            # short context, batch 64
 
 
 def test_decode_errors():
@@ -267,6 +285,7 @@ NVCC_VARIANTS = [
     ("attention_prefill", dict(T="bf16", D=128, CAUSAL=True, BM=128, BN=64, WARPS=8)),
     ("attention_prefill", dict(T="f16", D=64, CAUSAL=False, BM=128, BN=64, WARPS=8)),
     ("attention_prefill", dict(T="f32", D=64, CAUSAL=True, BM=64, BN=64, WARPS=4)),
+    ("attention_prefill", dict(T="bf16", D=128, CAUSAL=True, BM=128, BN=64, WARPS=8, kernel="attention_prefill_bshd")),
     ("attention_decode", dict(T="bf16", D=128, BS=16, GP=8, DIRECT=False, NSP=16, WARPS=4)),
     ("attention_decode", dict(T="f16", D=128, BS=32, GP=4, DIRECT=True, NSP=64, WARPS=8)),
     ("attention_decode", dict(T="f32", D=64, BS=16, GP=1, DIRECT=False, NSP=2, WARPS=4)),
@@ -289,7 +308,8 @@ def test_specializations_compile_with_nvcc(name, defines, tmp_path):
         pytest.skip("nvcc not on PATH")
     src = _launch.specialize(_launch.kernel_path(name).read_text(), {"T": defines.pop("T")})
     cu = tmp_path / f"{name}.cu"
-    cu.write_text(translate(src, name, Options(defines=defines, arch="sm_90a")).cuda)
+    kernel = defines.pop("kernel", None)
+    cu.write_text(translate(src, name, Options(defines=defines, arch="sm_90a", kernel=kernel)).cuda)
     proc = subprocess.run([nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-o", str(tmp_path / "k.cubin"),
                            str(cu)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]

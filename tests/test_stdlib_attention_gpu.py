@@ -85,6 +85,17 @@ def test_prefill_vs_sdpa(case, causal):
     assert rel(o, sdpa_ref(q, k, v, causal)) <= TOL["bf16"]
 
 
+@pytest.mark.parametrize("case", [(1, 40, 8, 512, 128), (2, 28, 4, 301, 128), (1, 4, 2, 77, 64)])
+def test_prefill_token_major_vs_sdpa(case):
+    """layout="bshd" (what the LLM engine passes): q [B, S, Hq, D], no transposes."""
+    b, hq, hkv, s, d = case
+    gen = torch.Generator(device="cuda").manual_seed(s)
+    q, k, v = rnd((b, s, hq, d), "bf16", gen), rnd((b, s, hkv, d), "bf16", gen), rnd((b, s, hkv, d), "bf16", gen)
+    o = S.attention_prefill(q, k, v, causal=True, layout="bshd")
+    ref = sdpa_ref(*(t.transpose(1, 2) for t in (q, k, v)), True).transpose(1, 2)
+    assert o.shape == q.shape and rel(o, ref) <= TOL["bf16"]
+
+
 @pytest.mark.parametrize("dt", ["f16", "f32"])
 def test_prefill_other_dtypes(dt):
     gen = torch.Generator(device="cuda").manual_seed(7)

@@ -69,3 +69,24 @@ def test_bad_arguments():
         linear(x, np.zeros((4, 16), np.float32))
     with pytest.raises(ValueError, match="in_features % 8"):
         gated_mlp(np.zeros((2, 12), BF16), np.zeros((4, 12), BF16), np.zeros((4, 12), BF16))
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_split_k_kernels_on_the_interpreter(bias):
+    """linear_splitk + splitk_sum(_bias), the decode path the GPU wrapper takes (the NumPy
+    path never splits), with S = 3 shares of an odd K range and N not a multiple of BN."""
+    from tilex.stdlib import _launch as L
+
+    rng = np.random.default_rng(11 + bias)
+    m, n, k, s = 3, 40, 72, 3
+    x, w, b = (rng.standard_normal(t).astype(BF16) for t in ((m, k), (n, k), (n,)))
+    mod = L.load("linear", T="bf16", BM=16, BN=32, BK=16, STAGES=2)
+    part = np.full((s, m, n), np.nan, np.float32)
+    L.run(mod, "linear_splitk", x, w, part)
+    y = np.full((m, n), np.nan, BF16)
+    if bias:
+        L.run(mod, "splitk_sum_bias", part, b, y)
+    else:
+        L.run(mod, "splitk_sum", part, y)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T + (b.astype(np.float64) if bias else 0)
+    assert _rel(y, ref) <= 1e-2

@@ -62,12 +62,8 @@ class NumpyBackend(Backend):
     def nbytes(self, a) -> int:
         return int(a.nbytes)
 
-    # layout copies used only by dense prefill attention (no tilex.stdlib kernel for them)
-    def to_heads_first(self, x):  # [S, H, D] -> [1, H, S, D]
-        return np.ascontiguousarray(x.transpose(1, 0, 2))[None]
-
-    def to_tokens_first(self, x):  # [1, H, S, D] -> [S, H, D]
-        return np.ascontiguousarray(x[0].transpose(1, 0, 2))
+    def empty_like(self, x):
+        return np.empty_like(x)
 
 
 class TorchCudaBackend(Backend):
@@ -134,11 +130,8 @@ class TorchCudaBackend(Backend):
     def nbytes(self, a) -> int:
         return int(a.numel() * a.element_size())
 
-    def to_heads_first(self, x):
-        return x.transpose(0, 1).contiguous().unsqueeze(0)
-
-    def to_tokens_first(self, x):
-        return x[0].transpose(0, 1).contiguous()
+    def empty_like(self, x):
+        return self.torch.empty_like(x)
 
 
 def make_backend(name: str) -> Backend:

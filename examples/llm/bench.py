@@ -147,7 +147,8 @@ def main(argv=None) -> int:
     ap.add_argument("--decode-prompt-len", type=int, default=128)
     ap.add_argument("--decode-steps", type=int, default=64)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--prefill-attention", choices=["paged", "dense"], default="paged")
+    ap.add_argument("--prefill-attention", choices=["paged", "dense"], default="dense",
+                    help="prefill attention: dense (attention_prefill per sequence) or paged (attention_decode per token)")
     ap.add_argument("--no-graph", action="store_true")
     ap.add_argument("--mlp", choices=["auto", "gated_mlp", "silu_and_mul"], default="auto")
     ap.add_argument("--no-hf", action="store_true", help="tilex only")

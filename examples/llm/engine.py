@@ -93,7 +93,7 @@ class GenerateResult:
 class Engine:
     def __init__(self, cfg: ModelConfig, weights: dict, backend, *, num_blocks: int = 256,
                  block_size: int = 16, max_batch: int = 64, max_seq_len: int | None = None,
-                 use_graph: bool = True, prefill_attention: str = "paged", dtype: str = "bf16",
+                 use_graph: bool = True, prefill_attention: str = "dense", dtype: str = "bf16",
                  graph_prefill: bool = False, mlp: str = "auto", ops: Ops | None = None):
         self.cfg, self.backend, self.dtype = cfg, backend, dtype
         self.ops = ops or Ops(backend=backend)

@@ -3,9 +3,9 @@
 One forward serves prefill and decode. Tokens of all sequences are packed along one axis
 ([T, hidden], no padding); attention reads K/V back through the paged cache, so a prefill
 token is a "query with a block table and a length" exactly like a decode token
-(`attention_decode`, one row per token). With `prefill_attention="dense"` prefill instead
-calls `attention_prefill` per sequence on [1, H, S, D] tensors, which needs a layout copy
-([S, H, D] -> [H, S, D]) that tilex.stdlib has no kernel for (see README, "Gaps").
+(`attention_decode`, one row per token). With `prefill_attention="dense"` (the engine's
+default) prefill instead calls `attention_prefill` once per sequence on its rows of q, k, v
+viewed as [1, S, H, D] (the token-major "bshd" layout: no copies), writing in place.
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 
 from .config import ModelConfig
+
+SPLIT_MLP_ROWS = 16  # "auto" MLP: up to this many tokens, split-K linear + silu_and_mul
 
 
 class Ops:
@@ -88,7 +90,7 @@ class Layer:
 
 class Model:
     def __init__(self, cfg: ModelConfig, weights: dict, backend, ops: Ops,
-                 prefill_attention: str = "paged", mlp: str = "auto"):
+                 prefill_attention: str = "dense", mlp: str = "auto"):
         """`weights`: Hugging Face names -> arrays on `backend` in the run dtype.
 
         q/k/v (and, without `gated_mlp` in the library, gate/up) are concatenated into one
@@ -106,8 +108,12 @@ class Model:
         if mlp not in ("auto", "gated_mlp", "silu_and_mul"):
             raise ValueError("mlp must be 'auto', 'gated_mlp' or 'silu_and_mul'")
         # gated_mlp: one kernel for both projections and the activation; silu_and_mul: one
-        # linear on the fused [gate | up] weight, then the activation
-        self.use_gated_mlp = ops.has("gated_mlp") if mlp == "auto" else mlp == "gated_mlp"
+        # linear on the fused [gate | up] weight, then the activation. "auto" takes gated_mlp
+        # for more than SPLIT_MLP_ROWS tokens (prefill) and the pair for fewer (decode: the
+        # linear splits K over the SMs and streams the weights at bandwidth, which the fused
+        # kernel cannot do since silu needs complete sums).
+        self.mlp = mlp
+        self.use_gated_mlp = ops.has("gated_mlp") and mlp != "silu_and_mul"
         self.layers = []
         for n in range(cfg.num_layers):
             p = f"model.layers.{n}."
@@ -137,15 +143,14 @@ class Model:
                     weights[n] = view
             L.wo = weights[p + "self_attn.o_proj.weight"]
             g, u = weights[p + "mlp.gate_proj.weight"], weights[p + "mlp.up_proj.weight"]
-            if self.use_gated_mlp:
-                L.w_gate, L.w_up, L.w_gate_up = g, u, None
-            else:  # one [2I, H] weight: linear gives [gate | up], silu_and_mul consumes it
-                L.w_gate, L.w_up, L.w_gate_up = None, None, backend.cat([g, u], 0)
-                # the dict now holds views of the fused weight, so the originals can be freed
-                i = cfg.intermediate_size
-                weights[p + "mlp.gate_proj.weight"] = L.w_gate_up[:i]
-                weights[p + "mlp.up_proj.weight"] = L.w_gate_up[i:]
-                del g, u
+            # one [2I, H] weight: linear gives [gate | up], silu_and_mul consumes it; its row
+            # halves (contiguous views) are gated_mlp's two weights
+            L.w_gate_up = backend.cat([g, u], 0)
+            i = cfg.intermediate_size
+            L.w_gate, L.w_up = L.w_gate_up[:i], L.w_gate_up[i:]
+            # the dict now holds views of the fused weight, so the originals can be freed
+            weights[p + "mlp.gate_proj.weight"], weights[p + "mlp.up_proj.weight"] = L.w_gate, L.w_up
+            del g, u
             L.w_down = weights[p + "mlp.down_proj.weight"]
             self.layers.append(L)
 
@@ -156,7 +161,7 @@ class Model:
             seen[id(a)] = a
         for L in self.layers:
             for s in Layer.__slots__:
-                if s in ("wq", "wk", "wv", "bq", "bk", "bv"):  # views of w_qkv / b_qkv
+                if s in ("wq", "wk", "wv", "bq", "bk", "bv", "w_gate", "w_up"):  # views of fused weights
                     continue
                 a = getattr(L, s)
                 if a is not None:
@@ -168,9 +173,15 @@ class Model:
         out = self.ops.rope(q, k, positions, self.cfg.rope_theta)
         return (q, k) if out is None else out  # in-place variants return nothing
 
+    def uses_gated_mlp(self, tokens: int) -> bool:
+        """Whether a forward over `tokens` rows runs the MLP as one gated_mlp kernel."""
+        if not self.use_gated_mlp:
+            return False
+        return self.mlp == "gated_mlp" or tokens > SPLIT_MLP_ROWS
+
     def _mlp(self, x, L):
         ops = self.ops
-        if self.use_gated_mlp:
+        if self.uses_gated_mlp(int(x.shape[0])):
             act = ops.gated_mlp(x, L.w_gate, L.w_up)
         else:
             act = ops.silu_and_mul(ops.linear(x, L.w_gate_up))
@@ -179,13 +190,14 @@ class Model:
     def _attention(self, q, k, v, kc, vc, b: Batch, prefill: bool):
         if not (prefill and self.prefill_attention == "dense"):
             return self.ops.attention_decode(q, kc, vc, b.block_table, b.seq_lens, scale=self.scale)
-        # dense prefill: per sequence, [S, H, D] -> [1, H, S, D] (a layout copy), then back
-        be, outs = self.backend, []
+        # dense prefill: per sequence, its rows of q, k, v ([S, H, D], contiguous) viewed as
+        # [1, S, H, D] (token-major layout: no copies); each writes its rows of `o` in place
+        o = self.backend.empty_like(q)
         for s, e in b.seq_ranges:
-            qs, ks, vs = (be.to_heads_first(t[s:e]) for t in (q, k, v))
-            o = self.ops.attention_prefill(qs, ks, vs, causal=True, scale=self.scale)
-            outs.append(be.to_tokens_first(o))
-        return outs[0] if len(outs) == 1 else be.cat(outs, 0)
+            one = lambda t: t[s:e].reshape((1, e - s) + tuple(int(n) for n in t.shape[1:]))  # noqa: E731
+            self.ops.attention_prefill(one(q), one(k), one(v), causal=True, scale=self.scale,
+                                       out=one(o), layout="bshd")
+        return o
 
     # -- the forward --------------------------------------------------------------------
     def forward(self, b: Batch, k_cache, v_cache, prefill: bool):

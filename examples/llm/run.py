@@ -40,7 +40,8 @@ def parse_args(argv=None):
     ap.add_argument("--backend", choices=["cuda", "interp", "auto"], default="auto")
     ap.add_argument("--dtype", choices=DTYPES, default="bf16")
     ap.add_argument("--block-size", type=int, default=16)
-    ap.add_argument("--prefill-attention", choices=["paged", "dense"], default="paged")
+    ap.add_argument("--prefill-attention", choices=["paged", "dense"], default="dense",
+                    help="prefill attention: dense (attention_prefill per sequence) or paged (attention_decode per token)")
     ap.add_argument("--mlp", choices=["auto", "gated_mlp", "silu_and_mul"], default="auto",
                     help="MLP kernels: gated_mlp (one kernel) or linear + silu_and_mul")
     ap.add_argument("--no-graph", action="store_true", help="decode without a CUDA graph")

@@ -11,6 +11,7 @@ from . import _launch as L
 
 HEAD_DIMS = (16, 32, 64, 128, 256)   # power-of-two head sizes (64 and 128 are the tuned ones)
 MAX_SPLITS = 64
+MIN_SHARE_TOKENS = 32  # two 16-token blocks
 
 
 def _head_dim(name, x) -> int:
@@ -48,36 +49,47 @@ def _out(out, like, shape, dt):
 
 
 def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, out=None,
-                      config: dict | None = None):
+                      config: dict | None = None, layout: str = "bhsd"):
     """softmax(scale * q k^T (+ causal mask)) v with grouped-query heads.
 
     q: [B, Hq, S, D]; k, v: [B, Hkv, S, D] with Hq a multiple of Hkv (query head h uses KV
     head h // (Hq / Hkv)); f32, f16 or bf16 (one dtype); D a power of two from 16 to 256.
+    layout="bshd" takes token-major tensors instead (q [B, S, Hq, D], k, v [B, S, Hkv, D],
+    o like q), as a linear's output reshaped to heads is laid out: no transposes.
     causal: query i attends keys j <= i (top-left aligned). scale defaults to 1/sqrt(D).
-    Returns o [B, Hq, S, D] of q's kind and dtype (written into `out` when given). NumPy
+    Returns o in q's layout, kind and dtype (written into `out` when given). NumPy
     arrays run in the interpreter.
     `config` overrides the compile-time parameters (BM, BN, WARPS), for benchmarks.
     """
+    if layout not in ("bhsd", "bshd"):
+        raise ValueError(f"layout: expected 'bhsd' or 'bshd', got {layout!r}")
     dt = L.check_float("q", q, ndim=4)
     for name, x in (("k", k), ("v", v)):
         L.check_float(name, x, ndim=4)
         L.check_same_dtype(name, x, dt)
     L.kind_of(q, k, v)
-    b, hq, s, d = (int(n) for n in q.shape)
-    hkv = int(k.shape[1])
+    tokens = layout == "bshd"
+    if tokens:
+        b, s, hq, d = (int(n) for n in q.shape)
+        hkv = int(k.shape[2])
+        kv_shape = (b, s, hkv, d)
+    else:
+        b, hq, s, d = (int(n) for n in q.shape)
+        hkv = int(k.shape[1])
+        kv_shape = (b, hkv, s, d)
     _head_dim("q", q)
-    L.check_shape("k", k, (b, hkv, s, d))
-    L.check_shape("v", v, (b, hkv, s, d))
+    L.check_shape("k", k, kv_shape)
+    L.check_shape("v", v, kv_shape)
     if hkv == 0 or hq % hkv:
         raise ValueError(f"q has {hq} heads, k and v have {hkv}: the query heads must be a multiple "
                          "of the KV heads")
-    o = _out(out, q, (b, hq, s, d), dt)
+    o = _out(out, q, tuple(int(n) for n in q.shape), dt)
     if b * hq * s == 0:
         return o
+    kernel = "attention_prefill_bshd" if tokens else "attention_prefill"
     cfg = dict(prefill_config(d, s), **(config or {}))
-    mod = L.load("attention_prefill", T=dt, D=d, CAUSAL=bool(causal), **cfg)
-    L.run(mod, "attention_prefill", L.contiguous(q), L.contiguous(k), L.contiguous(v), o,
-          scale=_scale(scale, d))
+    mod = L.load("attention_prefill", kernel=kernel, T=dt, D=d, CAUSAL=bool(causal), **cfg)
+    L.run(mod, kernel, L.contiguous(q), L.contiguous(k), L.contiguous(v), o, scale=_scale(scale, d))
     return o
 
 
@@ -99,13 +111,15 @@ def _sm_count(x) -> int:
 def decode_splits(batch: int, kv_heads: int, max_blocks: int, block_size: int, sm_count: int = 132) -> int:
     """How many shares each sequence's context is split into (flash-decoding).
 
-    Enough programs (batch * kv_heads * splits) for about 8 per SM, but at least ~256
-    tokens per share, and at most MAX_SPLITS shares. Decided from shapes only (no read of
-    seq_lens), so it is fixed under CUDA-graph capture.
+    Enough programs (batch * kv_heads * splits) for about 8 per SM, but at least
+    MIN_SHARE_TOKENS per share, and at most MAX_SPLITS shares. Decided from shapes only (no
+    read of seq_lens), so it is fixed under CUDA-graph capture. A program walks its share
+    one cache block per iteration, so a short context at batch 1 is latency-bound: small
+    shares put more programs on it (measured: 8 programs of 10 blocks took 63 us).
     """
     pairs = max(1, batch * kv_heads)
     want = -(-8 * sm_count // pairs)
-    most = -(-max_blocks * block_size // 256)
+    most = -(-max_blocks * block_size // MIN_SHARE_TOKENS)
     return max(1, min(want, most, MAX_SPLITS))
 
 

@@ -77,12 +77,15 @@ def linear(x, weight, bias=None):
             y[...] = bias
         return L.reshape(y, tuple(x.shape[:-1]) + (n,))
     y = L.empty(x2, (m, n))
-    splits = _splits(m, n, k) if bias is None and k % 8 == 0 and L.kind_of(x2) != "numpy" else 1
-    if m and n and splits > 1:
+    splits = _splits(m, n, k) if k % 8 == 0 and L.kind_of(x2) != "numpy" else 1
+    if m and n and splits > 1:  # decode: f32 partial sums over K shares, then their sum (+ bias)
         mod = L.load("linear", T=dt, **_SPLITK)
         part = L.empty(x2, (splits, m, n), "f32")
         L.run(mod, "linear_splitk", x2, weight, part)
-        L.run(mod, "splitk_sum", part, y)
+        if bias is None:
+            L.run(mod, "splitk_sum", part, y)
+        else:
+            L.run(mod, "splitk_sum_bias", part, bias, y)
     elif m and n:
         if k % 8 == 0:
             kernel = "linear_bias" if bias is not None else "linear"
