@@ -192,9 +192,12 @@ def main(argv=None) -> int:
         res["transformers"] = bench_hf(cfg, weights, args, prefill_shapes, decode_batches, log)
         gc.collect()
         res["transformers"]["peak_gpu_mem_gb"] = torch.cuda.max_memory_allocated() / 1e9
+    # prefill: faster than transformers eager measured in this run (the 37 ms when
+    # transformers was not run)
+    ours = min(tl["prefill_ms"].get("1x512", 1e9), tl.get("prefill_graph_ms", {}).get("1x512", 1e9))
+    theirs = res.get("transformers", {}).get("prefill_ms", {}).get("1x512", 37.0)
     tg = {"decode_bs1_tok_s>=116": tl["decode"].get("1", {}).get("tok_s", 0) >= 116,
-          "prefill_1x512_ms<37": min(tl["prefill_ms"].get("1x512", 1e9),
-                                     tl.get("prefill_graph_ms", {}).get("1x512", 1e9)) < 37,
+          f"prefill_1x512_ms<{theirs:.1f}": ours < theirs,
           "peak_within_10pct": res["peak_vs_weights_plus_kv"] <= 1.10}
     res["targets_met"] = tg
     text = json.dumps(res, indent=1)
