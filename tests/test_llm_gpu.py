@@ -3,9 +3,12 @@
 Small Llama- and Qwen2-style configs for speed, then the full Llama-3-8B shape (16 GB bf16
 + 32 GB f32 reference, about a minute). The Qwen2.5-14B shape is
 `examples/llm/check_hf.py --config qwen2.5-14b` (about 30 + 59 GB; run by hand).
-Bound: per logit row, max|tilex - transformers f32| / max|transformers f32| <= 2e-2, for
-prefill (every position of a 128-token prompt), 32 teacher-forced decode steps through the
-paged cache with the CUDA graph, and a batch of three prompts of different lengths.
+Error: per logit row, max|tilex - transformers f32| / max|transformers f32|, for prefill
+(every position of a 128-token prompt), 32 teacher-forced decode steps through the paged
+cache with the CUDA graph, and a batch of three prompts of different lengths. The engine in
+f32 must be within 1e-3 (measured 2e-5 on the 8B shape); in bf16 within max(2e-2, 1.25 x
+transformers' own bf16-vs-f32 error), since a bf16 model cannot be closer to f32 than
+bf16 rounding allows (check_hf.py's pass rule; benchmarks/RESULTS.md has the numbers).
 """
 from __future__ import annotations
 
@@ -55,6 +58,17 @@ def test_small_vs_transformers(kind, graph):
     res = check(_small(kind), prompt_len=128, steps=32, use_graph=graph)
     _report(res)
     assert res["pass"], res
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_small_f32_engine_vs_transformers(kind):
+    """Every kernel path in f32 against transformers in f32: a tight bound, no bf16 floor."""
+    _need_torch()
+    from llm.check_hf import check
+
+    res = check(_small(kind), prompt_len=128, steps=16, dtype="f32", tol=1e-3)
+    _report(res)
+    assert res["pass"] and res["max_rel_err"] <= 1e-3, res
 
 
 def test_small_silu_and_mul_vs_transformers():
