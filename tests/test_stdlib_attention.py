@@ -108,7 +108,7 @@ def test_prefill_dtypes(dt, causal):
 @pytest.mark.parametrize("case", [PREFILL_CASES[1], PREFILL_CASES[2], PREFILL_CASES[5]],
                          ids=lambda c: "B{}_Hq{}_Hkv{}_S{}_D{}".format(*c[:5]))
 def test_prefill_token_major_layout(case):
-    """layout="bshd": q [B, S, Hq, D], k, v [B, S, Hkv, D] (the attention_prefill_bshd kernel)."""
+    """layout="bshd": q [B, S, Hq, D], k, v [B, S, Hkv, D], passed to the kernel as they are."""
     b, hq, hkv, s, d, cfg = case
     rng = np.random.default_rng()
     q, k, v = _rand(rng, (b, s, hq, d), "bf16"), _rand(rng, (b, s, hkv, d), "bf16"), _rand(rng, (b, s, hkv, d), "bf16")
@@ -285,7 +285,6 @@ NVCC_VARIANTS = [
     ("attention_prefill", dict(T="bf16", D=128, CAUSAL=True, BM=128, BN=64, WARPS=8)),
     ("attention_prefill", dict(T="f16", D=64, CAUSAL=False, BM=128, BN=64, WARPS=8)),
     ("attention_prefill", dict(T="f32", D=64, CAUSAL=True, BM=64, BN=64, WARPS=4)),
-    ("attention_prefill", dict(T="bf16", D=128, CAUSAL=True, BM=128, BN=64, WARPS=8, kernel="attention_prefill_bshd")),
     ("attention_decode", dict(T="bf16", D=128, BS=16, GP=8, DIRECT=False, NSP=16, WARPS=4)),
     ("attention_decode", dict(T="f16", D=128, BS=32, GP=4, DIRECT=True, NSP=64, WARPS=8)),
     ("attention_decode", dict(T="f32", D=64, BS=16, GP=1, DIRECT=False, NSP=2, WARPS=4)),
@@ -308,8 +307,7 @@ def test_specializations_compile_with_nvcc(name, defines, tmp_path):
         pytest.skip("nvcc not on PATH")
     src = _launch.specialize(_launch.kernel_path(name).read_text(), {"T": defines.pop("T")})
     cu = tmp_path / f"{name}.cu"
-    kernel = defines.pop("kernel", None)
-    cu.write_text(translate(src, name, Options(defines=defines, arch="sm_90a", kernel=kernel)).cuda)
+    cu.write_text(translate(src, name, Options(defines=defines, arch="sm_90a")).cuda)
     proc = subprocess.run([nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-o", str(tmp_path / "k.cubin"),
                            str(cu)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]

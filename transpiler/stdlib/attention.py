@@ -86,10 +86,12 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     o = _out(out, q, tuple(int(n) for n in q.shape), dt)
     if b * hq * s == 0:
         return o
-    kernel = "attention_prefill_bshd" if tokens else "attention_prefill"
+    q4, k4, v4, o4 = L.contiguous(q), L.contiguous(k), L.contiguous(v), o
+    if not tokens:  # [B, H, S, D] is [B * H, S, 1, D] token-major: one head per batch row
+        q4, k4, v4, o4 = (L.reshape(x, (int(x.shape[0]) * int(x.shape[1]), s, 1, d)) for x in (q4, k4, v4, o4))
     cfg = dict(prefill_config(d, s), **(config or {}))
-    mod = L.load("attention_prefill", kernel=kernel, T=dt, D=d, CAUSAL=bool(causal), **cfg)
-    L.run(mod, kernel, L.contiguous(q), L.contiguous(k), L.contiguous(v), o, scale=_scale(scale, d))
+    mod = L.load("attention_prefill", T=dt, D=d, CAUSAL=bool(causal), **cfg)
+    L.run(mod, "attention_prefill", q4, k4, v4, o4, scale=_scale(scale, d))
     return o
 
 

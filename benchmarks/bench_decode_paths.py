@@ -1,0 +1,100 @@
+"""Decode-shape GEMM (M <= 16): every path tilex.stdlib.linear could take, timed side by side.
+
+    python benchmarks/bench_decode_paths.py [--json out.json]
+
+For y = x @ w.T with x [M, K], w [N, K] bf16, the 16-row mma.sync kernel (`linear` with
+the wrapper's skinny tiles) and the split-K kernels (`linear_splitk` + `splitk_sum`, 64x256
+TMA/wgmma tiles) at several split factors S, including S = 1 and the wrapper's `_splits`,
+against cuBLAS (F.linear). Each path is checked first (relative Frobenius error <= 1e-2
+against F.linear in f32). Time: median of CUDA-event timings (the stream sleeps before each call so that host launch
+cost is not counted) over rotating weight copies
+(more than 2x the L2 in total, so weights stream from HBM as in a real decode step).
+GB/s counts weight + x + y bytes; `% copy` is that over the copy bandwidth of the same run.
+This is the measurement behind linear()'s choice of decode path (see linear.py, RESULTS.md).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+SHAPES = [  # (M, K, N): Qwen2.5-14B decode projections and the LM head
+    (1, 5120, 27648), (1, 5120, 7168), (1, 5120, 5120), (1, 13824, 5120), (1, 5120, 152064),
+    (16, 5120, 27648), (16, 13824, 5120),
+]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--reps", type=int, default=50)
+    args = ap.parse_args(argv)
+    import torch
+    import torch.nn.functional as F
+
+    from tilex.stdlib import _launch as L
+    from tilex.stdlib import linear as lin
+
+    dev = torch.cuda.get_device_properties(0)
+    l2 = getattr(dev, "L2_cache_size", 50 << 20)
+
+    def timed(fn) -> float:
+        for _ in range(3):
+            fn()
+        ts = []
+        for _ in range(args.reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(1_000_000)  # ~0.5 ms of GPU work: the host launches fn meanwhile
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            ts.append(a.elapsed_time(b))
+        return statistics.median(ts)
+
+    big = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    copy_ms = timed(lambda: big.clone())
+    copy_gb_s = 2 * big.numel() / copy_ms / 1e6
+    del big
+    rows = []
+    for m, k, n in SHAPES:
+        nbytes = n * k * 2
+        sets = max(2, -(-2 * l2 // nbytes))
+        ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        it = iter(range(1 << 62))
+        pick = lambda: ws[next(it) % sets]  # noqa: E731
+        ref = F.linear(x.float(), ws[0].float())
+        paths = {"cublas": lambda w: F.linear(x, w)}
+        skinny = L.load("linear", kernel="linear", T="bf16", **lin._SKINNY)
+        y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        paths["mma16"] = lambda w: L.run(skinny, "linear", x, w, y)
+        split = L.load("linear", T="bf16", **lin._SPLITK)
+        for s in sorted({1, 2, 4, lin._splits(m, n, k), 8}):
+            if k // s < lin._SPLITK["BK"]:
+                continue
+            part = torch.empty(s, m, n, device="cuda", dtype=torch.float32)
+
+            def run(w, part=part):
+                L.run(split, "linear_splitk", x, w, part)
+                L.run(split, "splitk_sum", part, y)
+            paths[f"splitk S={s}" + (" (wrapper)" if s == lin._splits(m, n, k) else "")] = run
+        for name, fn in paths.items():
+            out = fn(ws[0])
+            out = y if out is None else out
+            err = float((out.float() - ref).norm() / ref.norm())
+            ms = timed(lambda: fn(pick()))
+            gb_s = (nbytes + 2 * m * (k + n)) / ms / 1e6
+            rows.append(dict(m=m, k=k, n=n, path=name, ms=ms, gb_s=gb_s, pct_copy=gb_s / copy_gb_s,
+                             rel_err=err, ok=err <= 1e-2))
+            print(f"{m}x{k}x{n:<7} {name:24} {ms:8.4f} ms {gb_s:7.0f} GB/s {100 * gb_s / copy_gb_s:5.1f}% "
+                  f"err {err:.1e}{'' if err <= 1e-2 else '  FAIL'}", flush=True)
+        del ws
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(copy_gb_s=copy_gb_s, rows=rows), f, indent=1)
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
