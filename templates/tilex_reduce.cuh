@@ -3,6 +3,7 @@ __device__ __forceinline__ float tilex_shfl_xor(float v, int m) { return __shfl_
 __device__ __forceinline__ int tilex_shfl_xor(int v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 __device__ __forceinline__ long long tilex_shfl_xor(long long v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 __device__ __forceinline__ double tilex_shfl_xor(double v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+__device__ __forceinline__ bool tilex_shfl_xor(bool v, int m) { return __shfl_xor_sync(0xffffffffu, (int)v, m) != 0; }
 // min/max of integers (and bool) with each operand evaluated once
 template <typename T>
 __device__ __forceinline__ T tilex_red_max(T a, T b) { return a > b ? a : b; }

@@ -245,13 +245,24 @@ def test_checked_programs_compile(src, arch, tmp_path, nvcc):
 
 # ---------------------------------------------------------------- warp shuffles are never divergent
 INT_REDUCTIONS = """
-kernel f<WARPS: int = 4>(x: i32[N], y: out i32[2], z: out i64[1])
+kernel f<WARPS: int = 4>(x: i32[N], y: out i32[3], z: out i64[1])
     grid (1,)
 {
     t = x[0 : 512, other = 0]
     y[0] = min(t)
     y[1] = max(t)
     z[0] = argmax(t).to(i64)
+    y[2] = sum(abs(t) + arange(7, 519) // -1) + cdiv(x[1], 3)
+}
+"""
+BOOL_REDUCTIONS = """
+kernel f<WARPS: int = 4>(x: f32[N], y: out bool[2], z: out i32[1])
+    grid (1,)
+{
+    t = x[0 : 512, other = 0.0] > 0.0
+    y[0] = max(t)
+    y[1] = min(t)
+    z[0] = argmax(t)
 }
 """
 
@@ -266,7 +277,7 @@ def test_integer_reductions_shuffle_without_branches(tmp_path, nvcc):
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = (tmp_path / "k.ptx").read_text().splitlines()
     shfl = [i for i, line in enumerate(lines) if "shfl.sync" in line]
-    assert len(shfl) >= 15  # three reductions of five butterfly steps (argmax: value and index)
+    assert len(shfl) >= 20  # four reductions of five butterfly steps (argmax: value and index)
     runs, start = [], shfl[0]
     for a, b in zip(shfl, shfl[1:]):
         if b - a > 12:
@@ -276,3 +287,11 @@ def test_integer_reductions_shuffle_without_branches(tmp_path, nvcc):
     for lo, hi in runs:
         inside = [lines[i].strip() for i in range(lo, hi + 1) if "bra" in lines[i]]
         assert not inside, f"branch among warp shuffles (lines {lo}-{hi}): {inside}"
+
+
+def test_bool_reductions_compile(tmp_path, nvcc):
+    """max/min/argmax of a bool tile (shuffled as int, combined as bool)."""
+    t = translate(BOOL_REDUCTIONS, "b.tile", Options(arch="sm_90a"))
+    (tmp_path / "k.cu").write_text(t.cuda)
+    proc = _nvcc(nvcc, ["-cubin", "-arch=sm_90a", "k.cu", "-o", "k.cubin"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]

@@ -112,6 +112,8 @@ class Model:
         # for more than SPLIT_MLP_ROWS tokens (prefill) and the pair for fewer (decode: the
         # linear splits K over the SMs and streams the weights at bandwidth, which the fused
         # kernel cannot do since silu needs complete sums).
+        if mlp == "gated_mlp" and not ops.has("gated_mlp"):
+            raise ValueError("mlp='gated_mlp' needs tilex.stdlib.gated_mlp, which this library lacks")
         self.mlp = mlp
         self.use_gated_mlp = ops.has("gated_mlp") and mlp != "silu_and_mul"
         self.layers = []

@@ -39,11 +39,11 @@ template <typename T> __device__ __forceinline__ T tilex_wadd(T a, T b) { typede
 template <typename T> __device__ __forceinline__ T tilex_wsub(T a, T b) { typedef typename tilex_unsigned<T>::type U; return (T)((U)a - (U)b); }
 template <typename T> __device__ __forceinline__ T tilex_wmul(T a, T b) { typedef typename tilex_unsigned<T>::type U; return (T)((U)a * (U)b); }
 template <typename T> __device__ __forceinline__ T tilex_wneg(T a) { typedef typename tilex_unsigned<T>::type U; return (T)(U(0) - (U)a); }
-// floor division and modulo (Python semantics), as the language defines // and %
-template <typename T> __device__ __forceinline__ T tilex_floordiv(T a, T b) { T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
-template <typename T> __device__ __forceinline__ T tilex_floormod(T a, T b) { T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+// floor division and modulo (Python semantics), as the language defines // and %; b == -1 wraps (INT_MIN // -1)
+template <typename T> __device__ __forceinline__ T tilex_floordiv(T a, T b) { if (b == -1) return tilex_wneg<T>(a); T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+template <typename T> __device__ __forceinline__ T tilex_floormod(T a, T b) { if (b == -1) return 0; T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 __device__ __forceinline__ float tilex_floormod(float a, float b) { return a - floorf(a / b) * b; }
-template <typename T> __device__ __forceinline__ T tilex_cdiv(T a, T b) { return tilex_floordiv<T>(a + b - 1, b); }
+template <typename T> __device__ __forceinline__ T tilex_cdiv(T a, T b) { if (b == -1) return tilex_wneg<T>(a); T q = a / b, r = a % b; return (r != 0 && ((r > 0) == (b > 0))) ? q + 1 : q; }  // ceil(a / b), no overflow
 template <typename T> __device__ __forceinline__ T tilex_imax(T a, T b) { return a > b ? a : b; }
 template <typename T> __device__ __forceinline__ T tilex_imin(T a, T b) { return a < b ? a : b; }
 // float -> int truncation toward zero; NaN gives 0 and out-of-range saturates (PTX cvt.rzi semantics)

@@ -245,7 +245,8 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         if isinstance(e, A.Call) and e.func == "full":
             return self.cast(self.scalar(e.args[1]), e.args[1].ty.dtype, e.ty.dtype)
         if isinstance(e, A.Call) and e.func == "arange":
-            return f"({self.scalar(e.args[0])} + ({want.coord(0)}))"
+            self.helpers.add("tilex_math.cuh")
+            return f"tilex_wadd<{reg(e.ty.dtype)}>({self.scalar(e.args[0])}, {want.coord(0)})"
         return self.elementwise(e, lambda c: self.tile(c, want.view_for(c.ty.shape)) if c.ty.shape else self.scalar(c))
 
     def materialize(self, e: A.Expr) -> tuple[str, Layout]:
@@ -323,7 +324,10 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
                 return self.round(CUDA_MATH[e.func].format(x=self.cast(args[0], e.args[0].ty.dtype, DType.F32)), dt)
             if kind == "abs":
                 x = self.cast(args[0], e.args[0].ty.dtype, cdt)
-                return self.round(f"fabsf({x})" if cdt is DType.F32 else f"({x} < 0 ? -{x} : {x})", dt)
+                if cdt is DType.F32:
+                    return self.round(f"fabsf({x})", dt)
+                self.helpers.add("tilex_math.cuh")
+                return f"({x} < 0 ? tilex_wneg<{reg(cdt)}>({x}) : {x})"  # abs(INT_MIN) wraps to INT_MIN
             if kind == "minmax":
                 a, b = (self.cast(x, y.ty.dtype, cdt) for x, y in zip(args, e.args))
                 if cdt.is_float:

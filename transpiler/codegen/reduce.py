@@ -14,6 +14,7 @@ class Reductions:
     # ---- reductions
     def reduction(self, e: A.Call) -> tuple[str, Layout | None]:
         self.helpers.add("tilex_reduce.cuh")
+        self.helpers.add("tilex_math.cuh")  # integer sums wrap (tilex_wadd)
         x = e.args[0]
         src, have = self.materialize(x)
         func = e.func
@@ -113,7 +114,7 @@ def _identity(func: str, t: str) -> str:
 
 def _combine(func: str, t: str, a: str, b: str) -> str:
     if func in ("sum", "mean"):
-        return f"{a} + {b}"
+        return f"tilex_wadd<{t}>({a}, {b})" if t in ("int", "long long") else f"{a} + {b}"  # ints wrap
     if t in ("float", "double"):
         return f"f{func}{'f' if t == 'float' else ''}({a}, {b})"
     # a function call, not `a < b ? a : b`: each operand is evaluated exactly once, so a
