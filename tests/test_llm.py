@@ -174,22 +174,23 @@ PROMPTS = [[5, 17, 3, 88, 42, 7, 1], [9, 60, 2], [33]]
 FORCED = [[11, 12, 13, 14], [21, 22, 23, 24], [31, 32, 33, 34]]
 
 
-def _engine_vs_reference(name, dtype, prefill_attention="paged", mlp="auto"):
+def _engine_vs_reference(name, dtype, prefill_attention="paged", mlp="auto", prompts=PROMPTS):
     from llm.engine import Engine
     from llm.weights import random_weights
 
     _stdlib_or_skip()
     cfg, be = named_config(name), NumpyBackend()
     w = random_weights(cfg, be, dtype, seed=7)
-    eng = Engine(cfg, w, be, num_blocks=16, block_size=4, max_batch=4, max_seq_len=16, dtype=dtype,
+    eng = Engine(cfg, w, be, num_blocks=24, block_size=4, max_batch=4, max_seq_len=32, dtype=dtype,
                  prefill_attention=prefill_attention, mlp=mlp)
     steps = len(FORCED[0])
-    r = eng.generate(PROMPTS, steps, keep_logits=True, forced_tokens=FORCED, stop_on_eos=False)
+    forced = FORCED[:len(prompts)]
+    r = eng.generate(prompts, steps, keep_logits=True, forced_tokens=forced, stop_on_eos=False)
     assert len(r.logits) == steps and r.decode_steps == steps - 1
-    assert len(eng.cache.free) == 15  # every block handed back
+    assert len(eng.cache.free) == 23  # every block handed back
     errs = []
-    for i, p in enumerate(PROMPTS):
-        ref = reference_logits(cfg, w, p + FORCED[i][:steps - 1])
+    for i, p in enumerate(prompts):
+        ref = reference_logits(cfg, w, p + forced[i][:steps - 1])
         for st, lg in enumerate(r.logits):
             errs.append(_rel_rows(lg[i], ref[len(p) - 1 + st]))
     return max(errs)
@@ -217,6 +218,14 @@ def test_engine_batch1_fused_qkv():
     r = eng.generate([[4]], 4, keep_logits=True, forced_tokens=[[8, 9, 10, 11]], stop_on_eos=False)
     ref = reference_logits(cfg, w, [4, 8, 9, 10])
     assert max(_rel_rows(lg[0], ref[i]) for i, lg in enumerate(r.logits)) <= 1e-4
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-llama"])
+def test_engine_long_prefill_fused_kernels(name):
+    """More than 16 prompt tokens in one prefill: linear_qkv, gated_mlp and dense
+    attention_prefill (the prefill kernels); decode rows then take the split paths."""
+    prompts = [list(range(3, 23)), [7, 8, 9, 10, 11]]
+    assert _engine_vs_reference(name, "f32", "dense", prompts=prompts) <= 1e-4
 
 
 def test_engine_matches_reference_bf16():

@@ -152,6 +152,21 @@ def test_stdlib_linear_split_k(m, n, k):
     assert _rel(linear(x, w, b), x.float() @ w.float().T + b.float()) <= 1e-2  # splitk_sum_bias
 
 
+@pytest.mark.parametrize("m,nq,nk,k", [(512, 5120, 1024, 5120), (300, 1024, 256, 1032), (17, 512, 128, 256)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_stdlib_linear_qkv(m, nq, nk, k, bias):
+    """One fused [q | k | v] GEMM storing three contiguous outputs (prefill's attention inputs)."""
+    torch = _torch()
+    from tilex.stdlib import linear_qkv
+
+    x, w, b = _rand(m, k, seed=31), _rand(nq + 2 * nk, k, seed=32), _rand(nq + 2 * nk, seed=33)
+    ref = x.float() @ w.float().T + (b.float() if bias else 0)
+    outs = linear_qkv(x, w, nq, nk, b if bias else None)
+    for got, (a, e) in zip(outs, ((0, nq), (nq, nq + nk), (nq + nk, nq + 2 * nk))):
+        assert got.is_contiguous() and tuple(got.shape) == (m, e - a)
+        assert _rel(got, ref[:, a:e]) <= 1e-2
+
+
 @pytest.mark.parametrize("m,n,k", [(1, 96, 40), (300, 520, 1032), (5000, 136, 64)])
 def test_stdlib_linear_and_gated(m, n, k):
     torch = _torch()

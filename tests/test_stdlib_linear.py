@@ -90,3 +90,25 @@ def test_split_k_kernels_on_the_interpreter(bias):
         L.run(mod, "splitk_sum", part, y)
     ref = x.astype(np.float64) @ w.astype(np.float64).T + (b.astype(np.float64) if bias else 0)
     assert _rel(y, ref) <= 1e-2
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("m,nq,nk,k,batched", [(5, 32, 16, 24, False), (1, 48, 16, 16, True), (7, 40, 24, 8, True),
+                                               (3, 20, 6, 16, False)])
+def test_linear_qkv(m, nq, nk, k, batched, bias):
+    """One fused [q | k | v] weight -> three contiguous outputs; (3, 20, 6) has no common tile
+    width of 8 or more, so it takes the three-linear fallback."""
+    rng = np.random.default_rng(m + nq + nk + k + bias)
+    n = nq + 2 * nk
+    x, w, b = (rng.standard_normal(s).astype(BF16) for s in ((m, k), (n, k), (n,)))
+    q, kk, v = tilex.stdlib.linear_qkv(x[None] if batched else x, w, nq, nk, b if bias else None)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T + (b.astype(np.float64) if bias else 0)
+    for got, (a, e) in zip((q, kk, v), ((0, nq), (nq, nq + nk), (nq + nk, n))):
+        assert got.flags.c_contiguous and got.shape == ((1, m) if batched else (m,)) + (e - a,)
+        assert _rel(got.reshape(m, e - a), ref[:, a:e]) <= 1e-2
+
+
+def test_linear_qkv_errors():
+    x, w = np.zeros((2, 16), BF16), np.zeros((40, 16), BF16)
+    with pytest.raises(ValueError, match="expected shape"):
+        tilex.stdlib.linear_qkv(x, w, 16, 8)

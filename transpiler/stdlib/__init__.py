@@ -12,11 +12,11 @@ from .embedding import embedding
 from .kvcache import kv_cache_write
 from .norms import fused_add_rms_norm, layer_norm, rms_norm
 from .rope import rope
-from .linear import gated_mlp, linear
+from .linear import gated_mlp, linear, linear_qkv
 from .sampling import argmax, sample
 
 __all__ = [
     "rms_norm", "fused_add_rms_norm", "layer_norm", "rope", "silu_and_mul", "gelu_and_mul",
     "softmax", "embedding", "kv_cache_write", "argmax", "sample",
-    "linear", "gated_mlp", "attention_prefill", "attention_decode",
+    "linear", "linear_qkv", "gated_mlp", "attention_prefill", "attention_decode",
 ]

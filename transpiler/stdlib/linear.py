@@ -100,6 +100,42 @@ def linear(x, weight, bias=None):
     return L.reshape(y, tuple(x.shape[:-1]) + (n,))
 
 
+def linear_qkv(x, weight, q_size: int, kv_size: int, bias=None):
+    """The q, k, v projections of attention from one fused weight [q_size + 2 * kv_size, in]
+    (rows: q, then k, then v; bias likewise): returns (q, k, v), each [..., size] and contiguous.
+
+    One `linear_qkv` kernel when in % 8 == 0 and a column tile width divides both sizes (every
+    Llama/Qwen shape); otherwise three `linear` calls on row views of the weight. Meant for many
+    tokens (prefill); for decode rows the split-K `linear` of each projection streams better.
+    """
+    dt = L.check_float("x", x)
+    L.check_rank("weight", weight, ndim=2)
+    L.check_same_dtype("weight", weight, dt)
+    q_size, kv_size = int(q_size), int(kv_size)
+    x2, m, k = _flatten(x)
+    n = q_size + 2 * kv_size
+    if tuple(int(d) for d in weight.shape) != (n, k):
+        raise ValueError(f"weight: expected shape ({n}, {k}) for q_size {q_size} + 2 * kv_size {kv_size} "
+                         f"and in_features {k}, got {tuple(weight.shape)}")
+    if bias is not None:
+        L.check_same_dtype("bias", bias, dt)
+        L.check_shape("bias", bias, (n,))
+        bias = L.contiguous(bias)
+    weight = L.contiguous(weight)
+    lead = tuple(x.shape[:-1])
+    cfg = _config(m, _SKINNY, _MEDIUM, _LARGE)
+    bn = next((b for b in (256, 128, 64, 32, 16, 8) if b <= cfg["BN"] and q_size % b == 0 and kv_size % b == 0), 0)
+    if k % 8 or not bn or not (m and q_size and kv_size and k):
+        cuts = ((0, q_size), (q_size, q_size + kv_size), (q_size + kv_size, n))
+        return tuple(linear(x, weight[a:b], None if bias is None else bias[a:b]) for a, b in cuts)
+    q, kk, v = L.empty(x2, (m, q_size)), L.empty(x2, (m, kv_size)), L.empty(x2, (m, kv_size))
+    mod = L.load("linear", kernel="linear_qkv", T=dt, **dict(cfg, BN=bn, BIAS=bias is not None))
+    # without BIAS the kernel never reads b: any [n] array of the dtype will do (the weight's first n values)
+    b = bias if bias is not None else L.reshape(weight, (n * k,))[:n]
+    L.run(mod, "linear_qkv", x2, weight, b, q, kk, v)
+    return tuple(L.reshape(t, lead + (int(t.shape[1]),)) for t in (q, kk, v))
+
+
 def gated_mlp(x, w_gate, w_up):
     """silu(x @ w_gate.T) * (x @ w_up.T) in one kernel (the Llama/Qwen MLP before down_proj); x [..., in]."""
     dt = L.check_float("x", x)
