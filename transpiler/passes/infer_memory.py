@@ -361,6 +361,11 @@ class _Memory(Rewriter):
         if isinstance(e, A.Index):
             # index tiles (a gather) are read at the rows of the result: the view of its first axis
             rows = layout.axes(0) if layout is not None and layout.dims else None
+            for i in e.items:  # an index variable made elsewhere: a second run creates it at these rows
+                if rows is not None and isinstance(i, A.Name) and _is_tile(i) and i.id not in self.accs:
+                    have = self.vars.get(i.id)
+                    if have is not None and not have.compatible(rows) and i.id not in self.prefer:
+                        self.prefer[i.id] = rows
             changes["items"] = tuple(
                 replace(i, start=self.assign(i.start), stop=self.assign(i.stop)) if isinstance(i, A.Slice)
                 else self.assign(i, rows if _is_tile(i) else None) for i in e.items)

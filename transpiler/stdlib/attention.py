@@ -178,7 +178,7 @@ def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | 
     cfg = {"WARPS": 4, **(config or {})}
     direct = ns == 1
     split = L.load("attention_decode", kernel="attention_decode_split", T=dt, BS=bs, D=d,
-                   GP=L.next_pow2(g), DIRECT=direct, **cfg)
+                   GP=max(16, L.next_pow2(g)), DIRECT=direct, **cfg)  # >= 16 rows: mma.sync products
     o_part = L.empty(q, (b, hkv, g, ns, d), "f32")
     lse_part = L.empty(q, (b, hkv, g, ns), "f32")
     L.run(split, "attention_decode_split", q4, L.contiguous(k_cache), L.contiguous(v_cache), table, lens,
