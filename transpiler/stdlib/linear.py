@@ -30,6 +30,18 @@ def _splits(m: int, n: int, k: int) -> int:
     return max(1, min(SMS // tiles, k // (4 * _SPLITK["BK"])))
 
 
+def _use_split_kernels(m: int, n: int, k: int) -> bool:
+    """Whether linear() takes linear_splitk + splitk_sum(_bias) (possibly with S = 1): when K
+    is split, and for decode rows (M <= 16) when N has at most two waves of 256-wide tiles,
+    where the 64-row TMA/wgmma ring streams weights faster than the 16-row mma.sync path
+    (H200, M=1, N=27648, K=5120: 0.135 ms with the 16-row path, i.e. 2.1 TB/s; split-K
+    kernels ran 3.1-3.8 TB/s on the other projections of the same model)."""
+    if k % 8:
+        return False
+    tiles = -(-n // _SPLITK["BN"])
+    return _splits(m, n, k) > 1 or (m <= 16 and tiles <= 2 * SMS)
+
+
 def _config(m: int, skinny: dict, medium: dict, large: dict) -> dict:
     """Tile sizes by the number of rows: decode (<= 16), small batches (<= 64), the rest."""
     return skinny if m <= 16 else medium if m <= 64 else large
@@ -77,8 +89,9 @@ def linear(x, weight, bias=None):
             y[...] = bias
         return L.reshape(y, tuple(x.shape[:-1]) + (n,))
     y = L.empty(x2, (m, n))
-    splits = _splits(m, n, k) if k % 8 == 0 and L.kind_of(x2) != "numpy" else 1
-    if m and n and splits > 1:  # decode: f32 partial sums over K shares, then their sum (+ bias)
+    if m and n and _use_split_kernels(m, n, k) and L.kind_of(x2) != "numpy":
+        # decode: f32 partial sums over K shares (S >= 1), then their sum (+ bias)
+        splits = _splits(m, n, k)
         mod = L.load("linear", T=dt, **_SPLITK)
         part = L.empty(x2, (splits, m, n), "f32")
         L.run(mod, "linear_splitk", x2, weight, part)
