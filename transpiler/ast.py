@@ -269,6 +269,7 @@ class For(Stmt):
     stages: int = 1  # > 1 for pipeline(...)
     pipelined: bool = False
     plan: Any = None  # plan_matmul result (tilex.passes.plan_matmul.MatmulPlan) for tensor-core main loops
+    stream: tuple = ()  # infer_memory: tiles copied into shared memory one iteration ahead (StreamTile)
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,7 @@ __device__ __forceinline__ void tilex_tile_to_smem(S* smem, const S* __restrict_
     if (row_ok && gc >= 0 && gc + 8 <= ncols && ((reinterpret_cast<unsigned long long>(g + gr * ld + gc) & 15ull) == 0)) {
       tilex_cp_async16(dst, g + gr * ld + gc);
     } else {
-#pragma unroll
+#pragma unroll 1  // an edge chunk: rare, and unrolled it costs registers in the loops that call this
       for (int v = 0; v < 8; ++v)
         dst[v] = (row_ok && (unsigned long long)(gc + v) < (unsigned long long)ncols) ? g[gr * ld + gc + v] : S{};
     }

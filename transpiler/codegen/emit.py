@@ -45,6 +45,8 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         base = getattr(k.info, "resident_bytes", 0)
         self.smem = f"(tilex_smem + {base})" if base else "tilex_smem"  # scratch space of one op at a time
         self.declared: list[set[str]] = [set()]
+        # tiles a pipeline loop streams into shared memory: name -> (byte address of this iteration's stage, row pitch)
+        self.streaming: dict[str, tuple[str, int]] = {}
 
     # ---- output helpers
     def emit(self, line: str) -> None:
@@ -161,6 +163,8 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         if s.plan is not None:
             return self.planned_loop(s)
         start, stop, step = self.scalar(s.start), self.scalar(s.stop), self.scalar(s.step)
+        if s.stream:
+            return self.streamed_loop(s, start, stop, step)
         if s.pipelined:
             self.emit(f"// pipeline(stages={s.stages}): staged sequentially in this version")
         self.emit(f"for (int {s.var} = {start}; {s.var} < {stop}; {s.var} += {step}) {{")
@@ -170,6 +174,94 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         self.declared.pop()
         self.depth -= 1
         self.emit("}")
+
+    def streamed_loop(self, s: A.For, start: str, stop: str, step: str) -> None:
+        """A pipeline loop whose operand tiles (s.stream) are copied global -> shared memory by
+        cp.async one iteration ahead, into two stages, and read there by the mma products.
+        The body is emitted twice, once per stage, so every shared-memory address is a constant."""
+        loads = {st.name: st.value for st in s.body.stmts if isinstance(st, A.Assign)}
+        names = [t.name for t in s.stream]
+        self.helpers.add("tilex_mma.cuh")
+        self.emit(f"// pipeline(stages={s.stages}): {', '.join(names)} go to shared memory by cp.async one "
+                  "iteration ahead (two stages, the body once per stage); the rest of the body runs in order")
+
+        def copy(stage: int) -> None:
+            for t in s.stream:
+                self.stream_copy(loads[t.name], t, f"(tilex_smem + {t.offset + stage * t.stage_bytes})")
+
+        self.emit("{")
+        self.depth += 1
+        self.emit(f"if ({start} < {stop}) {{")
+        self.depth += 1
+        self.emit(f"const int {s.var} = {start};")
+        copy(0)
+        self.depth -= 1
+        self.emit("}")
+        self.emit("tilex_cp_async_commit();")
+        self.emit(f"for (int tx_it = {start}; tx_it < {stop}; tx_it += 2 * ({step})) {{")
+        self.depth += 1
+        for stage in (0, 1):
+            if stage:
+                self.emit(f"if (tx_it + ({step}) >= {stop}) break;")
+            self.emit("{")
+            self.depth += 1
+            self.emit(f"const int {s.var} = tx_it{' + (' + step + ')' if stage else ''};")
+            self.emit(f"if ({s.var} + {step} < {stop}) {{  // the next iteration's tiles, into the other stage")
+            self.depth += 1
+            self.emit(f"const int tx_nxt = {s.var} + {step};")
+            self.emit("{")
+            self.depth += 1
+            self.emit(f"const int {s.var} = tx_nxt;")
+            copy(1 - stage)
+            self.depth -= 1
+            self.emit("}")
+            self.depth -= 1
+            self.emit("}")
+            self.emit("tilex_cp_async_commit();")
+            self.emit("tilex_cp_async_wait<1>();  // this iteration's tiles have landed")
+            self.emit(self.barrier)
+            outer = self.streaming
+            self.streaming = {**outer, **{t.name: (f"tilex_smem + {t.offset + stage * t.stage_bytes}", t.ld)
+                                          for t in s.stream}}
+            self.declared.append({s.var})
+            for st in s.body.stmts:
+                if isinstance(st, A.Assign) and st.name in names:
+                    self.emit(f"// {self.file}:{st.span.line}  {unparse_stmt(st)}  (streamed above)")
+                    continue
+                self.stmt(st)
+            self.declared.pop()
+            self.streaming = outer
+            self.emit(self.barrier + "  // every thread is done with this stage before it is refilled")
+            self.depth -= 1
+            self.emit("}")
+        self.depth -= 1
+        self.emit("}")
+        self.emit("tilex_cp_async_wait<0>();")
+        self.depth -= 1
+        self.emit("}")
+
+    def stream_copy(self, e: A.Index, t, dst: str) -> None:
+        """cp.async of the [rows, cols] tile `e` (slices on one axis and the tensor's last) into
+        shared memory at `dst` (rows of t.ld elements); rows outside the tensor become 0."""
+        name, axes = self.index_axes(e)
+        dt = e.ty.dtype
+        S = storage(dt)
+        terms, oks, sl = [], [], []
+        for ax, item in axes:
+            if isinstance(item, A.Slice):
+                sl.append((ax, self.scalar(item.start) if item.start is not None else "0"))
+                continue
+            i = f"(long long)({self.scalar(item)})"
+            st = self.stride(name, ax)
+            terms.append(f"{i} * {st}" if st else i)
+            oks.append(f"(unsigned long long){i} < (unsigned long long){self.dim(name, ax)}")
+        (rax, r0), (cax, c0) = sl
+        ok = " && ".join(oks) or "true"
+        base = " + ".join(terms) or "0"
+        self.emit(f"{{ const bool tx_ok = {ok}; tilex_tile_to_smem<{t.rows}, {t.cols}, {t.ld}, {self.T}, {S}>("
+                  f"reinterpret_cast<{S}*>({dst}), {name} + (tx_ok ? {base} : 0), (long long)({r0}), (long long)({c0}), "
+                  f"tx_ok ? (long long){self.dim(name, rax)} : 0, (long long){self.dim(name, cax)}, "
+                  f"(long long){self.stride(name, rax) or 1}); }}")
 
     def stmt_If(self, s: A.If) -> None:
         self.emit(f"if ({self.scalar(s.cond)}) {{")

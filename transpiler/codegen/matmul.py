@@ -176,33 +176,47 @@ class MatmulEmission:
         (bf16/f16 operands, see infer_memory.mma_layout) or f32 FMAs at the result's own layout."""
         resident = self.resident.get(e.lhs.id) if isinstance(e.lhs, A.Name) else None
         a, la = self.materialize(e.lhs) if resident is None else (None, e.lhs.ty.layout)
-        b, lb = self.materialize(e.rhs)
         (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
         dt_in = e.lhs.ty.dtype
         S = storage(dt_in)
         out_l = e.ty.layout
         mma = isinstance(out_l.root, Fragment)
-        # b goes to shared memory K-contiguous ([n][k], plain ldmatrix) when its registers run along K
-        # (a transposed tile, like k.T in attention), else [k][n] (ldmatrix.trans): vector stores either way
-        kmajor_b = mma and lb.root.vec_digit is not None and lb.dims[0] == lb.root.rank - 1
-        lda, ldb = kk + MATMUL_PAD, (kk if kmajor_b else n) + MATMUL_PAD
+        # b streamed into shared memory by its pipeline loop (rows of the loaded tile: [n][k] for `t.T`)
+        transposed = isinstance(e.rhs, A.Attr) and e.rhs.name == "T"
+        rb = e.rhs.obj if transposed else e.rhs
+        streamed = self.streaming.get(rb.id) if mma and isinstance(rb, A.Name) else None
+        if streamed is not None:
+            b, lb, kmajor_b = None, None, transposed
+            lda, ldb = kk + MATMUL_PAD, streamed[1]
+        else:
+            b, lb = self.materialize(e.rhs)
+            # b goes to shared memory K-contiguous ([n][k], plain ldmatrix) when its registers run along K
+            # (a transposed tile, like k.T in attention), else [k][n] (ldmatrix.trans): vector stores either way
+            kmajor_b = mma and lb.root.vec_digit is not None and lb.dims[0] == lb.root.rank - 1
+            lda, ldb = kk + MATMUL_PAD, (kk if kmajor_b else n) + MATMUL_PAD
         b_offset = m * lda
         # a already in this product's accumulator rows (p of an online softmax): A fragments from registers
         a_regs = (mma and resident is None and isinstance(la.root, Fragment) and la == Layout.of(la.root)
                   and la.root.warps == (out_l.root.warps[0], 1) and out_l.root.warps[1] == 1 and la.root.shape[0] == m)
         how = "multiply with mma.sync" if mma else "accumulate in f32"
-        self.emit(f"// {unparse(e)}: stage [{m}, {kk}] and [{kk}, {n}] {dt_in} tiles in shared memory, {how}")
-        self.emit(self.barrier)
-        self.emit("{")
-        self.depth += 1
-        self.emit(f"{S}* tx_As = reinterpret_cast<{S}*>({self.smem});")
-        self.emit(f"{S}* tx_Bs = tx_As + {b_offset};")
-        if resident is None and not a_regs:
-            self.stage(a, la, "tx_As", lda, False, S)
-        self.stage(b, lb, "tx_Bs", ldb, kmajor_b, S)
-        self.depth -= 1
-        self.emit("}")
-        self.emit(self.barrier)
+        stage_a = resident is None and not a_regs
+        if stage_a or streamed is None:
+            self.emit(f"// {unparse(e)}: stage [{m}, {kk}] and [{kk}, {n}] {dt_in} tiles in shared memory, {how}")
+            self.emit(self.barrier)
+            self.emit("{")
+            self.depth += 1
+            self.emit(f"{S}* tx_As = reinterpret_cast<{S}*>({self.smem});")
+            self.emit(f"{S}* tx_Bs = tx_As + {b_offset};")
+            if stage_a:
+                self.stage(a, la, "tx_As", lda, False, S)
+            if streamed is None:
+                self.stage(b, lb, "tx_Bs", ldb, kmajor_b, S)
+            self.depth -= 1
+            self.emit("}")
+            self.emit(self.barrier)
+        else:
+            self.emit(f"// {unparse(e)}: [{m}, {kk}] in registers or kept in shared memory, [{kk}, {n}] streamed "
+                      f"into shared memory by the loop: {how}")
         name = self.fresh("tx_mm")
         self.emit(f"float {name}[{out_l.slots}];")
         self.unrolled(out_l.slots, f"{name}[tx_s] = 0.0f;")
@@ -219,7 +233,8 @@ class MatmulEmission:
             text = _env().get_template("matmul_mma_tile.j2").render(
                 S=S, m=m, k=kk, lda=lda, ldb=ldb, warps_n=wn_, wm=wm, wn=wn, rm=wm // 16, rn=wn // 8, acc=name,
                 kmajor_b=kmajor_b, a_regs=a if a_regs else None, a_blocks=kk // 8, a_ptr=a_ptr,
-                b_ptr=f"reinterpret_cast<const {S}*>({self.smem}) + {b_offset}")
+                b_ptr=(f"reinterpret_cast<const {S}*>({streamed[0]})" if streamed is not None
+                       else f"reinterpret_cast<const {S}*>({self.smem}) + {b_offset}"))
             for line in text.rstrip().splitlines():
                 self.emit(line)
             return name

@@ -8,7 +8,8 @@ data), operands are read through broadcast views of it, loads and constructors a
 materialized directly in the layout their consumer wants, a reduction yields the slice
 of its operand's layout. `kernel.info` (KernelMemory) holds the threads per block and
 the shared memory each op needs (cross-warp reductions, layout conversions, matmul
-staging), checked against the target's per-block budget.
+staging), checked against the target's per-block budget. `For.stream` lists the tiles a
+pipeline loop copies into shared memory one iteration ahead (StreamTile, see stream_tiles).
 """
 from __future__ import annotations
 
@@ -35,6 +36,19 @@ class SmemUse:
         return self.span.line
 
 
+@dataclass(frozen=True)
+class StreamTile:
+    """A tile loaded in a `pipeline` loop and read only as the right operand of mma products:
+    copied global -> shared memory by cp.async one iteration ahead, into two stages of
+    `stage_bytes` at byte `offset` (rows of `ld` elements), instead of through registers."""
+    name: str
+    rows: int
+    cols: int
+    ld: int
+    offset: int
+    stage_bytes: int
+
+
 @dataclass
 class KernelMemory:
     threads: int
@@ -58,7 +72,12 @@ def infer_memory(program: A.Program, arch: str = "sm_90a") -> A.Program:
 def _kernel_memory(k: A.Kernel, arch: str) -> A.Kernel:
     """Two runs when a loop-carried variable is updated in a tensor-core layout: the second creates it there."""
     first = _Memory(k, arch)
-    out = first.run()
+    try:
+        out = first.run()
+    except CompileError:
+        if not first.prefer:
+            raise
+        out = None  # e.g. shared memory for conversions that the second run's layouts do not need
     if not first.prefer:
         return out
     return _Memory(k, arch, first.prefer).run()
@@ -136,6 +155,8 @@ class _Memory(Rewriter):
             for prod in plan.products:
                 self.accs[prod.acc] = frag
         self.in_plan = False
+        self.streaming: frozenset = frozenset()  # names streamed into shared memory by the enclosing loops
+        self.streams: dict = {}
         self.limit = smem_limit(arch)
         self.vars: dict[str, Layout | None] = {}
         self.uses: list[SmemUse] = []
@@ -182,10 +203,122 @@ class _Memory(Rewriter):
             offset += (size + 15) // 16 * 16
         return out, uses
 
+    def stream_tiles(self, offset: int) -> tuple[dict, list]:
+        """{id(for loop): (StreamTile, ...)} and their shared-memory uses, from byte `offset` on.
+
+        A tile qualifies when, in a `pipeline(..., stages >= 2)` loop of a kernel without
+        planned (wgmma/mma ring) loops, it is assigned once at the top of the loop body from a
+        2-byte-float tensor load `t[i, a : a + R, j, c : c + C]` (slices on one axis and the
+        last, scalar indices elsewhere, no `other`, C % 8 == 0) whose indices use only the loop
+        variable and names not assigned in the loop, and it is read only as `x @ tile` or
+        `x @ tile.T` products that run on mma.sync."""
+        if self.plans or self.arch not in MMA_ARCHS:
+            return {}, []
+        out, uses, mem = {}, [], self
+
+        def assigned(block) -> set:
+            names: set = set()
+
+            class _A(Walker):
+                def on_Assign(self, st):
+                    names.add(st.name)
+
+                def on_For(self, st):
+                    names.add(st.var)
+            _A().walk(block)
+            return names
+
+        def eligible_load(v, loop_var, changing) -> bool:
+            if not (isinstance(v, A.Index) and isinstance(v.base, A.Name) and v.base.ty.what == "tensor"):
+                return False
+            if v.kwargs or v.ty.dtype not in (DType.BF16, DType.F16) or len(v.ty.shape) != 2:
+                return False
+            slices = [a for a, it in enumerate(v.items) if isinstance(it, A.Slice)]
+            last = len(v.base.ty.shape) - 1  # a tensor's type holds its dims
+            if len(slices) != 2 or slices[1] != last or len(v.items) != last + 1:
+                return False
+            if any(not isinstance(it, A.Slice) and it.ty.shape for it in v.items):
+                return False  # a gather
+            if v.ty.shape[1] % 8:
+                return False
+            names: set = set()
+
+            class _N(Walker):
+                def on_Name(self, e):
+                    names.add(e.id)
+            for it in v.items:
+                _N().walk(it)
+            return not (names & (changing - {loop_var}))
+
+        def operand_uses(block, name) -> tuple[int, bool]:
+            """(reads as an mma right operand, any other read)."""
+            good, bad = [0], [False]
+
+            class _U(Walker):
+                def on_BinOp(self, e):
+                    if e.op is A.BinOpKind.MATMUL:
+                        r = e.rhs.obj if isinstance(e.rhs, A.Attr) and e.rhs.name == "T" else e.rhs
+                        if isinstance(r, A.Name) and r.id == name:
+                            if mem.mma_layout(e) is not None:
+                                good[0] += 1
+                            else:
+                                bad[0] = True
+                            self.walk(e.lhs)
+                            return False
+                    return None
+
+                def on_Name(self, e):
+                    if e.id == name:
+                        bad[0] = True
+            _U().walk(block)
+            return good[0], bad[0]
+
+        class _Loops(Walker):
+            def on_For(self, f):
+                if f.pipelined and f.stages >= 2 and f.plan is None:
+                    changing = assigned(f.body)
+                    tiles = []
+                    for st in f.body.stmts:
+                        if not (isinstance(st, A.Assign) and eligible_load(st.value, f.var, changing)):
+                            continue
+                        if sum(1 for x in f.body.stmts if isinstance(x, A.Assign) and x.name == st.name) != 1:
+                            continue
+                        good, bad = operand_uses(f.body, st.name)
+                        if not good or bad:
+                            continue
+                        rows, cols = st.value.ty.shape
+                        ld = cols + MATMUL_PAD
+                        stage = (rows * ld * st.value.ty.dtype.itemsize + 15) // 16 * 16
+                        tiles.append(StreamTile(st.name, rows, cols, ld, 0, stage))
+                    if tiles:
+                        out[id(f)] = tuple(tiles)
+                        spans.append(f.span)
+                return None
+
+        spans: list = []
+        _Loops().walk(self.k.body)
+        # loops run one after another: each loop's tiles start at `offset`, the region is the largest
+        size, names = 0, []
+        for key, tiles in out.items():
+            at, placed = offset, []
+            for t in tiles:
+                placed.append(replace(t, offset=at))
+                at += 2 * t.stage_bytes
+                names.append(t.name)
+            out[key] = tuple(placed)
+            size = max(size, at - offset)
+        if not size:
+            return out, []
+        what = f"streaming {', '.join(dict.fromkeys(names))} into shared memory by cp.async (two stages each)"
+        return out, [SmemUse(what, size, spans[0])]
+
     def run(self) -> A.Kernel:
         k = self.k
         self.resident, resident_uses = self.resident_tiles()
         base = sum((u.bytes + 15) // 16 * 16 for u in resident_uses)
+        self.streams, stream_uses = self.stream_tiles(base)
+        resident_uses = resident_uses + stream_uses
+        base += sum((u.bytes + 15) // 16 * 16 for u in stream_uses)
         where = tuple(self.assign(e) for e in k.where)
         grid = tuple(self.assign(e) for e in k.grid)
         body = self.visit(k.body)
@@ -310,8 +443,12 @@ class _Memory(Rewriter):
             item = e.lhs.ty.dtype.itemsize
             frag = None if self.in_plan else self.mma_layout(e)
             if frag is not None:
-                self.need(f"staging the operands of '@' for mma.sync ({m}x{kk} and {kk}x{n})",
-                          (m * (kk + MATMUL_PAD) + max(kk * (n + MATMUL_PAD), n * (kk + MATMUL_PAD))) * item, e)
+                r = e.rhs.obj if isinstance(e.rhs, A.Attr) and e.rhs.name == "T" else e.rhs
+                if isinstance(r, A.Name) and r.id in self.streaming:  # b is already in shared memory
+                    self.need(f"staging the left operand of '@' for mma.sync ({m}x{kk})", m * (kk + MATMUL_PAD) * item, e)
+                else:
+                    self.need(f"staging the operands of '@' for mma.sync ({m}x{kk} and {kk}x{n})",
+                              (m * (kk + MATMUL_PAD) + max(kk * (n + MATMUL_PAD), n * (kk + MATMUL_PAD))) * item, e)
                 layout = frag
                 self.convert_if_needed(e, layout, want)
                 return replace(e, lhs=lhs, rhs=rhs, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
@@ -405,7 +542,11 @@ class _Memory(Rewriter):
     def visit_For(self, s):
         start, stop, step = (self.assign(x) for x in (s.start, s.stop, s.step))
         if s.plan is None:
-            return replace(s, start=start, stop=stop, step=step, body=self.visit(s.body))
+            stream = self.streams.get(id(s), ())
+            outer, self.streaming = self.streaming, self.streaming | {t.name for t in stream}
+            body = self.visit(s.body)
+            self.streaming = outer
+            return replace(s, start=start, stop=stop, step=step, body=body, stream=stream)
         p = s.plan
         for prod in p.products:
             if self.vars.get(prod.acc) is None:

@@ -1,0 +1,71 @@
+"""infer_memory's streamed operands: tiles a `pipeline` loop loads and reads only as the right
+operand of mma products go global -> shared memory by cp.async one iteration ahead (two
+stages) instead of through registers. These tests pin the decision and the emitted shape;
+the GPU tests of attention_prefill check the numbers."""
+from __future__ import annotations
+
+import pytest
+
+from tilex import ast as A
+from tilex.pipeline import Options
+from tilex.stdlib import _launch as L
+from tilex.translate import translate
+
+LOOP = """
+kernel f<STAGES: int = 2>(q: bf16[S, 64], k: bf16[S, 64], o: out f32[64, 64])
+    grid (1,)
+{
+    qt = q[0 : 64, 0 : 64]
+    acc = zeros(f32[64, 64])
+    for n0 in pipeline(0, S, 64, stages = STAGES) {
+        kt = k[n0 : n0 + 64, 0 : 64]
+        acc += qt @ kt.T
+    }
+    o[0 : 64, 0 : 64] = acc
+}
+"""
+ALSO_READ = LOOP.replace("        acc += qt @ kt.T\n", "        acc += qt @ kt.T\n        o[0, 0] = sum(kt.to(f32))\n")
+
+
+def _loops(src, arch="sm_90a", **defines):
+    t = translate(src, "f.tile", Options(arch=arch, defines=defines))
+    found = []
+
+    def walk(b):
+        for s in b.stmts:
+            if isinstance(s, A.For):
+                found.append(s)
+                walk(s.body)
+            elif isinstance(s, A.If):
+                walk(s.then)
+                if s.orelse is not None:
+                    walk(s.orelse)
+    for k in t.program.kernels:
+        walk(k.body)
+    return found, t.cuda
+
+
+def test_streamed_when_only_an_mma_operand():
+    loops, cuda = _loops(LOOP)
+    assert [t.name for t in loops[0].stream] == ["kt"]
+    assert "tilex_tile_to_smem<64, 64, 72, " in cuda and "tilex_cp_async_wait<1>" in cuda
+    assert "kt = k[n0 : n0 + 64, 0 : 64]  (streamed above)" in cuda
+
+
+@pytest.mark.parametrize("src, defines, arch", [(LOOP, dict(STAGES=1), "sm_90a"), (ALSO_READ, {}, "sm_90a"),
+                                                (LOOP, {}, "sm_75")])
+def test_not_streamed(src, defines, arch):
+    """One stage asks for no pipelining; a tile also read elsewhere needs its registers; no mma below sm_80."""
+    loops, cuda = _loops(src, arch, **defines)
+    assert loops[0].stream == () and "tilex_tile_to_smem<" not in cuda
+
+
+def test_attention_prefill_streams_k_and_v():
+    src = L.source("attention_prefill", ())
+    loops, cuda = _loops(src, D=128)
+    assert [[t.name for t in f.stream] for f in loops] == [["kt", "vt"], ["kt", "vt"]]
+    # both products read their right operand where the loop put it: nothing is staged for them
+    assert "stage [" not in cuda
+    f32 = L.source("attention_prefill", (("T", "f32"),))
+    loops, _ = _loops(f32, D=64)
+    assert all(f.stream == () for f in loops)  # cp.async streaming is for 2-byte operands (ldmatrix)
