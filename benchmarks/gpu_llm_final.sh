@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# GPU call: tests of what changed (token-major prefill attention, split-K with bias, the
-# small LLM configs vs transformers) in the background, then the Qwen2.5-14B check, the LLM
+# GPU call: the LLM GPU tests (small configs vs transformers, f32 and bf16, graph vs eager, CLI)
+# in the background, then the Qwen2.5-14B check, the LLM
 # benchmark against transformers eager, and the Llama-3-8B checks (bf16, and the engine in f32).
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TILEX_CACHE_DIR=${TILEX_CACHE_DIR:-$PWD/.tilex-cache}
-( timeout -s ABRT 240 python3 -m pytest -q -rf -p no:cacheprovider -m "gpu and not slow" tests/test_stdlib_attention_gpu.py \
-    tests/test_matmul_gpu.py tests/test_llm_gpu.py -k "attention or prefill or decode or split_k or empty or small" \
+( timeout -s ABRT 240 python3 -m pytest -q -rf -p no:cacheprovider -m "gpu and not slow" tests/test_llm_gpu.py \
     > "$OUT/pytest_final.log" 2>&1; echo "rc=$?" >> "$OUT/pytest_final.log" ) &
 timeout -s ABRT 100 python3 examples/llm/check_hf.py --config qwen2.5-14b --json > "$OUT/check_qwen14b.json" 2> "$OUT/check_qwen14b.err"; echo "qwen rc=$?"
 wait  # the tests share the GPU: let them finish before timing

@@ -69,3 +69,56 @@ def test_attention_prefill_streams_k_and_v():
     f32 = L.source("attention_prefill", (("T", "f32"),))
     loops, _ = _loops(f32, D=64)
     assert all(f.stream == () for f in loops)  # cp.async streaming is for 2-byte operands (ldmatrix)
+
+
+# Programs a review found streamed wrongly: each must keep the tile in registers.
+NOT_STREAMED = {
+    "read after the loop": LOOP.replace("    o[0 : 64, 0 : 64] = acc\n",
+                                        "    o[0 : 64, 0 : 64] = acc + (qt @ kt.T)\n").replace(
+        "    acc = zeros(f32[64, 64])\n", "    acc = zeros(f32[64, 64])\n    kt = k[0 : 64, 0 : 64]\n"),
+    "loop-carried": LOOP.replace("        kt = k[n0 : n0 + 64, 0 : 64]\n        acc += qt @ kt.T\n",
+                                 "        acc += qt @ kt.T\n        kt = k[n0 : n0 + 64, 0 : 64]\n").replace(
+        "    acc = zeros(f32[64, 64])\n", "    acc = zeros(f32[64, 64])\n    kt = k[0 : 64, 0 : 64]\n"),
+    "reassigned in an if": LOOP.replace("        acc += qt @ kt.T\n",
+                                        "        if n0 > 0 {\n            kt = k[0 : 64, 0 : 64]\n        }\n"
+                                        "        acc += qt @ kt.T\n"),
+    "a tensor the kernel writes": LOOP.replace("k: bf16[S, 64], o: out f32[64, 64]", "k: out bf16[S, 64], o: out f32[64, 64]")
+                                      .replace("    o[0 : 64, 0 : 64] = acc\n",
+                                               "    o[0 : 64, 0 : 64] = acc\n    k[0 : 64, 0 : 64] = qt\n"),
+}
+
+
+@pytest.mark.parametrize("name", list(NOT_STREAMED))
+def test_not_streamed_when_the_value_crosses_iterations_or_the_tensor_changes(name):
+    loops, cuda = _loops(NOT_STREAMED[name])
+    assert all(f.stream == () for f in loops) and "tilex_tile_to_smem<" not in cuda
+
+
+NESTED = """
+kernel f(q: bf16[S, 64], k: bf16[S, 64], v: bf16[S, 64], o: out f32[64, 64])
+    grid (1,)
+{
+    qt = q[0 : 64, 0 : 64]
+    acc = zeros(f32[64, 64])
+    for n0 in pipeline(0, S, 64, stages = 2) {
+        kt = k[n0 : n0 + 64, 0 : 64]
+        for j in pipeline(0, S, 64, stages = 2) {
+            vt = v[j : j + 64, 0 : 64]
+            acc += qt @ vt.T
+        }
+        acc += qt @ kt.T
+    }
+    o[0 : 64, 0 : 64] = acc
+}
+"""
+
+
+def test_no_streaming_inside_a_streamed_loop():
+    """Both loops would use the one streamed region: only the outer loop streams."""
+    loops, _ = _loops(NESTED)
+    assert [[t.name for t in f.stream] for f in loops] == [["kt"], []]
+
+
+def test_streamed_loop_reads_its_bounds_once():
+    _, cuda = _loops(LOOP)
+    assert "const int tx_lo = 0, tx_hi = S, tx_step = 64;" in cuda

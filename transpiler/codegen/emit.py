@@ -191,6 +191,9 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
 
         self.emit("{")
         self.depth += 1
+        # the bounds are read once (as range() does): the body may change what they were computed from
+        self.emit(f"const int tx_lo = {start}, tx_hi = {stop}, tx_step = {step};")
+        start, stop, step = "tx_lo", "tx_hi", "tx_step"
         self.emit(f"if ({start} < {stop}) {{")
         self.depth += 1
         self.emit(f"const int {s.var} = {start};")

@@ -72,14 +72,9 @@ def infer_memory(program: A.Program, arch: str = "sm_90a") -> A.Program:
 def _kernel_memory(k: A.Kernel, arch: str) -> A.Kernel:
     """Two runs when a loop-carried variable is updated in a tensor-core layout: the second creates it there."""
     first = _Memory(k, arch)
-    try:
-        out = first.run()
-    except CompileError:
-        if not first.prefer:
-            raise
-        out = None  # e.g. shared memory for conversions that the second run's layouts do not need
+    out = first.run(check_budget=False)  # the second run's layouts may not need all of this run's memory
     if not first.prefer:
-        return out
+        return first.check_budget(out)
     return _Memory(k, arch, first.prefer).run()
 
 
@@ -228,6 +223,15 @@ class _Memory(Rewriter):
             _A().walk(block)
             return names
 
+        def assigned_count(node, name) -> int:
+            n = [0]
+
+            class _C(Walker):
+                def on_Assign(self, st):
+                    n[0] += st.name == name
+            _C().walk(node)
+            return n[0]
+
         def eligible_load(v, loop_var, changing) -> bool:
             if not (isinstance(v, A.Index) and isinstance(v.base, A.Name) and v.base.ty.what == "tensor"):
                 return False
@@ -273,26 +277,81 @@ class _Memory(Rewriter):
             _U().walk(block)
             return good[0], bad[0]
 
+        def mentions(node, name) -> int:
+            """Assignments to and reads of `name` under `node`."""
+            n = [0]
+
+            class _M(Walker):
+                def on_Assign(self, st):
+                    n[0] += st.name == name
+
+                def on_Name(self, e):
+                    n[0] += e.id == name
+            _M().walk(node)
+            return n[0]
+
+        def local_to(loop, name) -> bool:
+            """`name`'s first mention in the loop body is a top-level assignment not reading it."""
+            for x in loop.body.stmts:
+                if mentions(x, name):
+                    return isinstance(x, A.Assign) and x.name == name and not mentions(x.value, name)
+            return False
+
+        def outside_loops(node, name) -> int:
+            """Mentions of `name` that are not inside a loop where it is a per-iteration value."""
+            n = [0]
+
+            class _O(Walker):
+                def on_For(self, loop):
+                    return False if local_to(loop, name) else None
+
+                def on_Assign(self, st):
+                    n[0] += st.name == name
+
+                def on_Name(self, e):
+                    n[0] += e.id == name
+            _O().walk(node)
+            return n[0]
+
+        stored: set = set()  # tensors the kernel writes: a copy one iteration ahead could read stale data
+
+        class _Stores(Walker):
+            def on_Store(self, st):
+                t = st.target
+                while isinstance(t, (A.Index, A.Attr)):
+                    t = t.base if isinstance(t, A.Index) else t.obj
+                if isinstance(t, A.Name):
+                    stored.add(t.id)
+        _Stores().walk(self.k.body)
+
         class _Loops(Walker):
             def on_For(self, f):
-                if f.pipelined and f.stages >= 2 and f.plan is None:
-                    changing = assigned(f.body)
-                    tiles = []
-                    for st in f.body.stmts:
-                        if not (isinstance(st, A.Assign) and eligible_load(st.value, f.var, changing)):
-                            continue
-                        if sum(1 for x in f.body.stmts if isinstance(x, A.Assign) and x.name == st.name) != 1:
-                            continue
-                        good, bad = operand_uses(f.body, st.name)
-                        if not good or bad:
-                            continue
-                        rows, cols = st.value.ty.shape
-                        ld = cols + MATMUL_PAD
-                        stage = (rows * ld * st.value.ty.dtype.itemsize + 15) // 16 * 16
-                        tiles.append(StreamTile(st.name, rows, cols, ld, 0, stage))
-                    if tiles:
-                        out[id(f)] = tuple(tiles)
-                        spans.append(f.span)
+                if not (f.pipelined and f.stages >= 2 and f.plan is None):
+                    return None
+                changing = assigned(f.body)
+                tiles = []
+                for st in f.body.stmts:
+                    if not (isinstance(st, A.Assign) and eligible_load(st.value, f.var, changing)):
+                        continue
+                    if st.value.base.id in stored:
+                        continue
+                    # a per-iteration value: assigned once, before any read in this body, and not
+                    # read anywhere its value could come from outside an iteration
+                    if not local_to(f, st.name) or outside_loops(mem.k.body, st.name):
+                        continue
+                    if assigned_count(f.body, st.name) != 1:
+                        continue
+                    good, bad = operand_uses(f.body, st.name)
+                    if not good or bad:
+                        continue
+                    rows, cols = st.value.ty.shape
+                    ld = cols + MATMUL_PAD
+                    stage = (rows * ld * st.value.ty.dtype.itemsize + 15) // 16 * 16
+                    tiles.append(StreamTile(st.name, rows, cols, ld, 0, stage))
+                if tiles:
+                    out[id(f)] = tuple(tiles)
+                    spans.append(f.span)
+                    return False  # no streaming inside a streamed loop: both would use the one region
                 return None
 
         spans: list = []
@@ -312,7 +371,7 @@ class _Memory(Rewriter):
         what = f"streaming {', '.join(dict.fromkeys(names))} into shared memory by cp.async (two stages each)"
         return out, [SmemUse(what, size, spans[0])]
 
-    def run(self) -> A.Kernel:
+    def run(self, check_budget: bool = True) -> A.Kernel:
         k = self.k
         self.resident, resident_uses = self.resident_tiles()
         base = sum((u.bytes + 15) // 16 * 16 for u in resident_uses)
@@ -323,15 +382,21 @@ class _Memory(Rewriter):
         grid = tuple(self.assign(e) for e in k.grid)
         body = self.visit(k.body)
         smem = base + max((u.bytes for u in self.uses), default=0)
-        if smem > self.limit:
-            worst = max(self.uses + resident_uses, key=lambda u: u.bytes)
-            raise CompileError(f"{worst.what} needs {worst.bytes} bytes of shared memory; the target allows {self.limit} per block",
-                               worst.span,
-                               ("use smaller tiles (lower the compile-time parameters with -D)",))
         producers = max((p.producers for p in self.plans), default=0)
         info = KernelMemory(self.T, smem, self.limit, resident_uses + self.uses, dict(self.vars), producers,
                             self.resident, base)
-        return replace(k, where=where, grid=grid, body=body, info=info)
+        out = replace(k, where=where, grid=grid, body=body, info=info)
+        return self.check_budget(out) if check_budget else out
+
+    def check_budget(self, k: A.Kernel) -> A.Kernel:
+        """`k`, or a CompileError naming the largest use when its shared memory exceeds the target's."""
+        info = k.info
+        if info.smem_bytes > self.limit:
+            worst = max(info.uses, key=lambda u: u.bytes)
+            raise CompileError(f"{worst.what} needs {worst.bytes} bytes of shared memory; the target allows {self.limit} per block",
+                               worst.span,
+                               ("use smaller tiles (lower the compile-time parameters with -D)",))
+        return k
 
     def canon(self, shape) -> Layout:
         return Layout.of(canonical(tuple(shape), self.T))

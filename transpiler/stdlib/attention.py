@@ -175,7 +175,8 @@ def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | 
     table = L.contiguous(L.astype(block_table, "i32"))
     lens = L.contiguous(L.astype(seq_lens, "i32"))
     q4 = L.reshape(L.contiguous(q), (b, hkv, g, d))
-    cfg = {"WARPS": 4, **(config or {})}
+    # D = 256 with 64 keys per iteration spills registers (ptxas: 255 + 364 bytes): 32 keys
+    cfg = {"WARPS": 4, "BN": 32 if d >= 256 else 64, **(config or {})}
     direct = ns == 1
     split = L.load("attention_decode", kernel="attention_decode_split", T=dt, BS=bs, D=d,
                    GP=max(16, L.next_pow2(g)), DIRECT=direct, **cfg)  # >= 16 rows: mma.sync products
