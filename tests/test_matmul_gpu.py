@@ -154,7 +154,8 @@ def test_stdlib_linear_split_k(m, n, k):
     assert _rel(linear(x, w, b), x.float() @ w.float().T + b.float()) <= 1e-2  # splitk_sum_bias
 
 
-@pytest.mark.parametrize("m,nq,nk,k", [(512, 5120, 1024, 5120), (300, 1024, 256, 1032), (17, 512, 128, 256)])
+@pytest.mark.parametrize("m,nq,nk,k", [(512, 5120, 1024, 5120), (300, 1024, 256, 1032), (17, 512, 128, 256),
+                                       (100, 64, 32, 64)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_stdlib_linear_qkv(m, nq, nk, k, bias):
     """One fused [q | k | v] GEMM storing three contiguous outputs (prefill's attention inputs)."""

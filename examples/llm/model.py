@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from .config import ModelConfig
 
-SPLIT_MLP_ROWS = 16  # up to this many tokens (decode): split-K linears; more (prefill): fused kernels
+SPLIT_MLP_ROWS = 16  # up to this many tokens: the MLP as split-K linear + silu_and_mul; more: gated_mlp
+FUSED_QKV_ROWS = 64  # more tokens than this: linear_qkv; up to it, split-K linears per projection
 
 
 class Ops:
@@ -124,9 +125,9 @@ class Model:
             L.ln2 = weights[p + "post_attention_layernorm.weight"]
             # q, k, v weights (and biases) in one [q + 2 kv, H] array; q, k, v are row
             # views of it. One token (decode at batch 1) runs one linear on the fused
-            # weight (a [1, N] output slices into contiguous q, k, v); more than 16 (prefill)
-            # one linear_qkv (one GEMM storing three contiguous outputs); 2..16 three split-K
-            # linears, which stream the weights faster at so few rows.
+            # weight (a [1, N] output slices into contiguous q, k, v); more than 64 (prefill)
+            # one linear_qkv (one GEMM storing three contiguous outputs); 2..64 three linears,
+            # split over K, which stream the weights faster at so few rows.
             names = [p + f"self_attn.{n}_proj.weight" for n in "qkv"]
             L.w_qkv = backend.cat([weights[n] for n in names], 0)
             L.b_qkv = None
@@ -224,7 +225,7 @@ class Model:
                 q = qkv[:, :qs].reshape(T, hq, d)
                 k = qkv[:, qs:qs + ks].reshape(T, hkv, d)
                 v = qkv[:, qs + ks:].reshape(T, hkv, d)
-            elif T > SPLIT_MLP_ROWS and ops.has("linear_qkv"):  # prefill: one GEMM, three outputs
+            elif T > FUSED_QKV_ROWS and ops.has("linear_qkv"):  # prefill: one GEMM, three outputs
                 q, k, v = ops.linear_qkv(x, L.w_qkv, cfg.q_size, cfg.kv_size, L.b_qkv)
                 q, k, v = q.reshape(T, hq, d), k.reshape(T, hkv, d), v.reshape(T, hkv, d)
             else:

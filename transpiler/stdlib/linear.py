@@ -117,9 +117,10 @@ def linear_qkv(x, weight, q_size: int, kv_size: int, bias=None):
     """The q, k, v projections of attention from one fused weight [q_size + 2 * kv_size, in]
     (rows: q, then k, then v; bias likewise): returns (q, k, v), each [..., size] and contiguous.
 
-    One `linear_qkv` kernel when in % 8 == 0 and a column tile width divides both sizes (every
-    Llama/Qwen shape); otherwise three `linear` calls on row views of the weight. Meant for many
-    tokens (prefill); for decode rows the split-K `linear` of each projection streams better.
+    One `linear_qkv` kernel when in % 8 == 0 and a column tile width of 16 or more divides both
+    sizes (every Llama/Qwen shape); otherwise three `linear` calls on row views of the weight.
+    Meant for many tokens (prefill); up to 64 rows the split-K `linear` of each projection
+    streams the weights better.
     """
     dt = L.check_float("x", x)
     L.check_rank("weight", weight, ndim=2)
@@ -137,7 +138,8 @@ def linear_qkv(x, weight, q_size: int, kv_size: int, bias=None):
     weight = L.contiguous(weight)
     lead = tuple(x.shape[:-1])
     cfg = _config(m, _SKINNY, _MEDIUM, _LARGE)
-    bn = next((b for b in (256, 128, 64, 32, 16, 8) if b <= cfg["BN"] and q_size % b == 0 and kv_size % b == 0), 0)
+    # a column tile width dividing both sizes; 16 at least (the tensor-core paths' smallest N)
+    bn = next((b for b in (256, 128, 64, 32, 16) if b <= cfg["BN"] and q_size % b == 0 and kv_size % b == 0), 0)
     if k % 8 or not bn or not (m and q_size and kv_size and k):
         cuts = ((0, q_size), (q_size, q_size + kv_size), (q_size + kv_size, n))
         return tuple(linear(x, weight[a:b], None if bias is None else bias[a:b]) for a, b in cuts)
