@@ -94,9 +94,9 @@ class Model:
                  prefill_attention: str = "dense", mlp: str = "auto"):
         """`weights`: Hugging Face names -> arrays on `backend` in the run dtype.
 
-        q/k/v (and, without `gated_mlp` in the library, gate/up) are concatenated into one
-        weight each, and `weights`' entries are replaced by views of it (so no second copy
-        stays alive once the caller's originals are gone).
+        q/k/v and gate/up are concatenated into one weight each, and `weights`' entries are
+        replaced by views of it (so no second copy stays alive once the caller's originals
+        are gone).
         """
         if prefill_attention not in ("paged", "dense"):
             raise ValueError("prefill_attention must be 'paged' or 'dense'")

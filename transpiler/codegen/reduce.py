@@ -14,7 +14,7 @@ class Reductions:
     # ---- reductions
     def reduction(self, e: A.Call) -> tuple[str, Layout | None]:
         self.helpers.add("tilex_reduce.cuh")
-        self.helpers.add("tilex_math.cuh")  # integer sums wrap (tilex_wadd)
+        self.helpers.add("tilex_math.cuh")  # integer combines: tilex_wadd, tilex_imax/imin
         x = e.args[0]
         src, have = self.materialize(x)
         func = e.func
@@ -120,4 +120,4 @@ def _combine(func: str, t: str, a: str, b: str) -> str:
     # a function call, not `a < b ? a : b`: each operand is evaluated exactly once, so a
     # shuffle operand is never issued by only the lanes of one branch (a divergent
     # shfl.sync with a full mask deadlocks the warp).
-    return f"tilex_red_{func}({a}, {b})"
+    return f"tilex_i{func}<{t}>({a}, {b})"  # tilex_math.cuh, which reduction() includes
