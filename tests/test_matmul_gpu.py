@@ -141,9 +141,9 @@ def test_tma_rejects_misaligned_base():
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 520, 1024), (16, 1000, 4096), (64, 264, 2048), (3, 13824, 4096),
-                                   (1, 1000, 256), (5, 27648, 512)])
+                                   (1, 1000, 256), (5, 27648, 512), (1, 70000, 136), (16, 33000, 264)])
 def test_stdlib_linear_split_k(m, n, k):
-    """The split-K kernels, also with S = 1 (decode rows, N within two waves of tiles)."""
+    """The split-K kernels, also with S = 1 (every decode row count; N beyond two waves of tiles, as an LM head)."""
     torch = _torch()
     from tilex.stdlib import linear
     from tilex.stdlib.linear import _use_split_kernels

@@ -32,14 +32,13 @@ def _splits(m: int, n: int, k: int) -> int:
 
 def _use_split_kernels(m: int, n: int, k: int) -> bool:
     """Whether linear() takes linear_splitk + splitk_sum(_bias) (possibly with S = 1): when K
-    is split, and for decode rows (M <= 16) when N has at most two waves of 256-wide tiles,
-    where the 64-row TMA/wgmma ring streams weights faster than the 16-row mma.sync path
-    (H200, M=1, N=27648, K=5120: 0.135 ms with the 16-row path, i.e. 2.1 TB/s; split-K
-    kernels ran 3.1-3.8 TB/s on the other projections of the same model)."""
+    is split, and for every decode shape (M <= 16): the 64-row TMA/wgmma ring streams weights
+    faster than the 16-row mma.sync path at every N measured (H200, bench_decode_paths.py,
+    2026-11-29: M=1 K=5120 N=152064 0.377 vs 0.557 ms, N=27648 0.077 vs 0.179 ms; M=16
+    N=27648 0.082 vs 0.128 ms)."""
     if k % 8:
         return False
-    tiles = -(-n // _SPLITK["BN"])
-    return _splits(m, n, k) > 1 or (m <= 16 and tiles <= 2 * SMS)
+    return _splits(m, n, k) > 1 or m <= 16
 
 
 def _config(m: int, skinny: dict, medium: dict, large: dict) -> dict:
