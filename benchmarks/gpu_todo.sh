@@ -5,6 +5,7 @@
 #   OUT=out bash benchmarks/gpu_todo.sh bench     # decode GEMM paths, attention, library (argmax/sample rows), matmul
 #   OUT=out bash benchmarks/gpu_todo.sh llm       # LLM GPU tests, Qwen2.5-14B check, LLM benchmark vs transformers, 8B checks
 #   OUT=out bash benchmarks/gpu_todo.sh profile   # ncu on the kernels that miss their targets
+#   OUT=out bash benchmarks/gpu_todo.sh tune      # `tilex tune` over the memory-bound library kernels' tile parameters
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TILEX_CACHE_DIR=${TILEX_CACHE_DIR:-$PWD/.tilex-cache}
@@ -35,5 +36,16 @@ torch.cuda.synchronize()
 PY
     timeout 500 ncu --clock-control none --set detailed -k regex:"linear|attention" -c 6 -o "$OUT/prof" python3 /tmp/prof.py 2>&1 | tail -5
     ncu --import "$OUT/prof.ncu-rep" --page details 2>/dev/null | grep -E "linear|attention|Duration|Throughput|Registers|Achieved Occupancy|Warp Cycles" | head -80 ;;
-  *) echo "usage: $0 tests|bench|llm|profile"; exit 2 ;;
+  tune)  # bf16, the bench_stdlib.py shapes; tables in $OUT/tune_*.log
+    t() { local name=$1; shift; timeout 150 tilex tune --no-store --rep 50 --reference first "$@" \
+            > "$OUT/tune_$name.log" 2>&1; echo "== $name rc=$?"; tail -14 "$OUT/tune_$name.log"; }
+    t rms_norm stdlib_kernels/rms_norm.tile -s M=16384,N=4096 -D BLOCK=4096 -D ONE_PASS=True --space WARPS=4,8,16,32 --space ROWS=1,2
+    t rms_norm_8k stdlib_kernels/rms_norm.tile -s M=4096,N=8192 -D BLOCK=8192 -D ONE_PASS=True --space WARPS=8,16,32 --space ROWS=1,2
+    t fused_add stdlib_kernels/fused_add_rms_norm.tile -k fused_add_rms_norm -s M=16384,N=4096 -D BLOCK=4096 -D ONE_PASS=True --space WARPS=4,8,16,32 --space ROWS=1,2
+    t layer_norm stdlib_kernels/layer_norm.tile -s M=16384,N=4096 -D BLOCK=4096 -D ONE_PASS=True --space WARPS=4,8,16,32 --space ROWS=1,2
+    t softmax stdlib_kernels/softmax.tile -s M=4096,N=32000 -D BLOCK=32768 -D ONE_PASS=True -D ROWS=1 --space WARPS=8,16,32
+    t softmax_chunk stdlib_kernels/softmax.tile -s M=4096,N=32000 -D ONE_PASS=False -D ROWS=1 --space BLOCK=2048,4096,8192 --space WARPS=4,8,16
+    t silu stdlib_kernels/silu_and_mul.tile -s M=4096,D=14336 --space BLOCK=1024,2048,4096 --space WARPS=4,8,16 -D ROWS=1
+    t rope stdlib_kernels/rope.tile -k rope -s S=16384,HQ=32,HK=8,HALF=64 -D HALFB=64 --space HB=8,16,32 --space WARPS=2,4,8 ;;
+  *) echo "usage: $0 tests|bench|llm|profile|tune"; exit 2 ;;
 esac
