@@ -154,7 +154,8 @@ def test_row_kernels_chunked(n, block):
 
 
 def test_row_config():
-    assert L.row_config(4096, 10) == dict(BLOCK=4096, ROWS=1, ONE_PASS=True, WARPS=8)
+    assert L.row_config(4096, 10) == dict(BLOCK=4096, ROWS=1, ONE_PASS=True, WARPS=16)  # 8 per thread
+    assert L.row_config(16384, 10)["WARPS"] == 32  # at most 1024 threads
     assert L.row_config(100000, 10)["ONE_PASS"] is False
     c = L.row_config(128, 100000)
     assert c["ROWS"] > 1 and c["BLOCK"] == 128
