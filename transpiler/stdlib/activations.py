@@ -55,7 +55,6 @@ def softmax(x, dim: int = -1):
         return _moveaxis(softmax(moved, -1), nd - 1, dim)
     x2, dt, m, n = _rows("x", x)
     y = L.empty(x2, (m, n))
-    # 2-byte rows up to 32768 (a 32k vocabulary) still fit in registers at 1024 threads
     # rows longer than 16384 in 4096-wide chunks: at 4096x32000 bf16 on an H200 that ran 0.298 ms
     # against 0.360 ms with the whole row in the registers of 1024 threads (`tilex tune`, 2026-11-29)
     mod = L.load("softmax", T=dt, **L.row_config(n, m, one_pass_max=16384))

@@ -1,9 +1,10 @@
 """linear (torch.nn.functional.linear) and the fused gated MLP, on stdlib_kernels/linear.tile.
 
 The wrapper picks the kernel and tile sizes: `linear` (TMA + wgmma on sm_90a; needs K % 8 == 0)
-with 128x256 tiles for large M, 64-row tiles for M <= 64 and 16-row mma.sync tiles for decode
-(M <= 16, weight streaming); `linear_any` for other K. A configuration stored by `tilex tune`
-for the shape's bucket overrides these defaults.
+with 128x256 tiles for large M and 64-row tiles for M <= 64; for decode (M <= 16) and skinny
+M <= 64 shapes `linear_splitk` + `splitk_sum(_bias)`, which split K over the SMs to stream the
+weights; `linear_any` for other K (16-row mma.sync tiles at M <= 16 there and in the
+interpreter). A configuration stored by `tilex tune` for the shape's bucket overrides these defaults.
 """
 from __future__ import annotations
 
