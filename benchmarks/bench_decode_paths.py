@@ -5,7 +5,7 @@
 For y = x @ w.T with x [M, K], w [N, K] bf16, the 16-row mma.sync kernel (`linear` with
 the wrapper's skinny tiles) and the split-K kernels (`linear_splitk` + `splitk_sum`, 64x256
 TMA/wgmma tiles) at several split factors S, including S = 1 and the wrapper's `_splits`,
-against cuBLAS (F.linear). Each path is checked first (relative Frobenius error <= 1e-2
+and the one-pass `linear` kernel with those 64x256 tiles, against cuBLAS (F.linear). Each path is checked first (relative Frobenius error <= 1e-2
 against F.linear in f32). Time: median of CUDA-event timings (the stream sleeps before each call so that host launch
 cost is not counted) over rotating weight copies
 (more than 2x the L2 in total, so weights stream from HBM as in a real decode step).
@@ -71,6 +71,9 @@ def main(argv=None) -> int:
         skinny = L.load("linear", kernel="linear", T="bf16", **lin._SKINNY)
         y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         paths["mma16"] = lambda w: L.run(skinny, "linear", x, w, y)
+        # the one-pass GEMM with the split-K tiles: what S = 1 would cost without the sum kernel
+        wide = L.load("linear", kernel="linear", T="bf16", **lin._SPLITK)
+        paths["linear 64x256"] = lambda w: L.run(wide, "linear", x, w, y)
         split = L.load("linear", T="bf16", **lin._SPLITK)
         for s in sorted({1, 2, 4, lin._splits(m, n, k), 8}):
             if k // s < lin._SPLITK["BK"]:
