@@ -39,6 +39,7 @@ import numpy as np
 
 from .diagnostics import CompileError, TilexError
 from .explain import has_matmul
+from .runtime.cache import default_cache_dir
 
 STORE_NAME = "tuned.json"
 STORE_FORMAT = "tilex-tuned-configs"
@@ -223,8 +224,6 @@ class TuneStore:
 
     def __init__(self, cache_dir: str | os.PathLike | None = None):
         if cache_dir is None:
-            from .runtime.cache import default_cache_dir
-
             cache_dir = default_cache_dir()
         self.dir = Path(cache_dir)
         self.path = self.dir / STORE_NAME
@@ -315,40 +314,70 @@ def _read_source(path_or_source: str) -> tuple[str, str]:
 
 
 _DIGESTS: dict[tuple, str] = {}
+_TEXT_DIGESTS: dict[str, str] = {}  # source text -> sha256 (a few stdlib sources, asked per call)
 
 
 def _digest_of(path_or_source: str) -> str:
-    """sha256 of the source, memoized per (path, mtime, size) so wrappers can ask per call."""
-    if "\n" not in path_or_source and os.path.exists(path_or_source):
-        st = os.stat(path_or_source)
-        memo = (os.path.abspath(path_or_source), st.st_mtime_ns, st.st_size)
+    """sha256 of the source, memoized per file (device, inode, mtime, size) or per text, so
+    wrappers can ask per call."""
+    st = None
+    if "\n" not in path_or_source:
+        try:
+            st = os.stat(path_or_source)
+        except (OSError, ValueError):  # not a path (as os.path.exists decides)
+            pass
+    if st is not None:
+        memo = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)  # this file, as it is now
         hit = _DIGESTS.get(memo)
         if hit is None:
             hit = _DIGESTS[memo] = source_sha256(_read_source(path_or_source)[0])
         return hit
-    return source_sha256(path_or_source)
+    hit = _TEXT_DIGESTS.get(path_or_source)
+    if hit is None:
+        hit = source_sha256(path_or_source)
+        if len(_TEXT_DIGESTS) >= 64:
+            _TEXT_DIGESTS.clear()
+        _TEXT_DIGESTS[path_or_source] = hit
+    return hit
 
 
-_LOADED: dict[tuple, dict] = {}
+_LOADED: dict[tuple, dict] = {}  # (store path, mtime, size) -> its entries: the store last read
+_FOUND: dict[tuple, dict | None] = {}  # (digest, kernel, shapes, arch) -> the entry's defines, in that store
+_MAX_FOUND = 4096
 
 
 def best(path_or_source: str, kernel: str, shapes: Mapping[str, int], arch: str,
          cache_dir: str | os.PathLike | None = None) -> dict | None:
     """The stored best compile-time parameters for `kernel` of this source at the bucket of
-    `shapes` (every symbol of the kernel) on `arch`, or None when it was not tuned."""
-    store = TuneStore(cache_dir)
+    `shapes` (every symbol of the kernel) on `arch`, or None when it was not tuned.
+
+    Cheap enough for wrappers to ask on every call: one `os.stat` of the store (plus one of
+    the source when given a path); the file is read again only when it changed."""
+    if cache_dir is None:
+        cache_dir = default_cache_dir()
+    path = os.path.join(cache_dir, STORE_NAME)  # TuneStore(cache_dir).path, without building Paths per call
     try:
-        st = os.stat(store.path)
+        st = os.stat(path)
     except OSError:
         return None
-    memo = (str(store.path), st.st_mtime_ns, st.st_size)
+    memo = (path, st.st_mtime_ns, st.st_size)
     entries = _LOADED.get(memo)
     if entries is None:
-        entries = store.load()
+        entries = TuneStore(cache_dir).load()
         _LOADED.clear()
+        _FOUND.clear()
         _LOADED[memo] = entries
-    rec = entries.get(store_key(_digest_of(path_or_source), kernel, shapes, arch))
-    return dict(rec["defines"]) if rec is not None else None
+    digest = _digest_of(path_or_source)
+    found_key = (digest, kernel, tuple(shapes.items()), arch)
+    if found_key in _FOUND:
+        defines = _FOUND[found_key]
+    else:
+        rec = entries.get(store_key(digest, kernel, shapes, arch))
+        defines = rec["defines"] if rec is not None else None
+        if len(_FOUND) >= _MAX_FOUND:
+            _FOUND.clear()
+        _FOUND[found_key] = defines
+    return dict(defines) if defines is not None else None
 
 
 # ---------------------------------------------------------------- candidates and results

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -35,22 +35,25 @@ _TORCH_TO_TILEX = {v: k for k, v in _TORCH_NAMES.items()}
 # torch spells some dtypes two ways (torch.half is torch.float16 and prints as such).
 
 
-def numpy_dtype(name: str) -> np.dtype:
-    """The NumPy dtype of a tilex dtype name (bf16 and fp8 through ml_dtypes)."""
+@functools.lru_cache(maxsize=None)
+def _numpy_dtypes() -> dict[str, np.dtype]:
+    """tilex dtype name -> NumPy dtype, for every name in _NUMPY_NAMES (in that order)."""
     from ..types import DType, numpy_dtype as _np_dtype
 
+    return {name: _np_dtype(DType(name)) for name in _NUMPY_NAMES}
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The NumPy dtype of a tilex dtype name (bf16 and fp8 through ml_dtypes)."""
     if name not in _NUMPY_NAMES:
         raise LaunchError(f"unknown tilex dtype {name!r}")
-    return _np_dtype(DType(name))
+    return _numpy_dtypes()[name]
 
 
 def tilex_dtype_of_numpy(dt: np.dtype) -> str | None:
     """The tilex dtype name of a NumPy dtype, or None when tilex has no such dtype."""
     dt = np.dtype(dt)
-    for name in _NUMPY_NAMES:
-        if dt == numpy_dtype(name):
-            return name
-    return None
+    return next((name for name, d in _numpy_dtypes().items() if dt == d), None)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -122,8 +125,7 @@ def expr_symbols(expr: str) -> tuple[str, ...]:
 # Describing array-like arguments
 # ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class ArrayInfo:
+class ArrayInfo(NamedTuple):
     """What the checks need to know about one array argument."""
 
     kind: str  # "numpy", "cupy", "torch", "cai" (other __cuda_array_interface__)
@@ -134,18 +136,43 @@ class ArrayInfo:
     device: str  # "cpu", "cuda:N" or "cuda:?" (CUDA, ordinal unknown)
 
 
+# Types seen to be torch tensors / CuPy arrays (a type's module and methods do not change),
+# so that the test below runs once per type; Python scalars are never arrays.
+_TORCH_TYPES: set[type] = set()
+_CUPY_TYPES: set[type] = set()
+_PLAIN_SCALARS = frozenset({bool, int, float})
+
+
 def _type_module(x: Any) -> str:
     return type(x).__module__ or ""
 
 
+def _top_module(x: Any) -> str:
+    return _type_module(x).partition(".")[0]
+
+
 def is_torch_tensor(x: Any) -> bool:
     """True for a torch.Tensor (checked without importing torch)."""
-    return _type_module(x).split(".")[0] == "torch" and hasattr(x, "is_contiguous")
+    t = type(x)
+    if t in _TORCH_TYPES:
+        return True
+    if _top_module(x) == "torch" and hasattr(x, "is_contiguous"):
+        if hasattr(t, "is_contiguous"):  # a method of the type, not of this object alone
+            _TORCH_TYPES.add(t)
+        return True
+    return False
 
 
 def is_cupy_array(x: Any) -> bool:
     """True for a cupy.ndarray (checked without importing cupy)."""
-    return _type_module(x).split(".")[0] == "cupy" and hasattr(x, "__cuda_array_interface__")
+    t = type(x)
+    if t in _CUPY_TYPES:
+        return True
+    if _top_module(x) == "cupy" and hasattr(x, "__cuda_array_interface__"):
+        if hasattr(t, "__cuda_array_interface__"):
+            _CUPY_TYPES.add(t)
+        return True
+    return False
 
 
 def _c_contiguous(shape: Sequence[int], strides: Sequence[int] | None, itemsize: int) -> bool:
@@ -162,18 +189,19 @@ def _c_contiguous(shape: Sequence[int], strides: Sequence[int] | None, itemsize:
 
 def describe_array(x: Any) -> ArrayInfo | None:
     """An ArrayInfo for a supported array object, or None when `x` is not an array."""
+    if type(x) in _PLAIN_SCALARS:
+        return None
     if is_torch_tensor(x):
         dtext = str(x.dtype)
         dev = x.device
         device = f"cuda:{dev.index if dev.index is not None else 0}" if dev.type == "cuda" else dev.type
-        return ArrayInfo("torch", _TORCH_TO_TILEX.get(dtext), dtext, tuple(int(n) for n in x.shape),
+        return ArrayInfo("torch", _TORCH_TO_TILEX.get(dtext), dtext, tuple(map(int, x.shape)),
                          bool(x.is_contiguous()), device)
     if isinstance(x, np.ndarray):
-        return ArrayInfo("numpy", tilex_dtype_of_numpy(x.dtype), str(x.dtype), tuple(x.shape),
-                         bool(x.flags.c_contiguous), "cpu")
+        return ArrayInfo("numpy", *_numpy_names(x.dtype), tuple(x.shape), bool(x.flags.c_contiguous), "cpu")
     if is_cupy_array(x):
-        return ArrayInfo("cupy", tilex_dtype_of_numpy(x.dtype), str(x.dtype), tuple(x.shape),
-                         bool(x.flags.c_contiguous), f"cuda:{x.device.id}")
+        return ArrayInfo("cupy", *_numpy_names(x.dtype), tuple(x.shape), bool(x.flags.c_contiguous),
+                         f"cuda:{x.device.id}")
     cai = getattr(x, "__cuda_array_interface__", None)
     if isinstance(cai, dict):
         try:
@@ -186,6 +214,28 @@ def describe_array(x: Any) -> ArrayInfo | None:
                          str(dt) if dt is not None else cai["typestr"], shape,
                          _c_contiguous(shape, cai.get("strides"), itemsize), "cuda:?")
     return None
+
+
+_NUMPY_NAMES_MEMO: dict[np.dtype, tuple[str | None, str]] = {}
+
+
+def _numpy_names(dt: np.dtype) -> tuple[str | None, str]:
+    """(tilex dtype name or None, NumPy's own spelling) of a NumPy dtype, memoized."""
+    hit = _NUMPY_NAMES_MEMO.get(dt)
+    if hit is None:
+        hit = (tilex_dtype_of_numpy(dt), str(dt))
+        if len(_NUMPY_NAMES_MEMO) < 256:
+            _NUMPY_NAMES_MEMO[dt] = hit
+    return hit
+
+
+def is_array(x: Any) -> bool:
+    """`describe_array(x) is not None`, without describing torch, NumPy and CuPy arrays."""
+    if type(x) in _PLAIN_SCALARS:
+        return False
+    if is_torch_tensor(x) or isinstance(x, np.ndarray) or is_cupy_array(x):
+        return True
+    return describe_array(x) is not None
 
 
 # ---------------------------------------------------------------------------------
@@ -214,14 +264,53 @@ class BoundArgs:
         return "torch" in self.kinds.values()
 
 
-def _match_params(spec: KernelSpec, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """Positional then keyword binding by parameter name; defaults for scalars."""
+class _SpecPlan:
+    """What binding needs to know about one KernelSpec, worked out once: the parameter
+    names; per parameter, its fixed dims and its symbol dims (index, size or name); the
+    symbols in the order binding finds them; and the grid of each tuple of symbol values
+    seen so far (those that passed the constraints and the grid checks)."""
+
+    MAX_GRIDS = 1024
+
+    def __init__(self, spec: KernelSpec):
+        self.spec = spec
+        self.names = frozenset(p.name for p in spec.params)
+        self.steps = tuple((p, tuple((i, d) for i, d in enumerate(p.dims) if isinstance(d, int)),
+                            tuple((i, d) for i, d in enumerate(p.dims) if isinstance(d, str)))
+                           for p in spec.params)
+        found = [d for p in spec.params if p.kind == "tensor" for d in p.dims if isinstance(d, str)]
+        bound = dict.fromkeys(found)  # the keys of `symbols` once every tensor is bound, in order
+        self.unbound = [s for s in spec.symbols if s not in bound]
+        self.order = tuple(dict.fromkeys((*spec.symbols, *bound)))
+        self.grids: dict[tuple, tuple[int, int, int]] = {}
+
+    def remember(self, key: tuple, grid: tuple[int, int, int]) -> None:
+        if len(self.grids) >= self.MAX_GRIDS:
+            self.grids.clear()
+        self.grids[key] = grid
+
+
+_PLANS: dict[int, _SpecPlan] = {}  # id(spec) -> plan; the plan holds the spec, so the id stays its own
+_MAX_PLANS = 256
+
+
+def _plan(spec: KernelSpec) -> _SpecPlan:
+    plan = _PLANS.get(id(spec))
+    if plan is None or plan.spec is not spec:
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        plan = _PLANS[id(spec)] = _SpecPlan(spec)
+    return plan
+
+
+def _match_params(spec: KernelSpec, args: Sequence[Any], kwargs: Mapping[str, Any],
+                  names: frozenset[str]) -> dict[str, Any]:
+    """Positional then keyword binding by parameter name (`names`: the parameters'); defaults for scalars."""
     params = spec.params
     if len(args) > len(params):
         raise LaunchError(f"{spec.name}() takes {len(params)} argument(s) "
                           f"({', '.join(p.name for p in params)}) but {len(args)} were given")
     values: dict[str, Any] = {p.name: a for p, a in zip(params, args)}
-    names = {p.name for p in params}
     for k, v in kwargs.items():
         if k not in names:
             raise LaunchError(f"{spec.name}() got an unexpected argument '{k}' "
@@ -229,13 +318,14 @@ def _match_params(spec: KernelSpec, args: Sequence[Any], kwargs: Mapping[str, An
         if k in values:
             raise LaunchError(f"{spec.name}() got multiple values for argument '{k}'")
         values[k] = v
-    for p in params:
-        if p.name not in values:
-            if p.kind == "scalar" and p.default is not None:
-                values[p.name] = p.default
-            else:
-                raise LaunchError(f"{spec.name}() missing argument '{p.name}' "
-                                  f"({_param_text(p)})")
+    if len(values) < len(params):
+        for p in params:
+            if p.name not in values:
+                if p.kind == "scalar" and p.default is not None:
+                    values[p.name] = p.default
+                else:
+                    raise LaunchError(f"{spec.name}() missing argument '{p.name}' "
+                                      f"({_param_text(p)})")
     return values
 
 
@@ -271,15 +361,20 @@ def _check_scalar(p: ParamSpec, v: Any) -> Any:
     raise LaunchError(f"argument '{p.name}': unknown scalar dtype {p.dtype!r}")
 
 
-def _check_tensor(p: ParamSpec, x: Any, allow_numpy: bool) -> ArrayInfo:
-    """Type, device kind, dtype, rank and contiguity of one tensor argument."""
+def _wanted(allow_numpy: bool) -> str:
+    return "a CuPy array or PyTorch CUDA tensor" + (" or NumPy array" if allow_numpy else "")
+
+
+def _check_tensor(p: ParamSpec, x: Any, allow_numpy: bool,
+                  fixed: Sequence[tuple[int, int]] | None = None) -> ArrayInfo:
+    """Type, device kind, dtype, rank and contiguity of one tensor argument (`fixed`: the
+    (index, size) of its fixed dims, when known)."""
     info = describe_array(x)
-    want = "a CuPy array or PyTorch CUDA tensor" + (" or NumPy array" if allow_numpy else "")
     if info is None:
-        raise LaunchError(f"argument '{p.name}': expected {want} of {_param_text(p)}, "
+        raise LaunchError(f"argument '{p.name}': expected {_wanted(allow_numpy)} of {_param_text(p)}, "
                           f"got {type(x).__module__}.{type(x).__name__}")
     if info.kind == "numpy" and not allow_numpy:
-        raise LaunchError(f"argument '{p.name}': expected a CUDA array ({want}), got a NumPy "
+        raise LaunchError(f"argument '{p.name}': expected a CUDA array ({_wanted(allow_numpy)}), got a NumPy "
                           "array; move it to the GPU first (cupy.asarray)")
     if info.device == "cpu" and info.kind != "numpy":
         raise LaunchError(f"argument '{p.name}': expected a CUDA tensor, got a tensor on cpu")
@@ -288,8 +383,11 @@ def _check_tensor(p: ParamSpec, x: Any, allow_numpy: bool) -> ArrayInfo:
     if len(info.shape) != len(p.dims):
         raise LaunchError(f"argument '{p.name}': expected rank {len(p.dims)} ({_param_text(p)}), "
                           f"got rank {len(info.shape)} with shape {info.shape}")
-    for i, (d, n) in enumerate(zip(p.dims, info.shape)):
-        if isinstance(d, int) and d != n:
+    if fixed is None:
+        fixed = [(i, d) for i, d in enumerate(p.dims) if isinstance(d, int)]
+    for i, d in fixed:
+        n = info.shape[i]
+        if d != n:
             raise LaunchError(f"argument '{p.name}': dimension {i} must be {d} ({_param_text(p)}), "
                               f"got {n} (shape {info.shape})")
     if not info.c_contiguous:
@@ -301,8 +399,12 @@ def _check_tensor(p: ParamSpec, x: Any, allow_numpy: bool) -> ArrayInfo:
 
 def bind_arguments(spec: KernelSpec, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
                    allow_numpy: bool = False) -> BoundArgs:
-    """Bind and check call arguments against `spec`; raise LaunchError on any mismatch."""
-    values = _match_params(spec, tuple(args), dict(kwargs or {}))
+    """Bind and check call arguments against `spec`; raise LaunchError on any mismatch.
+
+    Every argument is checked on every call; only the constraints and the grid, which
+    depend on the symbol values alone, are remembered per tuple of symbol values."""
+    plan = _plan(spec)
+    values = _match_params(spec, tuple(args), kwargs or {}, plan.names)
     arrays: dict[str, Any] = {}
     scalars: dict[str, Any] = {}
     kinds: dict[str, str] = {}
@@ -311,14 +413,14 @@ def bind_arguments(spec: KernelSpec, args: Sequence[Any] = (), kwargs: Mapping[s
     device: str | None = None
     device_param = ""
     zero_dims: list[str] = []
-    for p in spec.params:
+    for p, fixed, named in plan.steps:
         v = values[p.name]
         if p.kind == "scalar":
             scalars[p.name] = _check_scalar(p, v)
             continue
         if p.kind != "tensor":
             raise LaunchError(f"internal error: parameter '{p.name}' has unknown kind {p.kind!r}")
-        info = _check_tensor(p, v, allow_numpy)
+        info = _check_tensor(p, v, allow_numpy, fixed)
         arrays[p.name], kinds[p.name] = v, info.kind
         if info.device != "cuda:?":  # objects that only expose a pointer can't be compared
             if device is None:
@@ -326,35 +428,38 @@ def bind_arguments(spec: KernelSpec, args: Sequence[Any] = (), kwargs: Mapping[s
             elif info.device != device:
                 raise LaunchError(f"all tensors must be on the same device: '{device_param}' is on "
                                   f"{device} but '{p.name}' is on {info.device}")
-        for i, (d, n) in enumerate(zip(p.dims, info.shape)):
-            if n == 0:
-                zero_dims.append(f"{p.name}.shape[{i}] = 0")
-            if not isinstance(d, str):
-                continue
-            if d in symbols and symbols[d] != n:
-                q, j = bound_by[d]
-                raise LaunchError(f"inconsistent size for symbol {d}: '{q}' has {d} = {symbols[d]} "
-                                  f"({q}.shape[{j}]) but '{p.name}' has {d} = {n} ({p.name}.shape[{i}])")
-            if d not in symbols:
+        shape = info.shape
+        if 0 in shape:
+            zero_dims += [f"{p.name}.shape[{i}] = 0" for i, n in enumerate(shape) if n == 0]
+        for i, d in named:
+            n = shape[i]
+            if d in symbols:
+                if symbols[d] != n:
+                    q, j = bound_by[d]
+                    raise LaunchError(f"inconsistent size for symbol {d}: '{q}' has {d} = {symbols[d]} "
+                                      f"({q}.shape[{j}]) but '{p.name}' has {d} = {n} ({p.name}.shape[{i}])")
+            else:
                 if n > INT32_MAX:
                     raise LaunchError(f"symbol {d} = {n} (from {p.name}.shape[{i}]) does not fit "
                                       f"in a 32-bit int (must be < 2**31)")
                 symbols[d], bound_by[d] = n, (p.name, i)
-    for s in spec.symbols:
-        if s not in symbols:
-            raise LaunchError(f"internal error: symbol {s} is not bound by any tensor parameter of "
-                              f"{spec.name}")
-    for c in spec.constraints:
-        if not eval_expr(c.py, symbols):
-            vals = ", ".join(f"{n} = {symbols[n]}" for n in expr_symbols(c.py))
-            raise LaunchError(f"constraint `{c.text}` ({spec.source_file}:{c.line}) failed: {vals}")
-    grid = eval_grid(spec, symbols)
+    if plan.unbound:
+        raise LaunchError(f"internal error: symbol {plan.unbound[0]} is not bound by any tensor parameter of "
+                          f"{spec.name}")
+    key = tuple(symbols.values())  # the symbols are always found in the same order (plan.order)
+    grid = plan.grids.get(key)
+    if grid is None:
+        for c in spec.constraints:
+            if not eval_expr(c.py, symbols):
+                vals = ", ".join(f"{n} = {symbols[n]}" for n in expr_symbols(c.py))
+                raise LaunchError(f"constraint `{c.text}` ({spec.source_file}:{c.line}) failed: {vals}")
+        grid = eval_grid(spec, symbols)
+        plan.remember(key, grid)
     if zero_dims and 0 not in grid:
         raise LaunchError(f"zero-size tensor dimension ({', '.join(zero_dims)}) but the grid "
                           f"{grid} is not empty; tilex kernels only accept empty tensors when "
                           "they launch no blocks")
-    ordered = {s: symbols[s] for s in spec.symbols}
-    ordered.update({s: v for s, v in symbols.items() if s not in ordered})
+    ordered = {s: symbols[s] for s in plan.order}
     return BoundArgs(ordered, arrays, scalars, grid, device, kinds)
 
 

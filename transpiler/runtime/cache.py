@@ -12,6 +12,7 @@ carries on without caching. The environment is read only in `default_cache_dir()
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import struct
@@ -35,7 +36,12 @@ class CacheWarning(UserWarning):
 
 def default_cache_dir() -> Path:
     """The cache directory: `$TILEX_CACHE_DIR` if set and non-empty, else ~/.cache/tilex."""
-    env = os.environ.get("TILEX_CACHE_DIR")
+    return _cache_dir_for(os.environ.get("TILEX_CACHE_DIR"), os.environ.get("HOME"))
+
+
+@functools.lru_cache(maxsize=16)
+def _cache_dir_for(env: str | None, home: str | None) -> Path:
+    """default_cache_dir() for these values of $TILEX_CACHE_DIR and $HOME (`~` is $HOME)."""
     if env:
         return Path(env).expanduser()
     return Path.home() / ".cache" / "tilex"

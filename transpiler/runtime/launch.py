@@ -38,12 +38,12 @@ def _device_index(bound: BoundArgs) -> int | None:
     return int(dev.split(":", 1)[1])
 
 
-def _pointer(x: Any) -> np.uint64:
-    """The device address of a checked array argument."""
-    if is_cupy_array(x):
-        return np.uint64(x.data.ptr)
-    if is_torch_tensor(x):
+def _pointer(x: Any, kind: str | None = None) -> np.uint64:
+    """The device address of a checked array argument (`kind`: its BoundArgs.kinds entry, if known)."""
+    if kind == "torch" or (kind is None and is_torch_tensor(x)):
         return np.uint64(x.data_ptr())
+    if kind == "cupy" or (kind is None and is_cupy_array(x)):
+        return np.uint64(x.data.ptr)
     cai = getattr(x, "__cuda_array_interface__", None)
     if isinstance(cai, dict):
         return np.uint64(cai["data"][0])
@@ -55,7 +55,7 @@ def kernel_arguments(spec: KernelSpec, bound: BoundArgs) -> list:
     out: list = []
     for p in spec.params:
         if p.kind == "tensor":
-            out.append(_pointer(bound.arrays[p.name]))
+            out.append(_pointer(bound.arrays[p.name], bound.kinds.get(p.name)))
     for p in spec.params:
         if p.kind == "scalar":
             out.append(_SCALAR_TYPES[p.dtype](bound.scalars[p.name]))
@@ -98,14 +98,30 @@ class _StreamHandle:
         return (0, self.handle)
 
 
+_EXTERNAL_STREAMS: dict[tuple[int, int | None], Any] = {}  # (handle, device) -> CuPy stream object
+_MAX_EXTERNAL_STREAMS = 64
+
+
 def _external_stream(handle: int, device: int | None):
-    """Wrap a stream handle owned by someone else (torch, a raw handle) as a CuPy stream."""
+    """Wrap a stream handle owned by someone else (torch, a raw handle) as a CuPy stream.
+
+    The wrapper only names the handle (it never creates or destroys the stream), so one
+    wrapper per (handle, device) is made and reused by later launches."""
+    key = (handle, device)
+    hit = _EXTERNAL_STREAMS.get(key)
+    if hit is not None:
+        return hit
     import cupy
 
     from_external = getattr(cupy.cuda.Stream, "from_external", None)  # CuPy >= 14
     if from_external is not None:
-        return from_external(_StreamHandle(handle))
-    return cupy.cuda.ExternalStream(handle, device if device is not None else -1)
+        wrapped = from_external(_StreamHandle(handle))
+    else:
+        wrapped = cupy.cuda.ExternalStream(handle, device if device is not None else -1)
+    if len(_EXTERNAL_STREAMS) >= _MAX_EXTERNAL_STREAMS:
+        _EXTERNAL_STREAMS.clear()
+    _EXTERNAL_STREAMS[key] = wrapped
+    return wrapped
 
 
 def _torch_stream(device: int | None):
@@ -197,6 +213,9 @@ class Kernel:
         smem = int(self.spec.smem_bytes)
 
         def launch():
+            if cupy.cuda.runtime.getDevice() == device:  # already current: no need to switch
+                fn(grid, block, kargs, shared_mem=smem, stream=stream)
+                return
             with cupy.cuda.Device(device):
                 fn(grid, block, kargs, shared_mem=smem, stream=stream)
         return launch, device, stream

@@ -46,12 +46,19 @@ def arch_for_capability(major: int, minor: int) -> str:
     return f"sm_{major}{minor}"
 
 
+_ARCHS: dict[int, str] = {}  # device ordinal -> arch (a device's compute capability never changes)
+
+
 def default_arch() -> str:
     """The arch of CuPy's current CUDA device (e.g. "sm_90a" on an H100/H200)."""
     import cupy
 
-    cc = cupy.cuda.Device().compute_capability  # a string such as "90" or "120"
-    return arch_for_capability(int(cc[:-1]), int(cc[-1]))
+    device = cupy.cuda.runtime.getDevice()
+    arch = _ARCHS.get(device)
+    if arch is None:
+        cc = cupy.cuda.Device(device).compute_capability  # a string such as "90" or "120"
+        arch = _ARCHS[device] = arch_for_capability(int(cc[:-1]), int(cc[-1]))
+    return arch
 
 
 @functools.lru_cache(maxsize=None)

@@ -22,16 +22,17 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime.args import describe_array, is_cupy_array, is_torch_tensor
+from ..runtime.args import ArrayInfo, describe_array, is_array, is_cupy_array, is_torch_tensor
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent.parent / "stdlib_kernels"
 _DTYPE_NAMES = ("f16", "bf16", "f32", "i32", "i64", "bool", "f8e4m3")
 _HEADER = re.compile(r"^#\s*dtypes:\s*(.*)$", re.MULTILINE)
 
 
+@functools.lru_cache(maxsize=None)
 def _kernel_dir() -> Path:
     """The installed tilex.stdlib_kernels package (wheel or editable), else stdlib_kernels/
-    next to the source tree."""
+    next to the source tree (found once per process)."""
     try:
         import tilex.stdlib_kernels as pkg
 
@@ -43,7 +44,9 @@ def _kernel_dir() -> Path:
     return KERNEL_DIR
 
 
+@functools.lru_cache(maxsize=None)
 def kernel_path(name: str) -> Path:
+    """stdlib_kernels/<name>.tile (ValueError when there is no such file); found once per name."""
     p = _kernel_dir() / f"{name}.tile"
     if not p.is_file():
         raise ValueError(f"no stdlib kernel file {name}.tile in {_kernel_dir()}")
@@ -157,11 +160,16 @@ def dtype_name(x) -> str:
     return info.dtype
 
 
-def _torch_dtype(name: str):
+@functools.lru_cache(maxsize=None)
+def _torch_dtypes() -> dict:
     import torch
 
     return {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32,
-            "i64": torch.int64, "bool": torch.bool, "f8e4m3": torch.float8_e4m3fn}[name]
+            "i64": torch.int64, "bool": torch.bool, "f8e4m3": torch.float8_e4m3fn}
+
+
+def _torch_dtype(name: str):
+    return _torch_dtypes()[name]
 
 
 def _np_dtype(name: str):
@@ -188,7 +196,7 @@ def empty(like, shape, dtype=None):
 
 def _empty(like, shape, dtype=None):
     kind = _kind1(like)
-    shape = tuple(int(n) for n in shape)
+    shape = tuple(map(int, shape))
     name = dtype if dtype is not None else dtype_name(like)
     if kind == "torch":
         import torch
@@ -236,7 +244,7 @@ def run(mod, kernel: str, *args, **scalars):
 
     `args` are arrays and scalars in kernel parameter order; outputs are written in place.
     """
-    arrays = [a for a in list(args) + list(scalars.values()) if describe_array(a) is not None]
+    arrays = [a for a in (*args, *scalars.values()) if is_array(a)]
     if kind_of(*arrays) == "numpy":
         mod.interp(kernel, *args, **scalars)
     else:
@@ -248,10 +256,21 @@ def run(mod, kernel: str, *args, **scalars):
 FLOATS = ("f32", "f16", "bf16")
 
 
+def _accepted(x) -> ArrayInfo:
+    """describe_array(x) for an array `_kind1` accepts; `_kind1`'s TypeError for anything else."""
+    info = describe_array(x) if isinstance(x, np.ndarray) or is_torch_tensor(x) or is_cupy_array(x) else None
+    if info is None or (info.kind == "torch" and not info.device.startswith("cuda:")):
+        _kind1(x)  # raises
+    return info
+
+
+def _dtype_text(info: ArrayInfo) -> str:
+    return info.dtype if info.dtype is not None else info.dtype_text
+
+
 def check_float(name: str, x, ndim_min: int = 1, ndim: int | None = None) -> str:
     """Check that argument `name` is a float array of a supported dtype and rank; its dtype name."""
-    _kind1(x)
-    dt = dtype_name_or_text(x)
+    dt = _dtype_text(_accepted(x))
     if dt not in FLOATS:
         raise TypeError(f"{name}: expected a float tensor (f32, f16 or bf16), got dtype {dt}")
     check_rank(name, x, ndim_min, ndim)
@@ -259,8 +278,7 @@ def check_float(name: str, x, ndim_min: int = 1, ndim: int | None = None) -> str
 
 
 def check_int(name: str, x, ndim: int | None = None) -> str:
-    _kind1(x)
-    dt = dtype_name_or_text(x)
+    dt = _dtype_text(_accepted(x))
     if dt not in ("i32", "i64"):
         raise TypeError(f"{name}: expected an integer tensor (int32 or int64), got dtype {dt}")
     if ndim is not None:
@@ -289,8 +307,7 @@ def check_shape(name: str, x, shape) -> None:
 
 def dtype_name_or_text(x) -> str:
     """dtype_name, or the library's own spelling for dtypes tilex lacks (for messages)."""
-    info = describe_array(x)
-    return info.dtype if info.dtype is not None else info.dtype_text
+    return _dtype_text(describe_array(x))
 
 
 def next_pow2(n: int) -> int:

@@ -61,9 +61,8 @@ def _tuned(kernel: str, dt: str, m: int, n: int, k: int, default: dict) -> dict:
     try:
         from ..api import tuned_defines
 
-        # the tuned store is keyed by the compiled text: the file itself for bf16 (its digest is memoized per path)
-        src = str(L.kernel_path("linear")) if dt == "bf16" else L.source("linear", (("T", dt),))
-        got = tuned_defines(src, kernel, dict(M=m, N=n, K=k))
+        # the tuned store is keyed by the compiled text (for bf16, the file as written; its digest is memoized)
+        got = tuned_defines(L.source("linear", (("T", dt),)), kernel, dict(M=m, N=n, K=k))
     except Exception:  # no GPU, no store: the defaults
         got = {}
     return {**default, **got}

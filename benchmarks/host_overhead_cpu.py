@@ -1,0 +1,189 @@
+"""Host (Python) cost of tilex's launch path, measured on the CPU (no GPU, CuPy or torch needed).
+
+    python benchmarks/host_overhead_cpu.py [--reps 2000]
+
+Times, per call (median of `--reps` calls, the best of 5 such rounds; microseconds):
+- `bind_arguments` of an rms_norm-like spec with NumPy arrays (allow_numpy) and with stand-in
+  torch tensors (objects whose type module is `torch`, as the runtime recognises them);
+- the stdlib wrappers' work before the launch (`linear`, `rms_norm`, `rope`, `silu_and_mul`)
+  with stand-in torch tensors: every check, output allocation, kernel choice, tuned-config lookup
+  and argument binding; the CuPy launch itself (`Kernel._prepare`) is stubbed out;
+- `_launch.kernel_path` and `linear._tuned` (with the arch fixed to sm_90a, as on an H200, and a
+  tuned-configuration store in a temporary TILEX_CACHE_DIR).
+
+When torch is not installed, a minimal stand-in `torch` module (NumPy-backed tensors) is put in
+`sys.modules`. The numbers are only indicative of the host cost on a GPU machine: real torch
+attribute access (`.device`, `.shape`) costs a little more than the stand-ins', and the CuPy
+launch (stream, argument packing, cuLaunchKernel) is not included.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import types
+
+import ml_dtypes
+import numpy as np
+
+
+# ----------------------------------------------------------------- a stand-in torch
+class _Dtype:
+    def __init__(self, name, np_dtype):
+        self.name, self.np = name, np.dtype(np_dtype)
+
+    def __str__(self):
+        return self.name
+
+    __repr__ = __str__
+
+
+class _Device:
+    def __init__(self, type_="cuda", index=0):
+        self.type, self.index = type_, index
+
+    def __str__(self):
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+
+class Tensor:
+    """NumPy-backed; enough of torch.Tensor for tilex.stdlib's torch path."""
+
+    def __init__(self, a, dtype, device=None):
+        self._a, self.dtype, self._device = a, dtype, device or _Device()
+
+    @property
+    def device(self):
+        return self._device
+
+    @property
+    def shape(self):
+        return tuple(self._a.shape)
+
+    def is_contiguous(self):
+        return bool(self._a.flags.c_contiguous)
+
+    def contiguous(self):
+        return self if self.is_contiguous() else Tensor(np.ascontiguousarray(self._a), self.dtype, self._device)
+
+    def reshape(self, shape):
+        return Tensor(self._a.reshape(shape), self.dtype, self._device)
+
+    def data_ptr(self):
+        return self._a.ctypes.data
+
+    def __getitem__(self, idx):
+        return Tensor(self._a[idx], self.dtype, self._device)
+
+    def __setitem__(self, idx, value):
+        self._a[idx] = value._a if isinstance(value, Tensor) else value
+
+
+def _fake_torch() -> types.ModuleType:
+    t = types.ModuleType("torch")
+    names = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32,
+             "int32": np.int32, "int64": np.int64, "bool": np.bool_, "float8_e4m3fn": ml_dtypes.float8_e4m3fn}
+    for n, d in names.items():
+        setattr(t, n, _Dtype(f"torch.{n}", d))
+    t.Tensor = Tensor
+    t.empty = lambda shape, dtype, device=None: Tensor(np.empty(shape, dtype.np), dtype, device)
+    t.device = _Device
+    Tensor.__module__ = "torch"
+    return t
+
+
+def tensor(shape, dtype="bfloat16", rng=np.random.default_rng(0)):
+    import torch
+
+    dt = getattr(torch, dtype)
+    return torch.Tensor(rng.standard_normal(shape).astype(dt.np), dt)
+
+
+# ----------------------------------------------------------------- timing
+def per_call_us(fn, reps: int, rounds: int = 5) -> float:
+    """The median time of one call over `reps` calls, the lowest of `rounds` such medians (a
+    shared machine's noise only ever adds time)."""
+    for _ in range(min(reps, 200)):
+        fn()
+    medians = []
+    for _ in range(rounds):
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        medians.append(statistics.median(times))
+    return min(medians) * 1e6
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=1000)
+    args = ap.parse_args()
+    try:
+        import torch  # noqa: F401
+        print("torch is installed: stand-in tensors are not used; run this on a CPU-only machine")
+        return 1
+    except ImportError:
+        sys.modules["torch"] = _fake_torch()
+
+    import tilex.runtime.nvrtc as nvrtc
+    from tilex.runtime import Kernel
+    from tilex.runtime.args import bind_arguments
+    from tilex.spec import KernelSpec, ParamSpec
+    from tilex.stdlib import _launch as L
+    from tilex.stdlib import linear, rms_norm, rope, silu_and_mul
+    from tilex.tune import TuneStore
+
+    linear_mod = sys.modules["tilex.stdlib.linear"]  # tilex.stdlib.linear is also the function
+
+    nvrtc.default_arch = lambda: "sm_90a"  # an H200's arch, without a GPU
+    # a tuned-configuration store with one entry (for another kernel), as `tilex tune` leaves it
+    cache_dir = tempfile.mkdtemp(prefix="tilex-host-overhead-")
+    os.environ["TILEX_CACHE_DIR"] = cache_dir
+    TuneStore(cache_dir).put("other|0|M=1|sm_90a", {"defines": {"BM": 64}})
+    Kernel._prepare = lambda self, bound, stream: None  # everything but the CuPy launch
+
+    spec = KernelSpec("rms_norm", (ParamSpec("x", "tensor", "bf16", ("M", "N")),
+                                   ParamSpec("w", "tensor", "bf16", ("N",)),
+                                   ParamSpec("y", "tensor", "bf16", ("M", "N"), is_out=True),
+                                   ParamSpec("eps", "scalar", "f32", default=1e-6)),
+                      ("M", "N"), (), ("cdiv(M, 2)",), 256, 0)
+    m, n = 512, 5120
+    xn, wn, yn = (np.zeros(s, ml_dtypes.bfloat16) for s in ((m, n), (n,), (m, n)))
+    xt, wt, yt = tensor((m, n)), tensor((n,)), tensor((m, n))
+    w_lin = tensor((n, n))
+    q, k = tensor((m, 40, 128)), tensor((m, 8, 128))
+    pos = tensor((m,), "int64")
+    gate_up = tensor((m, 2 * 1024))
+
+    rows = [
+        ("bind_arguments, NumPy arrays", lambda: bind_arguments(spec, (xn, wn, yn), {"eps": 1e-5}, allow_numpy=True)),
+        ("bind_arguments, torch tensors", lambda: bind_arguments(spec, (xt, wt, yt), {"eps": 1e-5})),
+        ("_launch.kernel_path('linear')", lambda: L.kernel_path("linear")),
+        ("linear._tuned (bf16, M=512 N=K=5120)",
+         lambda: linear_mod._tuned("linear", "bf16", m, n, n, linear_mod._LARGE)),
+        ("linear._tuned (f16, M=512 N=K=5120)",
+         lambda: linear_mod._tuned("linear", "f16", m, n, n, linear_mod._LARGE)),
+        ("stdlib.linear, torch, M=512 N=K=5120", lambda: linear(xt, w_lin)),
+        ("stdlib.rms_norm, torch, [512, 5120]", lambda: rms_norm(xt, wt)),
+        ("stdlib.rope, torch, q [512, 40, 128]", lambda: rope(q, k, pos)),
+        ("stdlib.silu_and_mul, torch, [512, 2048]", lambda: silu_and_mul(gate_up)),
+    ]
+    print(f"host cost per call on this CPU (median of {args.reps} calls, best of 5 rounds; "
+          "CuPy launch stubbed out):")
+    try:
+        for name, fn in rows:
+            fn()  # compile / warm the caches
+            print(f"  {name:<42} {per_call_us(fn, args.reps):8.1f} us")
+    finally:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,421 @@
+"""Host (Python) cost of a launch, on the CPU: what the memoized paths cost and that they
+still raise every error.
+
+The timing bounds are loose (a slow CI machine must pass them); the call counts are exact
+where they pin a structural property (one description of each bound tensor, no pathlib per
+call, one stat of the tuned-configuration store). The CuPy launch itself needs a GPU; here
+it is replaced by stand-ins that record what `Kernel._prepare` asks of CuPy.
+"""
+from __future__ import annotations
+
+import cProfile
+import pstats
+import statistics
+import sys
+import time
+import types
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tilex.runtime.nvrtc as nvrtc
+from tilex.diagnostics import LaunchError
+from tilex.runtime import Kernel, launch as rt_launch
+from tilex.runtime.args import ArrayInfo, bind_arguments, describe_array, is_array, is_torch_tensor
+from tilex.spec import ConstraintSpec, KernelSpec, ParamSpec
+from tilex.stdlib import _launch as L
+from tilex.tune import TuneStore, source_sha256, store_key
+
+BF16 = ml_dtypes.bfloat16
+LINEAR = sys.modules["tilex.stdlib.linear"]  # tilex.stdlib.linear is also the function
+
+
+def rms_spec(constraints=(), grid=("cdiv(M, 2)",)) -> KernelSpec:
+    return KernelSpec("rms_norm", (ParamSpec("x", "tensor", "bf16", ("M", "N")),
+                                   ParamSpec("w", "tensor", "bf16", ("N",)),
+                                   ParamSpec("y", "tensor", "bf16", ("M", "N"), is_out=True),
+                                   ParamSpec("eps", "scalar", "f32", default=1e-6)),
+                      ("M", "N"), tuple(constraints), tuple(grid), 256, 0, source_file="rms.tile", line=1)
+
+
+def per_call_us(fn, reps: int = 2000) -> float:
+    for _ in range(50):
+        fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e6
+
+
+def call_counts(fn) -> dict[str, int]:
+    """Calls per function name (`file:function` for Python code, `<built-in ...>` for builtins) during fn()."""
+    prof = cProfile.Profile()
+    prof.enable()
+    fn()
+    prof.disable()
+    out: dict[str, int] = {}
+    for (file, _line, name), (_cc, ncalls, *_rest) in pstats.Stats(prof).stats.items():
+        key = f"{file.rsplit('/', 1)[-1]}:{name}" if file != "~" else name
+        out[key] = out.get(key, 0) + ncalls
+    return out
+
+
+# ---------------------------------------------------------------- a stand-in torch
+class _Dtype:
+    def __init__(self, name, np_dtype):
+        self.name, self.np = name, np.dtype(np_dtype)
+
+    def __str__(self):
+        return self.name
+
+
+class _Device:
+    def __init__(self, type_="cuda", index=0):
+        self.type, self.index = type_, index
+
+    def __str__(self):
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+
+class FakeTensor:
+    """NumPy-backed; as much of torch.Tensor as tilex.stdlib's torch path uses."""
+
+    def __init__(self, a, dtype, device=None):
+        self._a, self.dtype, self.device = a, dtype, device or _Device()
+
+    @property
+    def shape(self):
+        return tuple(self._a.shape)
+
+    def is_contiguous(self):
+        return bool(self._a.flags.c_contiguous)
+
+    def contiguous(self):
+        return self if self.is_contiguous() else FakeTensor(np.ascontiguousarray(self._a), self.dtype, self.device)
+
+    def reshape(self, shape):
+        return FakeTensor(self._a.reshape(shape), self.dtype, self.device)
+
+    def data_ptr(self):
+        return 0x7F0000000000
+
+    def __getitem__(self, idx):
+        return FakeTensor(self._a[idx], self.dtype, self.device)
+
+    def __setitem__(self, idx, value):
+        self._a[idx] = value
+
+
+FakeTensor.__module__ = "torch"
+
+
+@pytest.fixture
+def torch(monkeypatch):
+    """A stand-in `torch` module in sys.modules; the launch itself (`Kernel._prepare`) is
+    stubbed out and the arch is an H200's."""
+    t = types.ModuleType("torch")
+    for n, d in {"float16": np.float16, "bfloat16": BF16, "float32": np.float32, "int32": np.int32,
+                 "int64": np.int64, "bool": np.bool_, "float8_e4m3fn": ml_dtypes.float8_e4m3fn}.items():
+        setattr(t, n, _Dtype(f"torch.{n}", d))
+    t.empty = lambda shape, dtype, device=None: FakeTensor(np.empty(shape, dtype.np), dtype, device)
+
+    def tensor(shape, dtype="bfloat16", device=None):
+        dt = getattr(t, dtype)
+        return FakeTensor(np.random.default_rng(0).standard_normal(shape).astype(dt.np), dt, device)
+
+    t.tensor = tensor
+    monkeypatch.setitem(sys.modules, "torch", t)
+    monkeypatch.setattr(nvrtc, "default_arch", lambda: "sm_90a")
+    launched = []
+    monkeypatch.setattr(Kernel, "_prepare", lambda self, bound, stream: launched.append(bound))
+    t.launched = launched
+    L._torch_dtypes.cache_clear()
+    yield t
+    L._torch_dtypes.cache_clear()  # do not keep the stand-in's dtypes
+
+
+@pytest.fixture
+def store(tmp_cache_dir):
+    """The tuned-configuration store in a fresh TILEX_CACHE_DIR, with one unrelated entry."""
+    s = TuneStore(tmp_cache_dir)
+    s.put("other|0|M=1|sm_90a", {"defines": {"BM": 64}})
+    return s
+
+
+# ---------------------------------------------------------------- bind_arguments: cost
+def test_bind_numpy_cost():
+    spec = rms_spec()
+    x, w, y = np.zeros((512, 4096), BF16), np.zeros(4096, BF16), np.zeros((512, 4096), BF16)
+    us = per_call_us(lambda: bind_arguments(spec, (x, w, y), {"eps": 1e-5}, allow_numpy=True))
+    assert us < 50, f"bind_arguments with NumPy arrays took {us:.1f} us per call"
+
+
+def test_bind_torch_cost(torch):
+    spec = rms_spec()
+    x, w, y = torch.tensor((512, 4096)), torch.tensor((4096,)), torch.tensor((512, 4096))
+    us = per_call_us(lambda: bind_arguments(spec, (x, w, y), {"eps": 1e-5}))
+    assert us < 50, f"bind_arguments with torch tensors took {us:.1f} us per call"
+
+
+def test_bind_describes_each_tensor_once(torch):
+    spec = rms_spec()
+    x, w, y = torch.tensor((64, 256)), torch.tensor((256,)), torch.tensor((64, 256))
+    bind_arguments(spec, (x, w, y))
+    counts = call_counts(lambda: bind_arguments(spec, (x, w, y), {"eps": 1e-5}))
+    assert counts["args.py:describe_array"] == 4  # the three tensors, and eps (a float: not an array at once)
+    assert "args.py:eval_expr" not in counts  # the grid of a shape seen before is remembered
+
+
+# ---------------------------------------------------------------- bind_arguments: the memo never hides an error
+def test_remembered_shapes_still_check_every_argument(torch):
+    spec = rms_spec()
+    m, n = 8, 64
+    x, w, y = torch.tensor((m, n)), torch.tensor((n,)), torch.tensor((m, n))
+    assert bind_arguments(spec, (x, w, y)).grid == (4, 1, 1)
+    for _ in range(2):  # the same symbols as the successful bind: each check still runs
+        with pytest.raises(LaunchError, match="argument 'w': expected dtype bf16, got torch.float16"):
+            bind_arguments(spec, (x, torch.tensor((n,), "float16"), y))
+        with pytest.raises(LaunchError, match="argument 'y': expected a C-contiguous"):
+            bind_arguments(spec, (x, w, _strided(torch, m, n)))
+        with pytest.raises(LaunchError, match="'x' is on cuda:0 but 'w' is on cuda:1"):
+            bind_arguments(spec, (x, torch.tensor((n,), device=_Device("cuda", 1)), y))
+        with pytest.raises(LaunchError, match="argument 'w': expected a CUDA tensor, got a tensor on cpu"):
+            bind_arguments(spec, (x, torch.tensor((n,), device=_Device("cpu", None)), y))
+        with pytest.raises(LaunchError, match="argument 'eps': expected a number"):
+            bind_arguments(spec, (x, w, y), {"eps": "a"})
+        with pytest.raises(LaunchError, match="argument 'eps': expected a f32 scalar, got an array"):
+            bind_arguments(spec, (x, w, y), {"eps": w})
+        with pytest.raises(LaunchError, match="inconsistent size for symbol N"):
+            bind_arguments(spec, (x, torch.tensor((n + 1,)), y))
+        with pytest.raises(LaunchError, match="missing argument 'y'"):
+            bind_arguments(spec, (x, w))
+        assert bind_arguments(spec, (x, w, y)).symbols == {"M": m, "N": n}
+
+
+def _strided(torch, m, n):
+    t = torch.tensor((m, 2 * n))
+    return FakeTensor(t._a[:, ::2], t.dtype)
+
+
+def test_constraint_failures_are_never_remembered():
+    c = ConstraintSpec("N % 8 == 0", "N % 8 == 0", 3)
+    spec = rms_spec(constraints=(c,))
+    ok = (np.zeros((2, 16), BF16), np.zeros(16, BF16), np.zeros((2, 16), BF16))
+    bad = (np.zeros((2, 12), BF16), np.zeros(12, BF16), np.zeros((2, 12), BF16))
+    for _ in range(3):
+        assert bind_arguments(spec, ok, allow_numpy=True).grid == (1, 1, 1)
+        with pytest.raises(LaunchError, match=r"constraint `N % 8 == 0` \(rms.tile:3\) failed: N = 12"):
+            bind_arguments(spec, bad, allow_numpy=True)
+
+
+def test_grid_errors_and_empty_tensors_repeat():
+    spec = rms_spec(grid=("M - 10",))
+    x, w = np.zeros((3, 4), BF16), np.zeros(4, BF16)
+    for _ in range(2):
+        with pytest.raises(LaunchError, match=r"grid x = `M - 10` is negative: -7 \(M = 3\)"):
+            bind_arguments(spec, (x, w, x), allow_numpy=True)
+    spec = rms_spec(grid=("cdiv(M, 4)",))
+    z, wz = np.zeros((5, 0), BF16), np.zeros(0, BF16)
+    for _ in range(2):
+        with pytest.raises(LaunchError, match="zero-size tensor dimension"):
+            bind_arguments(spec, (z, wz, z), allow_numpy=True)
+    assert bind_arguments(spec, (np.zeros((0, 4), BF16), w, np.zeros((0, 4), BF16)), allow_numpy=True).empty
+
+
+def test_specs_with_equal_names_keep_their_own_grids():
+    a, b = rms_spec(grid=("M",)), rms_spec(grid=("N",))
+    x, w = np.zeros((3, 5), BF16), np.zeros(5, BF16)
+    for _ in range(2):
+        assert bind_arguments(a, (x, w, x), allow_numpy=True).grid == (3, 1, 1)
+        assert bind_arguments(b, (x, w, x), allow_numpy=True).grid == (5, 1, 1)
+
+
+# ---------------------------------------------------------------- array recognition
+def test_torch_type_test_needs_the_method_on_the_type():
+    class Odd:  # module torch, is_contiguous on some instances only: never remembered as a tensor type
+        pass
+
+    Odd.__module__ = "torch.odd"
+    a, b = Odd(), Odd()
+    a.is_contiguous = lambda: True
+    assert is_torch_tensor(a) and not is_torch_tensor(b) and is_torch_tensor(a)
+    assert describe_array(1.5) is None and not is_array(True) and not is_array(3)
+    assert is_array(np.zeros(2)) and not is_array([1.0])
+
+
+def test_describe_numpy():
+    x = np.zeros((3, 4), BF16)[:, ::2]
+    assert describe_array(x) == ArrayInfo("numpy", "bf16", "bfloat16", (3, 2), False, "cpu")
+    assert describe_array(np.zeros(2, np.float64)).dtype is None
+    assert describe_array(np.zeros(2, np.float64)).dtype_text == "float64"
+
+
+# ---------------------------------------------------------------- stdlib helpers
+def test_kernel_path_memoized_and_errors_repeat():
+    p = L.kernel_path("linear")
+    assert p.is_file() and L.kernel_path("linear") is p
+    for _ in range(2):
+        with pytest.raises(ValueError, match="no stdlib kernel file nope.tile in"):
+            L.kernel_path("nope")
+    assert per_call_us(lambda: L.kernel_path("linear")) < 10
+
+
+def test_tuned_without_gpu_is_the_default(monkeypatch, tmp_cache_dir):
+    def no_gpu():
+        raise ImportError("no cupy")
+
+    monkeypatch.setattr(nvrtc, "default_arch", no_gpu)
+    assert LINEAR._tuned("linear", "bf16", 16, 64, 64, LINEAR._SKINNY) == LINEAR._SKINNY
+
+
+def test_tuned_reads_the_store_once_and_sees_changes(monkeypatch, store):
+    monkeypatch.setattr(nvrtc, "default_arch", lambda: "sm_90a")
+    default = dict(LINEAR._LARGE)
+    assert LINEAR._tuned("linear", "bf16", 512, 5120, 5120, default) == default
+    digest = source_sha256(L.source("linear", (("T", "bf16"),)))
+    store.put(store_key(digest, "linear", {"M": 512, "N": 5120, "K": 5120}, "sm_90a"), {"defines": {"BN": 128}})
+    assert LINEAR._tuned("linear", "bf16", 300, 5000, 8000, default) == {**default, "BN": 128}  # same bucket
+    assert LINEAR._tuned("linear", "f16", 512, 5120, 5120, default) == default  # another source text
+    assert LINEAR._tuned("linear", "bf16", 2000, 5120, 5120, default) == default  # another bucket
+    store.put(store_key(digest, "linear", {"M": 512, "N": 5120, "K": 5120}, "sm_90a"),
+              {"defines": {"BN": 64, "STAGES": 3}})  # a rewrite (another size) is seen at once
+    assert LINEAR._tuned("linear", "bf16", 512, 5120, 5120, default) == {**default, "BN": 64, "STAGES": 3}
+    got = LINEAR._tuned("linear", "bf16", 512, 5120, 5120, default)
+    got["BN"] = 1  # the caller's copy
+    assert LINEAR._tuned("linear", "bf16", 512, 5120, 5120, default)["BN"] == 64
+    counts = call_counts(lambda: LINEAR._tuned("linear", "bf16", 512, 5120, 5120, default))
+    assert counts.get("<built-in method posix.stat>", 0) == 1  # the store; the source text is not a file
+    assert "tune.py:load" not in counts and "pathlib.py:resolve" not in counts
+    us = per_call_us(lambda: LINEAR._tuned("linear", "bf16", 512, 5120, 5120, default))
+    assert us < 60, f"linear._tuned took {us:.1f} us per call"
+
+
+def test_stdlib_checks_raise_the_same_errors(torch):
+    x = torch.tensor((4, 16))
+    with pytest.raises(TypeError, match="a torch tensor on cpu was passed"):
+        L.check_float("x", torch.tensor((4, 16), device=_Device("cpu", None)))
+    with pytest.raises(TypeError, match="expected a NumPy array, CuPy array or torch CUDA tensor, got builtins.list"):
+        L.check_float("x", [1.0])
+    with pytest.raises(TypeError, match="x: expected a float tensor .* got dtype i64"):
+        L.check_float("x", torch.tensor((4,), "int64"))
+    with pytest.raises(TypeError, match="ids: expected an integer tensor .* got dtype bf16"):
+        L.check_int("ids", x)
+    with pytest.raises(TypeError, match="x: expected a float tensor .* got dtype float64"):
+        L.check_float("x", np.zeros(3))
+    with pytest.raises(ValueError, match="x: expected a 3-D tensor"):
+        L.check_float("x", x, ndim=3)
+    assert L.check_float("x", x) == "bf16" and L.check_int("i", torch.tensor((4,), "int32")) == "i32"
+
+
+def test_linear_prelaunch_work(torch, store):
+    """stdlib.linear with torch tensors up to the launch: what each call costs, counted."""
+    x, w = torch.tensor((256, 512)), torch.tensor((384, 512))
+    y = LINEAR.linear(x, w)
+    assert y.shape == (256, 384) and len(torch.launched) == 1
+    bound = torch.launched[0]
+    assert bound.symbols == {"M": 256, "N": 384, "K": 512} and bound.uses_torch
+    counts = call_counts(lambda: LINEAR.linear(x, w))
+    # x, weight (dtype checks), the output's dtype, and the three tensors bind_arguments checks
+    assert counts["args.py:describe_array"] <= 6
+    assert counts.get("<built-in method posix.stat>", 0) == 1  # the tuned-configuration store
+    assert "pathlib.py:resolve" not in counts and "tune.py:__init__" not in counts
+    with pytest.raises(TypeError, match="weight: expected dtype bf16"):
+        LINEAR.linear(x, torch.tensor((384, 512), "float32"))
+    with pytest.raises(ValueError, match=r"weight: expected shape \[out, 512\]"):
+        LINEAR.linear(x, torch.tensor((384, 256)))
+    us = per_call_us(lambda: LINEAR.linear(x, w), reps=500)
+    assert us < 400, f"stdlib.linear took {us:.1f} us per call before the launch"
+
+
+# ---------------------------------------------------------------- the CuPy side, with stand-ins
+def _fake_cupy(monkeypatch, current=0):
+    """A stand-in `cupy` recording device switches and stream wrappers."""
+    log = {"switch": [], "wrapped": [], "device": current}
+
+    class Device:
+        def __init__(self, i=None):
+            self.id = log["device"] if i is None else i
+            self.compute_capability = "90"
+
+        def __enter__(self):
+            log["switch"].append(self.id)
+
+        def __exit__(self, *exc):
+            return False
+
+    class Stream:
+        @staticmethod
+        def from_external(obj):
+            log["wrapped"].append(obj.__cuda_stream__())
+            return ("stream", obj.__cuda_stream__()[1])
+
+    cp = types.ModuleType("cupy")
+    cp.cuda = types.SimpleNamespace(Device=Device, Stream=Stream,
+                                    runtime=types.SimpleNamespace(getDevice=lambda: log["device"]))
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    monkeypatch.setattr(rt_launch, "_EXTERNAL_STREAMS", {})
+    monkeypatch.setattr(nvrtc, "_ARCHS", {})
+    return log
+
+
+class _FakeCupyArray:
+    def __init__(self, shape, device=0):
+        self.shape, self.dtype = tuple(shape), np.dtype(BF16)
+        self.flags = types.SimpleNamespace(c_contiguous=True)
+        self.device = types.SimpleNamespace(id=device)
+        self.data = types.SimpleNamespace(ptr=0x7F0000000000)
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.data.ptr, False), "version": 3}
+
+
+_FakeCupyArray.__module__ = "cupy._core.core"
+
+
+def test_prepare_switches_device_only_when_needed(monkeypatch):
+    log = _fake_cupy(monkeypatch, current=1)
+    calls = []
+    k = Kernel(rms_spec(), "// no source")
+    monkeypatch.setattr(k, "_function", lambda device: lambda *a, **kw: calls.append((a, kw)))
+    arrays = (_FakeCupyArray((8, 64), 1), _FakeCupyArray((64,), 1), _FakeCupyArray((8, 64), 1))
+    k(*arrays)
+    assert log["switch"] == [] and len(calls) == 1  # device 1 is current: no switch
+    grid, block, kargs = calls[0][0]
+    assert grid == (4, 1, 1) and block == (256, 1, 1) and calls[0][1] == {"shared_mem": 0, "stream": None}
+    assert [type(v) for v in kargs] == [np.uint64] * 3 + [np.float32, np.int32, np.int32]
+    assert [v.item() for v in kargs] == [0x7F0000000000] * 3 + [np.float32(1e-6).item(), 8, 64]
+    log["device"] = 0
+    k(*arrays)
+    assert log["switch"] == [1] and len(calls) == 2  # device 0 is current: switch to 1 for the launch
+
+
+def test_external_streams_are_wrapped_once(monkeypatch):
+    log = _fake_cupy(monkeypatch)
+    a = rt_launch._external_stream(0x1234, 0)
+    assert rt_launch._external_stream(0x1234, 0) is a and log["wrapped"] == [(0, 0x1234)]
+    assert rt_launch._external_stream(0x1234, 1) is not a and rt_launch._external_stream(0x99, 0) != a
+    assert len(log["wrapped"]) == 3
+    with pytest.raises(LaunchError, match="stream: expected a CuPy stream"):
+        rt_launch._as_cupy_stream("s", 0)
+
+
+def test_default_arch_is_asked_once_per_device(monkeypatch):
+    log = _fake_cupy(monkeypatch)
+    asked = []
+    cp = sys.modules["cupy"]
+    device = cp.cuda.Device
+
+    class Counting(device):
+        def __init__(self, i=None):
+            super().__init__(i)
+            asked.append(self.id)
+            self.compute_capability = "90" if self.id == 0 else "120"
+
+    cp.cuda.Device = Counting
+    assert nvrtc.default_arch() == "sm_90a" and nvrtc.default_arch() == "sm_90a" and asked == [0]
+    log["device"] = 1
+    assert nvrtc.default_arch() == "sm_120" and asked == [0, 1]
