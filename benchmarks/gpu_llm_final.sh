@@ -9,7 +9,7 @@ export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TILEX_CACHE_DIR=${TILEX_CACHE_DIR
     > "$OUT/pytest_final.log" 2>&1; echo "rc=$?" >> "$OUT/pytest_final.log" ) &
 timeout -s ABRT 100 python3 examples/llm/check_hf.py --config qwen2.5-14b --json > "$OUT/check_qwen14b.json" 2> "$OUT/check_qwen14b.err"; echo "qwen rc=$?"
 wait  # the tests share the GPU: let them finish before timing
-timeout -s ABRT 200 python3 examples/llm/bench.py --config qwen2.5-14b --reps 3 --json "$OUT/bench_qwen14b.json" > "$OUT/bench_llm.log" 2>&1; echo "bench rc=$?"
+timeout -s ABRT 200 python3 examples/llm/bench.py --config qwen2.5-14b --reps 5 --json "$OUT/bench_qwen14b.json" > "$OUT/bench_llm.log" 2>&1; echo "bench rc=$?"
 timeout -s ABRT 60 python3 examples/llm/check_hf.py --config llama3-8b --json > "$OUT/check_llama8b.json" 2> "$OUT/check_llama8b.err"; echo "llama rc=$?"
 timeout -s ABRT 90 python3 examples/llm/check_hf.py --config llama3-8b --dtype f32 --json > "$OUT/check_llama8b_f32.json" 2> "$OUT/check_llama8b_f32.err"; echo "llama f32 rc=$?"
 tail -6 "$OUT/pytest_final.log"
