@@ -73,7 +73,8 @@ def main(argv=None) -> int:
         paths["mma16"] = lambda w: L.run(skinny, "linear", x, w, y)
         # the one-pass GEMM with the split-K tiles: what S = 1 would cost without the sum kernel
         wide = L.load("linear", kernel="linear", T="bf16", **lin._SPLITK)
-        paths["linear 64x256"] = lambda w: L.run(wide, "linear", x, w, y)
+        split_path = lin._use_split_kernels(m, n, k)
+        paths["linear 64x256" + ("" if split_path else " (wrapper)")] = lambda w: L.run(wide, "linear", x, w, y)
         split = L.load("linear", T="bf16", **lin._SPLITK)
         for s in sorted({1, 2, 4, lin._splits(m, n, k), 8}):
             if k // s < lin._SPLITK["BK"]:
@@ -83,7 +84,7 @@ def main(argv=None) -> int:
             def run(w, part=part):
                 L.run(split, "linear_splitk", x, w, part)
                 L.run(split, "splitk_sum", part, y)
-            paths[f"splitk S={s}" + (" (wrapper)" if s == lin._splits(m, n, k) else "")] = run
+            paths[f"splitk S={s}" + (" (wrapper)" if split_path and s == lin._splits(m, n, k) else "")] = run
         for name, fn in paths.items():
             out = fn(ws[0])
             out = y if out is None else out

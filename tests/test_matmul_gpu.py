@@ -143,12 +143,13 @@ def test_tma_rejects_misaligned_base():
 @pytest.mark.parametrize("m,n,k", [(1, 520, 1024), (16, 1000, 4096), (64, 264, 2048), (3, 13824, 4096),
                                    (1, 1000, 256), (5, 27648, 512), (1, 70000, 136), (16, 33000, 264)])
 def test_stdlib_linear_split_k(m, n, k):
-    """The split-K kernels, also with S = 1 (every decode row count; N beyond two waves of tiles, as an LM head)."""
+    """The decode paths: split-K kernels (S > 1), or the one-pass kernels with the split-K tiles
+    (N fills the SMs, as an LM head)."""
     torch = _torch()
     from tilex.stdlib import linear
-    from tilex.stdlib.linear import _use_split_kernels
+    from tilex.stdlib.linear import _decode_tiles, _use_split_kernels
 
-    assert _use_split_kernels(m, n, k)
+    assert _use_split_kernels(m, n, k) or _decode_tiles(m, k, True)
     x, w, b = _rand(m, k, seed=17), _rand(n, k, seed=18), _rand(n, seed=19)
     assert _rel(linear(x, w), x.float() @ w.float().T) <= 1e-2
     assert _rel(linear(x, w, b), x.float() @ w.float().T + b.float()) <= 1e-2  # splitk_sum_bias

@@ -32,14 +32,17 @@ def _splits(m: int, n: int, k: int) -> int:
 
 
 def _use_split_kernels(m: int, n: int, k: int) -> bool:
-    """Whether linear() takes linear_splitk + splitk_sum(_bias) (possibly with S = 1): when K
-    is split, and for every decode shape (M <= 16): the 64-row TMA/wgmma ring streams weights
-    faster than the 16-row mma.sync path at every N measured (H200, bench_decode_paths.py,
-    2026-11-29: M=1 K=5120 N=152064 0.377 vs 0.557 ms, N=27648 0.077 vs 0.179 ms; M=16
-    N=27648 0.082 vs 0.128 ms)."""
-    if k % 8:
-        return False
-    return _splits(m, n, k) > 1 or m <= 16
+    """Whether linear() takes linear_splitk + splitk_sum(_bias): when K is split (S > 1)."""
+    return k % 8 == 0 and _splits(m, n, k) > 1
+
+
+def _decode_tiles(m: int, k: int, gpu: bool) -> bool:
+    """Whether the one-pass kernels take the split-K tiles (64-row TMA/wgmma ring, BN = 256):
+    for every decode shape (M <= 16) on the GPU that is not split. They stream weights faster
+    than 16-row mma.sync tiles at every N measured (H200, bench_decode_paths.py, 2026-11-29:
+    M=1 K=5120 N=152064 0.374 vs 0.557 ms, N=27648 0.074 vs 0.179 ms; M=16 N=27648 0.074 vs
+    0.128 ms), and than linear_splitk with S = 1 plus the sum kernel (0.077, 0.376, 0.082 ms)."""
+    return gpu and m <= 16 and k % 8 == 0
 
 
 def _config(m: int, skinny: dict, medium: dict, large: dict) -> dict:
@@ -88,8 +91,9 @@ def linear(x, weight, bias=None):
             y[...] = bias
         return L.reshape(y, tuple(x.shape[:-1]) + (n,))
     y = L.empty(x2, (m, n))
-    if m and n and _use_split_kernels(m, n, k) and L.kind_of(x2) != "numpy":
-        # decode: f32 partial sums over K shares (S >= 1), then their sum (+ bias)
+    gpu = L.kind_of(x2) != "numpy"
+    if m and n and _use_split_kernels(m, n, k) and gpu:
+        # decode: f32 partial sums over K shares (S > 1), then their sum (+ bias)
         splits = _splits(m, n, k)
         mod = L.load("linear", T=dt, **_SPLITK)
         part = L.empty(x2, (splits, m, n), "f32")
@@ -101,7 +105,8 @@ def linear(x, weight, bias=None):
     elif m and n:
         if k % 8 == 0:
             kernel = "linear_bias" if bias is not None else "linear"
-            cfg = _tuned(kernel, dt, m, n, k, _config(m, _SKINNY, _MEDIUM, _LARGE))
+            default = _SPLITK if _decode_tiles(m, k, gpu) else _config(m, _SKINNY, _MEDIUM, _LARGE)
+            cfg = _tuned(kernel, dt, m, n, k, default)
         else:
             kernel, cfg = "linear_any", dict(BM=64 if m > 16 else 16, BN=128 if m > 16 else 64, BK=32, STAGES=4)
             if bias is not None:
