@@ -22,6 +22,7 @@ SHAPES = [  # (M, K, N): Qwen2.5-14B decode projections and the LM head
     (1, 5120, 27648), (1, 5120, 7168), (1, 5120, 5120), (1, 13824, 5120), (1, 5120, 152064),
     (16, 5120, 27648), (16, 13824, 5120),
 ]
+GATED = [(1, 5120, 13824), (16, 5120, 13824)]  # (M, K, intermediate): the decode MLP's gate/up half
 
 
 def main(argv=None) -> int:
@@ -85,6 +86,15 @@ def main(argv=None) -> int:
                 L.run(split, "linear_splitk", x, w, part)
                 L.run(split, "splitk_sum", part, y)
             paths[f"splitk S={s}" + (" (wrapper)" if split_path and s == lin._splits(m, n, k) else "")] = run
+        if n <= 8192:  # narrow projections: 128-wide tiles give twice the tiles, so fewer K shares
+            narrow = L.load("linear", T="bf16", BM=64, BN=128, BK=64, STAGES=6)
+            for s in (2, 3, 4):
+                part = torch.empty(s, m, n, device="cuda", dtype=torch.float32)
+
+                def run(w, part=part):
+                    L.run(narrow, "linear_splitk", x, w, part)
+                    L.run(narrow, "splitk_sum", part, y)
+                paths[f"splitk 64x128 s6 S={s}"] = run
         for name, fn in paths.items():
             out = fn(ws[0])
             out = y if out is None else out
@@ -94,6 +104,37 @@ def main(argv=None) -> int:
             rows.append(dict(m=m, k=k, n=n, path=name, ms=ms, gb_s=gb_s, pct_copy=gb_s / copy_gb_s,
                              rel_err=err, ok=err <= 1e-2))
             print(f"{m}x{k}x{n:<7} {name:24} {ms:8.4f} ms {gb_s:7.0f} GB/s {100 * gb_s / copy_gb_s:5.1f}% "
+                  f"err {err:.1e}{'' if err <= 1e-2 else '  FAIL'}", flush=True)
+        del ws
+    # the decode MLP's first half, silu(x @ wg.T) * (x @ wu.T) with [wg | wu] one fused weight:
+    # the engine's linear + silu_and_mul against gated_mlp (one kernel) at several tile shapes
+    from tilex.stdlib import silu_and_mul
+
+    for m, k, n in GATED:
+        nbytes = 2 * n * k * 2
+        sets = max(2, -(-2 * l2 // nbytes))
+        ws = [torch.randn(2 * n, k, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        it = iter(range(1 << 62))
+        pick = lambda: ws[next(it) % sets]  # noqa: E731
+        r = F.linear(x.float(), ws[0].float())
+        ref = F.silu(r[:, :n]) * r[:, n:]
+        paths = {"cublas + torch silu*mul": lambda w: F.silu(F.linear(x, w[:n])) * F.linear(x, w[n:]),
+                 "linear + silu_and_mul (engine)": lambda w: silu_and_mul(lin.linear(x, w))}
+        y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        for cfg in (lin._GATED_SKINNY, dict(BM=64, BN=128, BK=64, STAGES=4), dict(BM=64, BN=64, BK=64, STAGES=6)):
+            mod = L.load("linear", kernel="gated_mlp", T="bf16", **cfg)
+            paths[f"gated_mlp {cfg['BM']}x{cfg['BN']}x{cfg['BK']} s{cfg['STAGES']}"] = \
+                lambda w, mod=mod: L.run(mod, "gated_mlp", x, w[:n], w[n:], y)
+        for name, fn in paths.items():
+            out = fn(ws[0])
+            out = y if out is None else out
+            err = float((out.float() - ref).norm() / ref.norm())
+            ms = timed(lambda: fn(pick()))
+            gb_s = (nbytes + 2 * m * (k + n)) / ms / 1e6
+            rows.append(dict(m=m, k=k, n=n, path="gated: " + name, ms=ms, gb_s=gb_s, pct_copy=gb_s / copy_gb_s,
+                             rel_err=err, ok=err <= 1e-2))
+            print(f"gated {m}x{k}x{n:<6} {name:32} {ms:8.4f} ms {gb_s:7.0f} GB/s {100 * gb_s / copy_gb_s:5.1f}% "
                   f"err {err:.1e}{'' if err <= 1e-2 else '  FAIL'}", flush=True)
         del ws
     if args.json:
