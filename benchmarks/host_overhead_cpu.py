@@ -12,7 +12,7 @@ Times, per call (median of `--reps` calls, the best of 5 such rounds; microsecon
   tuned-configuration store in a temporary TILEX_CACHE_DIR).
 
 When torch is not installed, a minimal stand-in `torch` module (NumPy-backed tensors) is put in
-`sys.modules`. The numbers are only indicative of the host cost on a GPU machine: real torch
+`sys.modules` (tests/fake_torch.py). The numbers are only indicative of the host cost on a GPU machine: real torch
 attribute access (`.device`, `.shape`) costs a little more than the stand-ins', and the CuPy
 launch (stream, argument packing, cuLaunchKernel) is not included.
 """
@@ -25,82 +25,21 @@ import statistics
 import sys
 import tempfile
 import time
-import types
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 
 
-# ----------------------------------------------------------------- a stand-in torch
-class _Dtype:
-    def __init__(self, name, np_dtype):
-        self.name, self.np = name, np.dtype(np_dtype)
-
-    def __str__(self):
-        return self.name
-
-    __repr__ = __str__
+# the stand-in torch of the tests (tests/fake_torch.py)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import fake_torch  # noqa: E402
 
 
-class _Device:
-    def __init__(self, type_="cuda", index=0):
-        self.type, self.index = type_, index
-
-    def __str__(self):
-        return self.type if self.index is None else f"{self.type}:{self.index}"
-
-
-class Tensor:
-    """NumPy-backed; enough of torch.Tensor for tilex.stdlib's torch path."""
-
-    def __init__(self, a, dtype, device=None):
-        self._a, self.dtype, self._device = a, dtype, device or _Device()
-
-    @property
-    def device(self):
-        return self._device
-
-    @property
-    def shape(self):
-        return tuple(self._a.shape)
-
-    def is_contiguous(self):
-        return bool(self._a.flags.c_contiguous)
-
-    def contiguous(self):
-        return self if self.is_contiguous() else Tensor(np.ascontiguousarray(self._a), self.dtype, self._device)
-
-    def reshape(self, shape):
-        return Tensor(self._a.reshape(shape), self.dtype, self._device)
-
-    def data_ptr(self):
-        return self._a.ctypes.data
-
-    def __getitem__(self, idx):
-        return Tensor(self._a[idx], self.dtype, self._device)
-
-    def __setitem__(self, idx, value):
-        self._a[idx] = value._a if isinstance(value, Tensor) else value
-
-
-def _fake_torch() -> types.ModuleType:
-    t = types.ModuleType("torch")
-    names = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32,
-             "int32": np.int32, "int64": np.int64, "bool": np.bool_, "float8_e4m3fn": ml_dtypes.float8_e4m3fn}
-    for n, d in names.items():
-        setattr(t, n, _Dtype(f"torch.{n}", d))
-    t.Tensor = Tensor
-    t.empty = lambda shape, dtype, device=None: Tensor(np.empty(shape, dtype.np), dtype, device)
-    t.device = _Device
-    Tensor.__module__ = "torch"
-    return t
-
-
-def tensor(shape, dtype="bfloat16", rng=np.random.default_rng(0)):
+def tensor(shape, dtype="bfloat16"):
     import torch
 
-    dt = getattr(torch, dtype)
-    return torch.Tensor(rng.standard_normal(shape).astype(dt.np), dt)
+    return torch.tensor(shape, dtype)
 
 
 # ----------------------------------------------------------------- timing
@@ -129,7 +68,7 @@ def main() -> int:
         print("torch is installed: stand-in tensors are not used; run this on a CPU-only machine")
         return 1
     except ImportError:
-        sys.modules["torch"] = _fake_torch()
+        sys.modules["torch"] = fake_torch.module()
 
     import tilex.runtime.nvrtc as nvrtc
     from tilex.runtime import Kernel

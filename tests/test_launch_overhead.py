@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 
 import tilex.runtime.nvrtc as nvrtc
+import fake_torch
+from fake_torch import Device, FakeTensor
 from tilex.diagnostics import LaunchError
 from tilex.runtime import Kernel, launch as rt_launch
 from tilex.runtime.args import ArrayInfo, bind_arguments, describe_array, is_array, is_torch_tensor
@@ -63,70 +65,11 @@ def call_counts(fn) -> dict[str, int]:
     return out
 
 
-# ---------------------------------------------------------------- a stand-in torch
-class _Dtype:
-    def __init__(self, name, np_dtype):
-        self.name, self.np = name, np.dtype(np_dtype)
-
-    def __str__(self):
-        return self.name
-
-
-class _Device:
-    def __init__(self, type_="cuda", index=0):
-        self.type, self.index = type_, index
-
-    def __str__(self):
-        return self.type if self.index is None else f"{self.type}:{self.index}"
-
-
-class FakeTensor:
-    """NumPy-backed; as much of torch.Tensor as tilex.stdlib's torch path uses."""
-
-    def __init__(self, a, dtype, device=None):
-        self._a, self.dtype, self.device = a, dtype, device or _Device()
-
-    @property
-    def shape(self):
-        return tuple(self._a.shape)
-
-    def is_contiguous(self):
-        return bool(self._a.flags.c_contiguous)
-
-    def contiguous(self):
-        return self if self.is_contiguous() else FakeTensor(np.ascontiguousarray(self._a), self.dtype, self.device)
-
-    def reshape(self, shape):
-        return FakeTensor(self._a.reshape(shape), self.dtype, self.device)
-
-    def data_ptr(self):
-        return 0x7F0000000000
-
-    def __getitem__(self, idx):
-        return FakeTensor(self._a[idx], self.dtype, self.device)
-
-    def __setitem__(self, idx, value):
-        self._a[idx] = value
-
-
-FakeTensor.__module__ = "torch"
-
-
 @pytest.fixture
 def torch(monkeypatch):
     """A stand-in `torch` module in sys.modules; the launch itself (`Kernel._prepare`) is
     stubbed out and the arch is an H200's."""
-    t = types.ModuleType("torch")
-    for n, d in {"float16": np.float16, "bfloat16": BF16, "float32": np.float32, "int32": np.int32,
-                 "int64": np.int64, "bool": np.bool_, "float8_e4m3fn": ml_dtypes.float8_e4m3fn}.items():
-        setattr(t, n, _Dtype(f"torch.{n}", d))
-    t.empty = lambda shape, dtype, device=None: FakeTensor(np.empty(shape, dtype.np), dtype, device)
-
-    def tensor(shape, dtype="bfloat16", device=None):
-        dt = getattr(t, dtype)
-        return FakeTensor(np.random.default_rng(0).standard_normal(shape).astype(dt.np), dt, device)
-
-    t.tensor = tensor
+    t = fake_torch.module()
     monkeypatch.setitem(sys.modules, "torch", t)
     monkeypatch.setattr(nvrtc, "default_arch", lambda: "sm_90a")
     launched = []
@@ -181,9 +124,9 @@ def test_remembered_shapes_still_check_every_argument(torch):
         with pytest.raises(LaunchError, match="argument 'y': expected a C-contiguous"):
             bind_arguments(spec, (x, w, _strided(torch, m, n)))
         with pytest.raises(LaunchError, match="'x' is on cuda:0 but 'w' is on cuda:1"):
-            bind_arguments(spec, (x, torch.tensor((n,), device=_Device("cuda", 1)), y))
+            bind_arguments(spec, (x, torch.tensor((n,), device=Device("cuda", 1)), y))
         with pytest.raises(LaunchError, match="argument 'w': expected a CUDA tensor, got a tensor on cpu"):
-            bind_arguments(spec, (x, torch.tensor((n,), device=_Device("cpu", None)), y))
+            bind_arguments(spec, (x, torch.tensor((n,), device=Device("cpu", None)), y))
         with pytest.raises(LaunchError, match="argument 'eps': expected a number"):
             bind_arguments(spec, (x, w, y), {"eps": "a"})
         with pytest.raises(LaunchError, match="argument 'eps': expected a f32 scalar, got an array"):
@@ -296,7 +239,7 @@ def test_tuned_reads_the_store_once_and_sees_changes(monkeypatch, store):
 def test_stdlib_checks_raise_the_same_errors(torch):
     x = torch.tensor((4, 16))
     with pytest.raises(TypeError, match="a torch tensor on cpu was passed"):
-        L.check_float("x", torch.tensor((4, 16), device=_Device("cpu", None)))
+        L.check_float("x", torch.tensor((4, 16), device=Device("cpu", None)))
     with pytest.raises(TypeError, match="expected a NumPy array, CuPy array or torch CUDA tensor, got builtins.list"):
         L.check_float("x", [1.0])
     with pytest.raises(TypeError, match="x: expected a float tensor .* got dtype i64"):
