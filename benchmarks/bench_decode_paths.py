@@ -60,6 +60,19 @@ def main(argv=None) -> int:
     copy_gb_s = 2 * big.numel() / copy_ms / 1e6
     del big
     rows = []
+
+    def measure(tag, m, k, n, paths, w0, pick, y, ref, nbytes):
+        """Check each path against `ref` on w0, then time it on rotating weights; a row each."""
+        for name, fn in paths.items():
+            out = fn(w0)
+            out = y if out is None else out
+            err = float((out.float() - ref).norm() / ref.norm())
+            ms = timed(lambda: fn(pick()))
+            gb_s = (nbytes + 2 * m * (k + n)) / ms / 1e6
+            rows.append(dict(m=m, k=k, n=n, path=tag + name, ms=ms, gb_s=gb_s, pct_copy=gb_s / copy_gb_s,
+                             rel_err=err, ok=err <= 1e-2))
+            print(f"{tag}{m}x{k}x{n:<7} {name:32} {ms:8.4f} ms {gb_s:7.0f} GB/s {100 * gb_s / copy_gb_s:5.1f}% "
+                  f"err {err:.1e}{'' if err <= 1e-2 else '  FAIL'}", flush=True)
     for m, k, n in SHAPES:
         nbytes = n * k * 2
         sets = max(2, -(-2 * l2 // nbytes))
@@ -95,16 +108,7 @@ def main(argv=None) -> int:
                     L.run(narrow, "linear_splitk", x, w, part)
                     L.run(narrow, "splitk_sum", part, y)
                 paths[f"splitk 64x128 s6 S={s}"] = run
-        for name, fn in paths.items():
-            out = fn(ws[0])
-            out = y if out is None else out
-            err = float((out.float() - ref).norm() / ref.norm())
-            ms = timed(lambda: fn(pick()))
-            gb_s = (nbytes + 2 * m * (k + n)) / ms / 1e6
-            rows.append(dict(m=m, k=k, n=n, path=name, ms=ms, gb_s=gb_s, pct_copy=gb_s / copy_gb_s,
-                             rel_err=err, ok=err <= 1e-2))
-            print(f"{m}x{k}x{n:<7} {name:24} {ms:8.4f} ms {gb_s:7.0f} GB/s {100 * gb_s / copy_gb_s:5.1f}% "
-                  f"err {err:.1e}{'' if err <= 1e-2 else '  FAIL'}", flush=True)
+        measure("", m, k, n, paths, ws[0], pick, y, ref, nbytes)
         del ws
     # the decode MLP's first half, silu(x @ wg.T) * (x @ wu.T) with [wg | wu] one fused weight:
     # the engine's linear + silu_and_mul against gated_mlp (one kernel) at several tile shapes
@@ -126,16 +130,7 @@ def main(argv=None) -> int:
             mod = L.load("linear", kernel="gated_mlp", T="bf16", **cfg)
             paths[f"gated_mlp {cfg['BM']}x{cfg['BN']}x{cfg['BK']} s{cfg['STAGES']}"] = \
                 lambda w, mod=mod: L.run(mod, "gated_mlp", x, w[:n], w[n:], y)
-        for name, fn in paths.items():
-            out = fn(ws[0])
-            out = y if out is None else out
-            err = float((out.float() - ref).norm() / ref.norm())
-            ms = timed(lambda: fn(pick()))
-            gb_s = (nbytes + 2 * m * (k + n)) / ms / 1e6
-            rows.append(dict(m=m, k=k, n=n, path="gated: " + name, ms=ms, gb_s=gb_s, pct_copy=gb_s / copy_gb_s,
-                             rel_err=err, ok=err <= 1e-2))
-            print(f"gated {m}x{k}x{n:<6} {name:32} {ms:8.4f} ms {gb_s:7.0f} GB/s {100 * gb_s / copy_gb_s:5.1f}% "
-                  f"err {err:.1e}{'' if err <= 1e-2 else '  FAIL'}", flush=True)
+        measure("gated: ", m, k, n, paths, ws[0], pick, y, ref, nbytes)
         del ws
     if args.json:
         with open(args.json, "w") as f:
