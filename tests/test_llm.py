@@ -174,7 +174,7 @@ PROMPTS = [[5, 17, 3, 88, 42, 7, 1], [9, 60, 2], [33]]
 FORCED = [[11, 12, 13, 14], [21, 22, 23, 24], [31, 32, 33, 34]]
 
 
-def _engine_vs_reference(name, dtype, prefill_attention="paged", mlp="auto", prompts=PROMPTS):
+def _engine_vs_reference(name, dtype, prefill_attention="paged", mlp="auto", prompts=PROMPTS, fuse_qkv=True):
     from llm.engine import Engine
     from llm.weights import random_weights
 
@@ -182,7 +182,7 @@ def _engine_vs_reference(name, dtype, prefill_attention="paged", mlp="auto", pro
     cfg, be = named_config(name), NumpyBackend()
     w = random_weights(cfg, be, dtype, seed=7)
     eng = Engine(cfg, w, be, num_blocks=40, block_size=4, max_batch=4, max_seq_len=72, dtype=dtype,
-                 prefill_attention=prefill_attention, mlp=mlp)
+                 prefill_attention=prefill_attention, mlp=mlp, fuse_qkv=fuse_qkv)
     steps = len(FORCED[0])
     forced = FORCED[:len(prompts)]
     r = eng.generate(prompts, steps, keep_logits=True, forced_tokens=forced, stop_on_eos=False)
@@ -204,6 +204,12 @@ def test_engine_matches_reference_f32(name):
 def test_engine_silu_and_mul_mlp():
     """The MLP as linear on the fused [gate | up] weight + silu_and_mul (no gated_mlp)."""
     assert _engine_vs_reference("tiny-llama", "f32", mlp="silu_and_mul") <= 1e-4
+
+
+def test_engine_unfused_qkv():
+    """Decode QKV as linear + rope + kv_cache_write (fuse_qkv=False) instead of
+    linear_qkv_rope_cache: the same logits."""
+    assert _engine_vs_reference("tiny", "f32", fuse_qkv=False) <= 1e-4
 
 
 def test_engine_batch1_fused_qkv():

@@ -423,6 +423,7 @@ KERNELS = {  # file -> (kernel restriction or None, placeholders, extra defines 
     "rope": [{}],
     "embedding": [{"ROWS": 4}],
     "kv_cache_write": [{}],
+    "qkv_rope_cache": [{}, {"HAS_BIAS": False, "HALF": 32}],
     "argmax": [{}],
     "sample": [{}],
 }

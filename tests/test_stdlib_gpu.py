@@ -182,6 +182,41 @@ def test_rope(dt, s, hq, hk, d, r, inplace):
 
 
 @pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("m,k,hq,hkv,d,bias", [
+    (1, 5120, 40, 8, 128, True),    # Qwen2.5-14B, one decode token
+    (16, 4096, 32, 8, 128, False),  # Llama-3-8B, batch 16
+    (5, 1000, 6, 2, 64, True),      # K not a multiple of the K tile
+    (64, 520, 4, 4, 256, False),    # 64 rows (the split-K limit), D = 256
+    (3, 256, 4, 2, 96, True),       # D / 2 = 48: the unfused calls
+])
+def test_linear_qkv_rope_cache(dt, m, k, hq, hkv, d, bias):
+    x, nb, bs = rnd((m, k), dt, m + k), 40, 16
+    n = (hq + 2 * hkv) * d
+    w = rnd((n, k), dt, n, 1 / math.sqrt(k))
+    b = rnd((n,), dt, 7) if bias else None
+    kc, vc = rnd((nb, bs, hkv, d), dt, 2), rnd((nb, bs, hkv, d), dt, 3)
+    pos = torch.randint(0, 4096, (m,), device="cuda", dtype=torch.int32)
+    slots = torch.randperm(nb * bs, device="cuda")[:m].int()
+    slots[1::5] = -1
+    theta = 1e6
+    # reference: F.linear in f32 rounded to dt (as stored), the rotation in float64
+    qkv = F.linear(x.float(), w.float(), None if b is None else b.float()).to(TD[dt])
+    q_ref = _rope_ref(qkv[:, :hq * d].reshape(m, hq, d), pos, theta, d)
+    k_ref = _rope_ref(qkv[:, hq * d:(hq + hkv) * d].reshape(m, hkv, d), pos, theta, d)
+    v_ref = f64(qkv[:, (hq + hkv) * d:].reshape(m, hkv, d))
+    want_k, want_v = f64(kc).reshape(nb * bs, hkv, d), f64(vc).reshape(nb * bs, hkv, d)
+    keep = f64(slots) >= 0
+    want_k[f64(slots)[keep].astype(int)] = k_ref[keep]
+    want_v[f64(slots)[keep].astype(int)] = v_ref[keep]
+    tol = max(2 * TOL[dt], 4e-3)  # two roundings to dt; f32 angles up to 4096 rad
+    q = S.linear_qkv_rope_cache(x, w, hq * d, hkv * d, pos, kc, vc, slots, theta, bias=b)
+    assert q.dtype == x.dtype and tuple(q.shape) == (m, hq, d)
+    assert rel(q, q_ref) <= tol
+    assert rel(kc.reshape(nb * bs, hkv, d), want_k) <= tol
+    assert rel(vc.reshape(nb * bs, hkv, d), want_v) <= tol
+
+
+@pytest.mark.parametrize("dt", DTYPES)
 @pytest.mark.parametrize("n,v,d", [(1, 1, 1), (7, 1000, 4096), (513, 32000, 77), (3, 10, 8)])
 def test_embedding(dt, n, v, d):
     table = rnd((v, d), dt, v + d)

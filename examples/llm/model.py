@@ -17,6 +17,7 @@ from .config import ModelConfig
 
 SPLIT_MLP_ROWS = 16  # up to this many tokens: the MLP as split-K linear + silu_and_mul; more: gated_mlp
 FUSED_QKV_ROWS = 64  # more tokens than this: linear_qkv; up to it, split-K linears per projection
+FUSED_ROPE_ROWS = 64  # up to this many decode tokens: linear_qkv_rope_cache (split-K, two kernels)
 
 
 class Ops:
@@ -91,7 +92,7 @@ class Layer:
 
 class Model:
     def __init__(self, cfg: ModelConfig, weights: dict, backend, ops: Ops,
-                 prefill_attention: str = "dense", mlp: str = "auto"):
+                 prefill_attention: str = "dense", mlp: str = "auto", fuse_qkv: bool = True):
         """`weights`: Hugging Face names -> arrays on `backend` in the run dtype.
 
         q/k/v and gate/up are concatenated into one weight each, and `weights`' entries are
@@ -102,6 +103,7 @@ class Model:
             raise ValueError("prefill_attention must be 'paged' or 'dense'")
         self.cfg, self.backend, self.ops = cfg, backend, ops
         self.prefill_attention = prefill_attention
+        self.fuse_qkv = fuse_qkv  # decode: linear_qkv_rope_cache instead of linear + rope + kv_cache_write
         self.scale = 1.0 / math.sqrt(cfg.head_dim)
         self.embed = weights["model.embed_tokens.weight"]
         self.lm_head = self.embed if cfg.tie_word_embeddings else weights["lm_head.weight"]
@@ -183,6 +185,13 @@ class Model:
             return False
         return self.mlp == "gated_mlp" or tokens > SPLIT_MLP_ROWS
 
+    def uses_fused_qkv(self, tokens: int, prefill: bool) -> bool:
+        """Whether a forward over `tokens` rows runs linear_qkv_rope_cache (decode shapes whose
+        attention reads k and v from the cache) instead of linear(s) + rope + kv_cache_write."""
+        if not self.fuse_qkv or not self.ops.has("linear_qkv_rope_cache"):
+            return False
+        return tokens <= FUSED_ROPE_ROWS and not (prefill and self.prefill_attention == "dense")
+
     def _mlp(self, x, L):
         ops = self.ops
         if self.uses_gated_mlp(int(x.shape[0])):
@@ -219,6 +228,16 @@ class Model:
                 x, residual = ops.rms_norm(h, L.ln1, eps), h
             else:
                 x, residual = ops.fused_add_rms_norm(h, residual, L.ln1, eps)
+            if self.uses_fused_qkv(T, prefill):
+                # decode: projections, RoPE and the cache write in two kernels; attention
+                # reads k and v from the cache
+                q = ops.linear_qkv_rope_cache(x, L.w_qkv, cfg.q_size, cfg.kv_size, b.positions,
+                                              k_cache[n], v_cache[n], b.slot_mapping, cfg.rope_theta, L.b_qkv)
+                o = self._attention(q, None, None, k_cache[n], v_cache[n], b, prefill)
+                h = ops.linear(o.reshape(T, hq * d), L.wo)
+                x, residual = ops.fused_add_rms_norm(h, residual, L.ln2, eps)
+                h = self._mlp(x, L)
+                continue
             if T == 1:
                 qkv = ops.linear(x, L.w_qkv, L.b_qkv)
                 qs, ks = cfg.q_size, cfg.kv_size

@@ -1,0 +1,80 @@
+"""Decode-step fusions: the work of several library calls in fewer kernels (fewer launches
+per layer is what a batch-1 decode step is short of; see benchmarks/RESULTS.md)."""
+from __future__ import annotations
+
+import math
+
+from . import _launch as L
+from .kvcache import kv_cache_write
+from .linear import _SPLITK, _flatten, _splits, linear
+from .rope import rope
+
+MAX_ROWS = _SPLITK["BM"]  # linear_splitk keeps every row in one tile
+
+
+def linear_qkv_rope_cache(x, weight, q_size: int, kv_size: int, positions, k_cache, v_cache, slot_mapping,
+                          theta: float = 10000.0, bias=None):
+    """Attention's inputs for decode tokens: q, k, v = x @ weight.T (+ bias) split at q_size and
+    kv_size; RoPE on q and k (rotate half, full head_dim); k and v written into the paged
+    caches at slot_mapping (negative slot: skipped). Returns q [tokens, Hq, D].
+
+    The same as `linear`, `rope` and `kv_cache_write` in sequence, in two kernels
+    (`linear_splitk`, then `splitk_qkv_rope_cache` for the sum, bias, rotation and stores)
+    when tokens <= 64, in_features % 8 == 0 and D / 2 is a power of two; otherwise it runs
+    those three calls. x [tokens, in]; weight [q_size + 2 kv_size, in]; k_cache, v_cache
+    [blocks, block_size, Hkv, D] (contiguous); positions, slot_mapping [tokens] int32/int64.
+    """
+    dt = L.check_float("x", x, ndim=2)
+    L.check_rank("weight", weight, ndim=2)
+    L.check_same_dtype("weight", weight, dt)
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        L.check_float(name, c, ndim=4)
+        L.check_same_dtype(name, c, dt)
+    nb, bs, hkv, d = (int(n) for n in k_cache.shape)
+    L.check_shape("v_cache", v_cache, (nb, bs, hkv, d))
+    q_size, kv_size = int(q_size), int(kv_size)
+    if kv_size != hkv * d or q_size % max(d, 1):
+        raise ValueError(f"q_size {q_size} and kv_size {kv_size} must be whole heads of the caches' "
+                         f"head_dim {d} (kv_size = Hkv * D = {hkv * d})")
+    x2, m, k = _flatten(x)
+    n = q_size + 2 * kv_size
+    if tuple(int(s) for s in weight.shape) != (n, k):
+        raise ValueError(f"weight: expected shape ({n}, {k}) for q_size {q_size} + 2 * kv_size {kv_size} "
+                         f"and in_features {k}, got {tuple(weight.shape)}")
+    if bias is not None:
+        L.check_same_dtype("bias", bias, dt)
+        L.check_shape("bias", bias, (n,))
+    idt = L.check_int("positions", positions, ndim=1)
+    L.check_shape("positions", positions, (m,))
+    sdt = L.check_int("slot_mapping", slot_mapping, ndim=1)
+    L.check_shape("slot_mapping", slot_mapping, (m,))
+    L.kind_of(x, weight, k_cache, v_cache, positions, slot_mapping, bias)
+    if not theta > 0:
+        raise ValueError(f"theta: expected a positive base, got {theta}")
+    half = d // 2
+    fused = (0 < m <= MAX_ROWS and k and k % 8 == 0 and d % 2 == 0 and half & (half - 1) == 0
+             and idt == sdt and kv_size)
+    if not fused:
+        qkv = linear(x2, weight, bias)
+        q = L.reshape(L.contiguous(qkv[:, :q_size]), (m, q_size // max(d, 1), d))
+        kk = L.reshape(L.contiguous(qkv[:, q_size:q_size + kv_size]), (m, hkv, d))
+        v = L.reshape(L.contiguous(qkv[:, q_size + kv_size:]), (m, hkv, d))
+        q, kk = rope(q, kk, positions, theta)
+        kv_cache_write(kk, v, k_cache, v_cache, slot_mapping)
+        return q
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not L.describe_array(c).c_contiguous:
+            raise ValueError(f"{name}: the cache is written in place and must be contiguous")
+    weight = L.contiguous(weight)
+    splits = max(1, _splits(m, n, k))
+    part = L.empty(x2, (splits, m, n), "f32")
+    L.run(L.load("linear", T=dt, **_SPLITK), "linear_splitk", x2, weight, part)
+    q = L.empty(x2, (m, q_size))
+    # without HAS_BIAS the kernel never reads `bias`: any vector of the dtype will do
+    b = L.contiguous(bias) if bias is not None else L.reshape(weight, (n * k,))[:n]
+    mod = L.load("qkv_rope_cache", T=dt, I=idt, HALF=half, HAS_BIAS=bias is not None,
+                 WARPS=max(1, min(4, half // 64)))
+    L.run(mod, "splitk_qkv_rope_cache", part, b, L.contiguous(positions), L.contiguous(slot_mapping), q,
+          L.reshape(k_cache, (nb, bs, kv_size)), L.reshape(v_cache, (nb, bs, kv_size)),
+          nlog2=-2.0 * math.log2(theta) / d)
+    return L.reshape(q, (m, q_size // d, d))
