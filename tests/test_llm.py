@@ -174,7 +174,8 @@ PROMPTS = [[5, 17, 3, 88, 42, 7, 1], [9, 60, 2], [33]]
 FORCED = [[11, 12, 13, 14], [21, 22, 23, 24], [31, 32, 33, 34]]
 
 
-def _engine_vs_reference(name, dtype, prefill_attention="paged", mlp="auto", prompts=PROMPTS, fuse_qkv=True):
+def _engine_vs_reference(name, dtype, prefill_attention="paged", mlp="auto", prompts=PROMPTS, fuse_qkv=True,
+                         fuse_norm=True):
     from llm.engine import Engine
     from llm.weights import random_weights
 
@@ -182,7 +183,8 @@ def _engine_vs_reference(name, dtype, prefill_attention="paged", mlp="auto", pro
     cfg, be = named_config(name), NumpyBackend()
     w = random_weights(cfg, be, dtype, seed=7)
     eng = Engine(cfg, w, be, num_blocks=40, block_size=4, max_batch=4, max_seq_len=72, dtype=dtype,
-                 prefill_attention=prefill_attention, mlp=mlp, fuse_qkv=fuse_qkv)
+                 prefill_attention=prefill_attention, mlp=mlp, fuse_qkv=fuse_qkv,
+                 fuse_norm=fuse_norm)
     steps = len(FORCED[0])
     forced = FORCED[:len(prompts)]
     r = eng.generate(prompts, steps, keep_logits=True, forced_tokens=forced, stop_on_eos=False)
@@ -206,10 +208,13 @@ def test_engine_silu_and_mul_mlp():
     assert _engine_vs_reference("tiny-llama", "f32", mlp="silu_and_mul") <= 1e-4
 
 
-def test_engine_unfused_qkv():
-    """Decode QKV as linear + rope + kv_cache_write (fuse_qkv=False) instead of
-    linear_qkv_rope_cache: the same logits."""
-    assert _engine_vs_reference("tiny", "f32", fuse_qkv=False) <= 1e-4
+def test_engine_unfused_decode():
+    """Decode without the fusions (linear + rope + kv_cache_write instead of
+    linear_qkv_rope_cache, linear + fused_add_rms_norm instead of linear_add_rms_norm): the
+    same logits; and each fusion alone."""
+    assert _engine_vs_reference("tiny", "f32", fuse_qkv=False, fuse_norm=False) <= 1e-4
+    assert _engine_vs_reference("tiny-llama", "f32", fuse_qkv=False) <= 1e-4
+    assert _engine_vs_reference("tiny-llama", "f32", fuse_norm=False) <= 1e-4
 
 
 def test_engine_batch1_fused_qkv():

@@ -424,6 +424,7 @@ KERNELS = {  # file -> (kernel restriction or None, placeholders, extra defines 
     "embedding": [{"ROWS": 4}],
     "kv_cache_write": [{}],
     "qkv_rope_cache": [{}, {"HAS_BIAS": False, "HALF": 32}],
+    "splitk_add_rms_norm": [{}, {"BLOCK": 1024, "WARPS": 4}],
     "argmax": [{}],
     "sample": [{}],
 }

@@ -120,3 +120,60 @@ def test_linear_qkv_rope_cache_errors(bad, match):
     args.update(bad)
     with pytest.raises((ValueError, TypeError), match=match):
         S.linear_qkv_rope_cache(**args)
+
+
+# ------------------------------------------------------------------ linear_add_rms_norm
+
+def _ref_add_norm(x, w, res, nw, eps):
+    p = f64((f64(x) @ f64(w).T).astype(np.float32).astype(x.dtype))  # linear's stored output
+    h = f64((p + f64(res)).astype(np.float32).astype(x.dtype))        # rounded as stored
+    y = h / np.sqrt((h * h).mean(-1, keepdims=True) + eps) * (1.0 if nw is None else f64(nw))
+    return y, h
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("m,k,n,norm", [
+    (1, 64, 40, True),      # one decode token
+    (3, 136, 1000, True),   # odd sizes, K not a multiple of the K tile
+    (5, 1024, 513, False),  # several K shares; no norm weight
+    (2, 12, 30, True),      # in % 8 != 0: linear + fused_add_rms_norm
+    (70, 64, 24, True),     # more than 64 rows: the two calls
+])
+def test_linear_add_rms_norm(dt, m, k, n, norm):
+    rng = np.random.default_rng(hash((dt, m, k, n, norm)) % 2**32)
+    x, w = rnd(rng, (m, k), dt), rnd(rng, (n, k), dt, 1 / np.sqrt(k))
+    res, nw = rnd(rng, (m, n), dt), (rnd(rng, (n,), dt) if norm else None)
+    y, h = S.linear_add_rms_norm(x, w, res, nw, 1e-5)
+    y_ref, h_ref = _ref_add_norm(x, w, res, nw, 1e-5)
+    assert y.shape == h.shape == (m, n) and y.dtype == h.dtype == x.dtype
+    tol = 2 * TOL[dt]  # two roundings to dt before the norm
+    assert rel(h, h_ref) <= tol and rel(y, y_ref) <= tol
+
+
+def test_linear_add_rms_norm_path():
+    """Decode shapes take linear_splitk + splitk_add_rms_norm (K split in several shares here)."""
+    assert F._splits(2, 96, 1024) > 1
+    rng = np.random.default_rng(8)
+    x, w, res, nw = (rnd(rng, s, "f32") for s in ((2, 1024), (96, 1024), (2, 96), (96,)))
+    calls, real = [], L.run
+    try:
+        L.run = lambda mod, kernel, *a, **kw: (calls.append(kernel), real(mod, kernel, *a, **kw))[1]
+        y, h = S.linear_add_rms_norm(x, w, res, nw)
+    finally:
+        L.run = real
+    assert calls == ["linear_splitk", "splitk_add_rms_norm"]
+    y_ref, h_ref = _ref_add_norm(x, w, res, nw, 1e-6)
+    assert rel(y, y_ref) <= 1e-5 and rel(h, h_ref) <= 1e-5
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(weight=np.zeros((8, 16), np.float32)), r"weight: expected shape \[out, 32\]"),
+    (dict(residual=np.zeros((1, 9), np.float32)), r"residual: expected shape \(1, 8\)"),
+    (dict(norm_weight=np.zeros(8, np.float16)), "norm_weight: expected dtype f32"),
+])
+def test_linear_add_rms_norm_errors(bad, match):
+    args = dict(x=np.ones((1, 32), np.float32), weight=np.ones((8, 32), np.float32),
+                residual=np.ones((1, 8), np.float32), norm_weight=np.ones(8, np.float32))
+    args.update(bad)
+    with pytest.raises((ValueError, TypeError), match=match):
+        S.linear_add_rms_norm(**args)

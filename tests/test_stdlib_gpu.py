@@ -217,6 +217,22 @@ def test_linear_qkv_rope_cache(dt, m, k, hq, hkv, d, bias):
 
 
 @pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("m,k,n", [(1, 5120, 5120), (1, 13824, 5120), (16, 4096, 4096), (5, 1000, 777),
+                                   (64, 520, 16384), (3, 12, 30), (80, 256, 512)])
+def test_linear_add_rms_norm(dt, m, k, n):
+    x, w = rnd((m, k), dt, m + k), rnd((n, k), dt, n, 1 / math.sqrt(k))
+    res, nw = rnd((m, n), dt, 5), rnd((n,), dt, 6)
+    p = F.linear(x.float(), w.float()).to(TD[dt])  # stored in dt, as linear does
+    h_t = (p.float() + res.float()).to(TD[dt])
+    h_ref = f64(h_t)
+    y_ref = h_ref / np.sqrt((h_ref * h_ref).mean(-1, keepdims=True) + 1e-5) * f64(nw)
+    y, h = S.linear_add_rms_norm(x, w, res, nw, 1e-5)
+    tol = 2 * TOL[dt]  # two roundings to dt before the norm
+    assert y.dtype == h.dtype == x.dtype and tuple(y.shape) == tuple(h.shape) == (m, n)
+    assert rel(h, h_ref) <= tol and rel(y, y_ref) <= tol
+
+
+@pytest.mark.parametrize("dt", DTYPES)
 @pytest.mark.parametrize("n,v,d", [(1, 1, 1), (7, 1000, 4096), (513, 32000, 77), (3, 10, 8)])
 def test_embedding(dt, n, v, d):
     table = rnd((v, d), dt, v + d)

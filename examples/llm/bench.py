@@ -69,7 +69,8 @@ def bench_tilex(cfg, weights, be, args, prefill_shapes, decode_batches, log):
     num_blocks = max_tokens // bs + max_batch + 1
     eng = Engine(cfg, weights, be, num_blocks=num_blocks, block_size=bs, max_batch=max_batch,
                  max_seq_len=max_len, use_graph=not args.no_graph,
-                 prefill_attention=args.prefill_attention, mlp=args.mlp, fuse_qkv=not args.no_fuse_qkv)
+                 prefill_attention=args.prefill_attention, mlp=args.mlp, fuse_qkv=not args.no_fuse_qkv,
+                 fuse_norm=not args.no_fuse_norm)
     out = {"kv_cache_gb": eng.cache.nbytes / 1e9, "prefill_ms": {}, "decode": {}}
     for b, s in prefill_shapes:
         prompts = [rng.integers(0, cfg.vocab_size, s).tolist() for _ in range(b)]
@@ -153,6 +154,8 @@ def main(argv=None) -> int:
     ap.add_argument("--mlp", choices=["auto", "gated_mlp", "silu_and_mul"], default="auto")
     ap.add_argument("--no-fuse-qkv", action="store_true",
                     help="decode QKV as linear + rope + kv_cache_write instead of linear_qkv_rope_cache")
+    ap.add_argument("--no-fuse-norm", action="store_true",
+                    help="decode o/down_proj + residual + norm as linear + fused_add_rms_norm instead of linear_add_rms_norm")
     ap.add_argument("--no-hf", action="store_true", help="tilex only")
     ap.add_argument("--json", metavar="FILE", help="also write the results here")
     args = ap.parse_args(argv)

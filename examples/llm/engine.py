@@ -95,10 +95,10 @@ class Engine:
                  block_size: int = 16, max_batch: int = 64, max_seq_len: int | None = None,
                  use_graph: bool = True, prefill_attention: str = "dense", dtype: str = "bf16",
                  graph_prefill: bool = False, mlp: str = "auto", ops: Ops | None = None,
-                 fuse_qkv: bool = True):
+                 fuse_qkv: bool = True, fuse_norm: bool = True):
         self.cfg, self.backend, self.dtype = cfg, backend, dtype
         self.ops = ops or Ops(backend=backend)
-        self.model = Model(cfg, weights, backend, self.ops, prefill_attention, mlp, fuse_qkv)
+        self.model = Model(cfg, weights, backend, self.ops, prefill_attention, mlp, fuse_qkv, fuse_norm)
         self.cache = PagedKVCache(cfg, backend, dtype, num_blocks, block_size)
         self.max_batch = max_batch
         self.max_seq_len = max_seq_len or min(cfg.max_position_embeddings, (num_blocks - 1) * block_size)

@@ -18,6 +18,7 @@ from .config import ModelConfig
 SPLIT_MLP_ROWS = 16  # up to this many tokens: the MLP as split-K linear + silu_and_mul; more: gated_mlp
 FUSED_QKV_ROWS = 64  # more tokens than this: linear_qkv; up to it, split-K linears per projection
 FUSED_ROPE_ROWS = 64  # up to this many decode tokens: linear_qkv_rope_cache (split-K, two kernels)
+FUSED_NORM_ROWS = 64  # up to this many tokens: o/down_proj + residual + norm as linear_add_rms_norm
 
 
 class Ops:
@@ -92,7 +93,8 @@ class Layer:
 
 class Model:
     def __init__(self, cfg: ModelConfig, weights: dict, backend, ops: Ops,
-                 prefill_attention: str = "dense", mlp: str = "auto", fuse_qkv: bool = True):
+                 prefill_attention: str = "dense", mlp: str = "auto", fuse_qkv: bool = True,
+                 fuse_norm: bool = True):
         """`weights`: Hugging Face names -> arrays on `backend` in the run dtype.
 
         q/k/v and gate/up are concatenated into one weight each, and `weights`' entries are
@@ -104,6 +106,7 @@ class Model:
         self.cfg, self.backend, self.ops = cfg, backend, ops
         self.prefill_attention = prefill_attention
         self.fuse_qkv = fuse_qkv  # decode: linear_qkv_rope_cache instead of linear + rope + kv_cache_write
+        self.fuse_norm = fuse_norm  # decode: linear_add_rms_norm instead of linear + fused_add_rms_norm
         self.scale = 1.0 / math.sqrt(cfg.head_dim)
         self.embed = weights["model.embed_tokens.weight"]
         self.lm_head = self.embed if cfg.tie_word_embeddings else weights["lm_head.weight"]
@@ -192,13 +195,35 @@ class Model:
             return False
         return tokens <= FUSED_ROPE_ROWS and not (prefill and self.prefill_attention == "dense")
 
-    def _mlp(self, x, L):
+    def _mlp_act(self, x, L):
+        """silu(x @ w_gate.T) * (x @ w_up.T): the MLP up to down_proj."""
         ops = self.ops
         if self.uses_gated_mlp(int(x.shape[0])):
-            act = ops.gated_mlp(x, L.w_gate, L.w_up)
-        else:
-            act = ops.silu_and_mul(ops.linear(x, L.w_gate_up))
-        return ops.linear(act, L.w_down)
+            return ops.gated_mlp(x, L.w_gate, L.w_up)
+        return ops.silu_and_mul(ops.linear(x, L.w_gate_up))
+
+    def _linear_add_norm(self, a, w, residual, norm_w):
+        """(rms_norm(a @ w.T + residual) * norm_w, a @ w.T + residual): o_proj or down_proj, the
+        residual add and the next norm; two kernels for decode rows (linear_add_rms_norm)."""
+        eps = self.cfg.rms_norm_eps
+        if self.fuse_norm and int(a.shape[0]) <= FUSED_NORM_ROWS and self.ops.has("linear_add_rms_norm"):
+            return self.ops.linear_add_rms_norm(a, w, residual, norm_w, eps)
+        return self.ops.fused_add_rms_norm(self.ops.linear(a, w), residual, norm_w, eps)
+
+    def _qkv(self, x, L, T):
+        """q [T, Hq, D], k and v [T, Hkv, D] from the fused [q | k | v] weight."""
+        cfg, ops = self.cfg, self.ops
+        hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        if T == 1:  # one linear; its [1, N] output slices into contiguous q, k, v
+            qkv = ops.linear(x, L.w_qkv, L.b_qkv)
+            qs, ks = cfg.q_size, cfg.kv_size
+            return (qkv[:, :qs].reshape(T, hq, d), qkv[:, qs:qs + ks].reshape(T, hkv, d),
+                    qkv[:, qs + ks:].reshape(T, hkv, d))
+        if T > FUSED_QKV_ROWS and ops.has("linear_qkv"):  # prefill: one GEMM, three outputs
+            q, k, v = ops.linear_qkv(x, L.w_qkv, cfg.q_size, cfg.kv_size, L.b_qkv)
+            return q.reshape(T, hq, d), k.reshape(T, hkv, d), v.reshape(T, hkv, d)
+        return (ops.linear(x, L.wq, L.bq).reshape(T, hq, d), ops.linear(x, L.wk, L.bk).reshape(T, hkv, d),
+                ops.linear(x, L.wv, L.bv).reshape(T, hkv, d))
 
     def _attention(self, q, k, v, kc, vc, b: Batch, prefill: bool):
         if not (prefill and self.prefill_attention == "dense"):
@@ -220,44 +245,25 @@ class Model:
         """
         cfg, ops = self.cfg, self.ops
         T = b.ids.shape[0]
-        hq, hkv, d, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
+        hq, d, eps = cfg.num_heads, cfg.head_dim, cfg.rms_norm_eps
         h = ops.embedding(b.ids, self.embed)
-        residual = None
+        x, residual = ops.rms_norm(h, self.layers[0].ln1, eps), h
         for n, L in enumerate(self.layers):
-            if residual is None:
-                x, residual = ops.rms_norm(h, L.ln1, eps), h
-            else:
-                x, residual = ops.fused_add_rms_norm(h, residual, L.ln1, eps)
             if self.uses_fused_qkv(T, prefill):
                 # decode: projections, RoPE and the cache write in two kernels; attention
                 # reads k and v from the cache
                 q = ops.linear_qkv_rope_cache(x, L.w_qkv, cfg.q_size, cfg.kv_size, b.positions,
                                               k_cache[n], v_cache[n], b.slot_mapping, cfg.rope_theta, L.b_qkv)
-                o = self._attention(q, None, None, k_cache[n], v_cache[n], b, prefill)
-                h = ops.linear(o.reshape(T, hq * d), L.wo)
-                x, residual = ops.fused_add_rms_norm(h, residual, L.ln2, eps)
-                h = self._mlp(x, L)
-                continue
-            if T == 1:
-                qkv = ops.linear(x, L.w_qkv, L.b_qkv)
-                qs, ks = cfg.q_size, cfg.kv_size
-                q = qkv[:, :qs].reshape(T, hq, d)
-                k = qkv[:, qs:qs + ks].reshape(T, hkv, d)
-                v = qkv[:, qs + ks:].reshape(T, hkv, d)
-            elif T > FUSED_QKV_ROWS and ops.has("linear_qkv"):  # prefill: one GEMM, three outputs
-                q, k, v = ops.linear_qkv(x, L.w_qkv, cfg.q_size, cfg.kv_size, L.b_qkv)
-                q, k, v = q.reshape(T, hq, d), k.reshape(T, hkv, d), v.reshape(T, hkv, d)
+                k = v = None
             else:
-                q = ops.linear(x, L.wq, L.bq).reshape(T, hq, d)
-                k = ops.linear(x, L.wk, L.bk).reshape(T, hkv, d)
-                v = ops.linear(x, L.wv, L.bv).reshape(T, hkv, d)
-            q, k = self._rope(q, k, b.positions)
-            ops.kv_cache_write(k, v, k_cache[n], v_cache[n], b.slot_mapping)
+                q, k, v = self._qkv(x, L, T)
+                q, k = self._rope(q, k, b.positions)
+                ops.kv_cache_write(k, v, k_cache[n], v_cache[n], b.slot_mapping)
             o = self._attention(q, k, v, k_cache[n], v_cache[n], b, prefill)
-            h = ops.linear(o.reshape(T, hq * d), L.wo)
-            x, residual = ops.fused_add_rms_norm(h, residual, L.ln2, eps)
-            h = self._mlp(x, L)
-        x, _ = ops.fused_add_rms_norm(h, residual, self.final_norm, eps)
+            x, residual = self._linear_add_norm(o.reshape(T, hq * d), L.wo, residual, L.ln2)
+            # down_proj, the residual add and the next layer's input norm (the final norm after the last)
+            nxt = self.layers[n + 1].ln1 if n + 1 < len(self.layers) else self.final_norm
+            x, residual = self._linear_add_norm(self._mlp_act(x, L), L.w_down, residual, nxt)
         if b.last_idx is not None:
             x = ops.embedding(b.last_idx, x)  # gather the last token of each sequence
         return ops.linear(x, self.lm_head)

@@ -47,6 +47,8 @@ def parse_args(argv=None):
     ap.add_argument("--no-graph", action="store_true", help="decode without a CUDA graph")
     ap.add_argument("--no-fuse-qkv", action="store_true",
                     help="decode QKV as linear + rope + kv_cache_write instead of linear_qkv_rope_cache")
+    ap.add_argument("--no-fuse-norm", action="store_true",
+                    help="decode o/down_proj + residual + norm as linear + fused_add_rms_norm instead of linear_add_rms_norm")
     ap.add_argument("--graph-prefill", action="store_true",
                     help="also capture prefill in a CUDA graph (per prompt-length shape)")
     ap.add_argument("--no-warmup", action="store_true", help="time the first (compiling) run")
@@ -138,7 +140,8 @@ def main(argv=None) -> int:
     engine = Engine(cfg, weights, backend, num_blocks=num_blocks, block_size=bs,
                     max_batch=len(prompts), max_seq_len=max_len, use_graph=not args.no_graph,
                     prefill_attention=args.prefill_attention, dtype=args.dtype,
-                    graph_prefill=args.graph_prefill, mlp=args.mlp, fuse_qkv=not args.no_fuse_qkv)
+                    graph_prefill=args.graph_prefill, mlp=args.mlp, fuse_qkv=not args.no_fuse_qkv,
+                    fuse_norm=not args.no_fuse_norm)
     gen = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                seed=args.seed, stop_on_eos=not args.no_eos)
     try:

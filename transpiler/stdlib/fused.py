@@ -7,6 +7,7 @@ import math
 from . import _launch as L
 from .kvcache import kv_cache_write
 from .linear import _SPLITK, _flatten, _splits, linear
+from .norms import fused_add_rms_norm
 from .rope import rope
 
 MAX_ROWS = _SPLITK["BM"]  # linear_splitk keeps every row in one tile
@@ -78,3 +79,44 @@ def linear_qkv_rope_cache(x, weight, q_size: int, kv_size: int, positions, k_cac
           L.reshape(k_cache, (nb, bs, kv_size)), L.reshape(v_cache, (nb, bs, kv_size)),
           nlog2=-2.0 * math.log2(theta) / d)
     return L.reshape(q, (m, q_size // d, d))
+
+
+MAX_NORM_COLS = 16384  # splitk_add_rms_norm keeps a row in the registers of one program
+
+
+def linear_add_rms_norm(x, weight, residual, norm_weight=None, eps: float = 1e-6):
+    """h = x @ weight.T + residual (rounded to the dtype); returns (rms_norm(h) * norm_weight, h):
+    `linear` then `fused_add_rms_norm`, the end of a decoder layer's attention (o_proj) or MLP
+    (down_proj) followed by the next norm.
+
+    Two kernels (`linear_splitk`, then `splitk_add_rms_norm` for the sum of the K shares, the
+    residual add and the norm) when tokens <= 64, in_features % 8 == 0 and out_features <=
+    16384; otherwise those two calls. x [tokens, in]; weight [out, in]; residual [tokens, out];
+    norm_weight [out] or None.
+    """
+    dt = L.check_float("x", x, ndim=2)
+    L.check_rank("weight", weight, ndim=2)
+    L.check_same_dtype("weight", weight, dt)
+    x2, m, k = _flatten(x)
+    n = int(weight.shape[0])
+    if int(weight.shape[1]) != k:
+        raise ValueError(f"weight: expected shape [out, {k}] to match x's last dimension {k}, got {tuple(weight.shape)}")
+    L.check_float("residual", residual, ndim=2)
+    L.check_same_dtype("residual", residual, dt)
+    L.check_shape("residual", residual, (m, n))
+    if norm_weight is not None:
+        L.check_float("norm_weight", norm_weight, ndim=1)
+        L.check_same_dtype("norm_weight", norm_weight, dt)
+        L.check_shape("norm_weight", norm_weight, (n,))
+    L.kind_of(x, weight, residual, norm_weight)
+    if not (0 < m <= MAX_ROWS and k and k % 8 == 0 and 0 < n <= MAX_NORM_COLS):
+        return fused_add_rms_norm(linear(x2, weight), residual, norm_weight, eps)
+    weight = L.contiguous(weight)
+    part = L.empty(x2, (max(1, _splits(m, n, k)), m, n), "f32")
+    L.run(L.load("linear", T=dt, **_SPLITK), "linear_splitk", x2, weight, part)
+    w = L.contiguous(norm_weight) if norm_weight is not None else L.full(x2, (n,), 1.0, dt)
+    y, h = L.empty(x2, (m, n)), L.empty(x2, (m, n))
+    block = max(8, L.next_pow2(n))
+    mod = L.load("splitk_add_rms_norm", T=dt, BLOCK=block, WARPS=min(32, max(1, block // 256)))
+    L.run(mod, "splitk_add_rms_norm", part, L.contiguous(residual), w, y, h, eps=float(eps))
+    return y, h
