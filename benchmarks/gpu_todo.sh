@@ -6,6 +6,7 @@
 #   OUT=out bash benchmarks/gpu_todo.sh llm       # LLM GPU tests, Qwen2.5-14B check, LLM benchmark vs transformers, 8B checks
 #   OUT=out bash benchmarks/gpu_todo.sh profile   # ncu on the kernels that miss their targets
 #   OUT=out bash benchmarks/gpu_todo.sh tune      # `tilex tune` over the memory-bound library kernels' tile parameters
+#   OUT=out bash benchmarks/gpu_todo.sh fuse      # branch decode-fuse: its GPU tests, then decode with and without the fusions
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TILEX_CACHE_DIR=${TILEX_CACHE_DIR:-$PWD/.tilex-cache}
@@ -47,5 +48,16 @@ PY
     t softmax_chunk stdlib_kernels/softmax.tile -s M=4096,N=32000 -D ONE_PASS=False -D ROWS=1 --space BLOCK=2048,4096,8192 --space WARPS=4,8,16
     t silu stdlib_kernels/silu_and_mul.tile -s M=4096,D=14336 --space BLOCK=1024,2048,4096 --space WARPS=4,8,16 -D ROWS=1
     t rope stdlib_kernels/rope.tile -k rope -s S=16384,HQ=32,HK=8,HALF=64 -D HALFB=64 --space HB=8,16,32 --space WARPS=2,4,8 ;;
-  *) echo "usage: $0 tests|bench|llm|profile|tune"; exit 2 ;;
+  fuse)  # decode-fuse: kernel tests, LLM tests vs transformers, then tilex-only decode A/B (same weights, one process each)
+    timeout 240 python3 -m pytest -q -rf -p no:cacheprovider -m "gpu and not slow" tests/test_stdlib_gpu.py tests/test_llm_gpu.py \
+        -k "qkv_rope_cache or add_rms_norm or vs_transformers or graph" -o faulthandler_timeout=200 > "$OUT/pytest_fuse.log" 2>&1
+    echo "rc=$?" >> "$OUT/pytest_fuse.log"; tail -6 "$OUT/pytest_fuse.log"
+    P=$(python3 -c "print(','.join(str(i) for i in range(1, 129)))")
+    for f in "" "--no-fuse-qkv --no-fuse-norm"; do
+      timeout 150 python3 examples/llm/bench.py --config qwen2.5-14b --no-hf --prefill 1x512 --decode-batches 1,16 $f \
+          > "$OUT/bench_fuse${f// /}.log" 2>&1; echo "== fusions off: '$f' rc=$?"; grep -E "prefill|decode" "$OUT/bench_fuse${f// /}.log" | head -6
+    done
+    timeout 120 python3 examples/llm/run.py --config qwen2.5-14b --random-weights --prompt-ids "$P" --max-new-tokens 4 --profile \
+        > "$OUT/run_profile_fuse.log" 2>&1; grep -A14 "^decode:" "$OUT/run_profile_fuse.log" ;;
+  *) echo "usage: $0 tests|bench|llm|profile|tune|fuse"; exit 2 ;;
 esac
