@@ -217,8 +217,8 @@ def test_engine_unfused_decode():
     assert _engine_vs_reference("tiny-llama", "f32", fuse_norm=False) <= 1e-4
 
 
-def test_engine_batch1_fused_qkv():
-    """One sequence: decode steps take the fused-QKV path (one token per step)."""
+def test_engine_batch1_decode():
+    """One sequence, one token per decode step."""
     from llm.engine import Engine
     from llm.weights import random_weights
 
@@ -229,6 +229,36 @@ def test_engine_batch1_fused_qkv():
     r = eng.generate([[4]], 4, keep_logits=True, forced_tokens=[[8, 9, 10, 11]], stop_on_eos=False)
     ref = reference_logits(cfg, w, [4, 8, 9, 10])
     assert max(_rel_rows(lg[0], ref[i]) for i, lg in enumerate(r.logits)) <= 1e-4
+
+
+def test_engine_takes_the_decode_fusions():
+    """Decode steps (and a paged prefill of up to 64 tokens) run linear_qkv_rope_cache and
+    linear_add_rms_norm, not the calls they replace; a 20..40-token paged prefill takes
+    gated_mlp between them."""
+    from llm.engine import Engine, Sequence
+    from llm.weights import random_weights
+
+    _stdlib_or_skip()
+    cfg, be = named_config("tiny"), NumpyBackend()
+    w = random_weights(cfg, be, "f32", seed=3)
+    eng = Engine(cfg, w, be, num_blocks=24, block_size=4, max_batch=2, max_seq_len=48, dtype="f32",
+                 prefill_attention="paged")
+    prompts = [list(range(3, 33)), list(range(5, 25))]  # 30 + 20 tokens: gated_mlp, fused QKV and norms
+    seqs = [Sequence(list(p)) for p in prompts]
+    eng.ops.start_profile()
+    logits = eng.prefill(seqs)
+    names = {n for n, _ in eng.ops.stop_profile()}
+    assert {"linear_qkv_rope_cache", "linear_add_rms_norm", "gated_mlp"} <= names
+    assert not names & {"rope", "kv_cache_write", "fused_add_rms_norm"}
+    for i, p in enumerate(prompts):
+        assert _rel_rows(be.to_numpy(logits)[i], reference_logits(cfg, w, p)[-1]) <= 1e-4
+    for s, t in zip(seqs, (7, 9)):
+        s.tokens.append(t)
+    eng.ops.start_profile()
+    eng.decode_step(seqs)
+    names = {n for n, _ in eng.ops.stop_profile()}
+    assert {"linear_qkv_rope_cache", "linear_add_rms_norm", "silu_and_mul"} <= names
+    assert not names & {"rope", "kv_cache_write", "fused_add_rms_norm", "gated_mlp"}
 
 
 @pytest.mark.parametrize("name", ["tiny", "tiny-llama"])

@@ -17,7 +17,7 @@ from .config import ModelConfig
 
 SPLIT_MLP_ROWS = 16  # up to this many tokens: the MLP as split-K linear + silu_and_mul; more: gated_mlp
 FUSED_QKV_ROWS = 64  # more tokens than this: linear_qkv; up to it, split-K linears per projection
-FUSED_ROPE_ROWS = 64  # up to this many decode tokens: linear_qkv_rope_cache (split-K, two kernels)
+FUSED_ROPE_ROWS = 64  # up to this many decode tokens: linear_qkv_rope_cache (split-K, two kernels; its limit)
 FUSED_NORM_ROWS = 64  # up to this many tokens: o/down_proj + residual + norm as linear_add_rms_norm
 
 

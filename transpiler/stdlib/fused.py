@@ -54,7 +54,7 @@ def linear_qkv_rope_cache(x, weight, q_size: int, kv_size: int, positions, k_cac
         raise ValueError(f"theta: expected a positive base, got {theta}")
     half = d // 2
     fused = (0 < m <= MAX_ROWS and k and k % 8 == 0 and d % 2 == 0 and half & (half - 1) == 0
-             and idt == sdt and kv_size)
+             and kv_size and nb * bs)
     if not fused:
         qkv = linear(x2, weight, bias)
         q = L.reshape(L.contiguous(qkv[:, :q_size]), (m, q_size // max(d, 1), d))
@@ -73,7 +73,7 @@ def linear_qkv_rope_cache(x, weight, q_size: int, kv_size: int, positions, k_cac
     q = L.empty(x2, (m, q_size))
     # without HAS_BIAS the kernel never reads `bias`: any vector of the dtype will do
     b = L.contiguous(bias) if bias is not None else L.reshape(weight, (n * k,))[:n]
-    mod = L.load("qkv_rope_cache", T=dt, I=idt, HALF=half, HAS_BIAS=bias is not None,
+    mod = L.load("qkv_rope_cache", T=dt, I=idt, J=sdt, HALF=half, HAS_BIAS=bias is not None,
                  WARPS=max(1, min(4, half // 64)))
     L.run(mod, "splitk_qkv_rope_cache", part, b, L.contiguous(positions), L.contiguous(slot_mapping), q,
           L.reshape(k_cache, (nb, bs, kv_size)), L.reshape(v_cache, (nb, bs, kv_size)),
@@ -109,14 +109,19 @@ def linear_add_rms_norm(x, weight, residual, norm_weight=None, eps: float = 1e-6
         L.check_same_dtype("norm_weight", norm_weight, dt)
         L.check_shape("norm_weight", norm_weight, (n,))
     L.kind_of(x, weight, residual, norm_weight)
+    if n == 0:
+        raise ValueError(f"weight: no output features (shape {tuple(weight.shape)}): the norm needs a non-empty row")
     if not (0 < m <= MAX_ROWS and k and k % 8 == 0 and 0 < n <= MAX_NORM_COLS):
         return fused_add_rms_norm(linear(x2, weight), residual, norm_weight, eps)
     weight = L.contiguous(weight)
-    part = L.empty(x2, (max(1, _splits(m, n, k)), m, n), "f32")
+    splits = max(1, _splits(m, n, k))
+    part = L.empty(x2, (splits, m, n), "f32")
     L.run(L.load("linear", T=dt, **_SPLITK), "linear_splitk", x2, weight, part)
     w = L.contiguous(norm_weight) if norm_weight is not None else L.full(x2, (n,), 1.0, dt)
     y, h = L.empty(x2, (m, n)), L.empty(x2, (m, n))
     block = max(8, L.next_pow2(n))
-    mod = L.load("splitk_add_rms_norm", T=dt, BLOCK=block, WARPS=min(32, max(1, block // 256)))
+    # SB partial rows summed per step: 4 at most (BLOCK = 8192: 52 registers, no spills; 8 spills)
+    mod = L.load("splitk_add_rms_norm", T=dt, BLOCK=block, SB=min(4, L.next_pow2(splits)),
+                 WARPS=min(32, max(1, block // 256)))
     L.run(mod, "splitk_add_rms_norm", part, L.contiguous(residual), w, y, h, eps=float(eps))
     return y, h
