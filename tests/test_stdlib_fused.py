@@ -126,8 +126,8 @@ def test_fused_path_taken_and_split():
 
 
 @pytest.mark.parametrize("bad, match", [
-    (dict(q_size=30), "whole heads"),
-    (dict(kv_size=8), "whole heads"),
+    (dict(q_size=30, weight=np.zeros((62, 32), np.float32)), "whole heads"),
+    (dict(kv_size=8, weight=np.zeros((48, 32), np.float32)), "whole heads"),
     (dict(weight=np.zeros((60, 32), np.float32)), r"weight: expected shape \(64, 32\)"),
     (dict(positions=np.zeros(3, np.int64)), r"positions: expected shape \(1,\)"),
     (dict(slot_mapping=np.zeros(1, np.float32)), "slot_mapping: expected an integer tensor"),

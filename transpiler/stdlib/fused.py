@@ -6,7 +6,7 @@ import math
 
 from . import _launch as L
 from .kvcache import kv_cache_write
-from .linear import _SPLITK, _flatten, _splits, linear
+from .linear import _SPLITK, _check_qkv, _flatten, _splits, linear
 from .norms import fused_add_rms_norm
 from .rope import rope
 
@@ -25,26 +25,16 @@ def linear_qkv_rope_cache(x, weight, q_size: int, kv_size: int, positions, k_cac
     those three calls. x [tokens, in]; weight [q_size + 2 kv_size, in]; k_cache, v_cache
     [blocks, block_size, Hkv, D] (contiguous); positions, slot_mapping [tokens] int32/int64.
     """
-    dt = L.check_float("x", x, ndim=2)
-    L.check_rank("weight", weight, ndim=2)
-    L.check_same_dtype("weight", weight, dt)
+    dt, x2, m, k, q_size, kv_size = _check_qkv(x, weight, q_size, kv_size, bias, x_ndim=2)
+    n = q_size + 2 * kv_size
     for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
         L.check_float(name, c, ndim=4)
         L.check_same_dtype(name, c, dt)
-    nb, bs, hkv, d = (int(n) for n in k_cache.shape)
+    nb, bs, hkv, d = (int(s) for s in k_cache.shape)
     L.check_shape("v_cache", v_cache, (nb, bs, hkv, d))
-    q_size, kv_size = int(q_size), int(kv_size)
     if kv_size != hkv * d or q_size % max(d, 1):
         raise ValueError(f"q_size {q_size} and kv_size {kv_size} must be whole heads of the caches' "
                          f"head_dim {d} (kv_size = Hkv * D = {hkv * d})")
-    x2, m, k = _flatten(x)
-    n = q_size + 2 * kv_size
-    if tuple(int(s) for s in weight.shape) != (n, k):
-        raise ValueError(f"weight: expected shape ({n}, {k}) for q_size {q_size} + 2 * kv_size {kv_size} "
-                         f"and in_features {k}, got {tuple(weight.shape)}")
-    if bias is not None:
-        L.check_same_dtype("bias", bias, dt)
-        L.check_shape("bias", bias, (n,))
     idt = L.check_int("positions", positions, ndim=1)
     L.check_shape("positions", positions, (m,))
     sdt = L.check_int("slot_mapping", slot_mapping, ndim=1)

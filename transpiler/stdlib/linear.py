@@ -117,16 +117,9 @@ def linear(x, weight, bias=None):
     return L.reshape(y, tuple(x.shape[:-1]) + (n,))
 
 
-def linear_qkv(x, weight, q_size: int, kv_size: int, bias=None):
-    """The q, k, v projections of attention from one fused weight [q_size + 2 * kv_size, in]
-    (rows: q, then k, then v; bias likewise): returns (q, k, v), each [..., size] and contiguous.
-
-    One `linear_qkv` kernel when in % 8 == 0 and a column tile width of 16 or more divides both
-    sizes (every Llama/Qwen shape); otherwise three `linear` calls on row views of the weight.
-    Meant for many tokens (prefill); up to 64 rows the split-K `linear` of each projection
-    streams the weights better.
-    """
-    dt = L.check_float("x", x)
+def _check_qkv(x, weight, q_size, kv_size, bias, x_ndim=None):
+    """Checks shared by the fused-[q | k | v] wrappers: (dtype, x as [m, k], m, k, q_size, kv_size)."""
+    dt = L.check_float("x", x, ndim=x_ndim)
     L.check_rank("weight", weight, ndim=2)
     L.check_same_dtype("weight", weight, dt)
     q_size, kv_size = int(q_size), int(kv_size)
@@ -138,6 +131,21 @@ def linear_qkv(x, weight, q_size: int, kv_size: int, bias=None):
     if bias is not None:
         L.check_same_dtype("bias", bias, dt)
         L.check_shape("bias", bias, (n,))
+    return dt, x2, m, k, q_size, kv_size
+
+
+def linear_qkv(x, weight, q_size: int, kv_size: int, bias=None):
+    """The q, k, v projections of attention from one fused weight [q_size + 2 * kv_size, in]
+    (rows: q, then k, then v; bias likewise): returns (q, k, v), each [..., size] and contiguous.
+
+    One `linear_qkv` kernel when in % 8 == 0 and a column tile width of 16 or more divides both
+    sizes (every Llama/Qwen shape); otherwise three `linear` calls on row views of the weight.
+    Meant for many tokens (prefill); up to 64 rows the split-K `linear` of each projection
+    streams the weights better.
+    """
+    dt, x2, m, k, q_size, kv_size = _check_qkv(x, weight, q_size, kv_size, bias)
+    n = q_size + 2 * kv_size
+    if bias is not None:
         bias = L.contiguous(bias)
     weight = L.contiguous(weight)
     lead = tuple(x.shape[:-1])
