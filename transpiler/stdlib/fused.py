@@ -6,7 +6,7 @@ import math
 
 from . import _launch as L
 from .kvcache import kv_cache_write
-from .linear import _SPLITK, _check_qkv, _flatten, _splits, linear
+from .linear import _SPLITK, _check_linear, _check_qkv, _splits, linear
 from .norms import fused_add_rms_norm
 from .rope import rope
 
@@ -84,13 +84,7 @@ def linear_add_rms_norm(x, weight, residual, norm_weight=None, eps: float = 1e-6
     16384; otherwise those two calls. x [tokens, in]; weight [out, in]; residual [tokens, out];
     norm_weight [out] or None.
     """
-    dt = L.check_float("x", x, ndim=2)
-    L.check_rank("weight", weight, ndim=2)
-    L.check_same_dtype("weight", weight, dt)
-    x2, m, k = _flatten(x)
-    n = int(weight.shape[0])
-    if int(weight.shape[1]) != k:
-        raise ValueError(f"weight: expected shape [out, {k}] to match x's last dimension {k}, got {tuple(weight.shape)}")
+    dt, x2, m, k, n = _check_linear(x, weight, x_ndim=2)
     L.check_float("residual", residual, ndim=2)
     L.check_same_dtype("residual", residual, dt)
     L.check_shape("residual", residual, (m, n))

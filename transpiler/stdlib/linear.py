@@ -71,15 +71,21 @@ def _tuned(kernel: str, dt: str, m: int, n: int, k: int, default: dict) -> dict:
     return {**default, **got}
 
 
-def linear(x, weight, bias=None):
-    """y = x @ weight.T (+ bias), weight [out, in] as in torch.nn.functional.linear; x [..., in] -> [..., out]."""
-    dt = L.check_float("x", x)
+def _check_linear(x, weight, x_ndim=None):
+    """x float of a supported dtype, weight [out, in] of the same: (dtype, x as [m, k], m, k, n)."""
+    dt = L.check_float("x", x, ndim=x_ndim)
     L.check_rank("weight", weight, ndim=2)
     L.check_same_dtype("weight", weight, dt)
     x2, m, k = _flatten(x)
     n = int(weight.shape[0])
     if int(weight.shape[1]) != k:
         raise ValueError(f"weight: expected shape [out, {k}] to match x's last dimension {k}, got {tuple(weight.shape)}")
+    return dt, x2, m, k, n
+
+
+def linear(x, weight, bias=None):
+    """y = x @ weight.T (+ bias), weight [out, in] as in torch.nn.functional.linear; x [..., in] -> [..., out]."""
+    dt, x2, m, k, n = _check_linear(x, weight)
     weight = L.contiguous(weight)
     if bias is not None:
         L.check_same_dtype("bias", bias, dt)
