@@ -300,6 +300,8 @@ class Layout:
             held = {g: g for g in self.digits if self.root.radix(g) > 1}
             return held if set(held) <= set(want.digits) else None
         r, w = self.root, want.root
+        if isinstance(r, Blocked) and isinstance(w, Blocked):
+            return self._blocked_digit_map(want)
         if not (isinstance(r, Fragment) and isinstance(w, Fragment)) or r.T != w.T:
             return None
         out = {}
@@ -321,6 +323,39 @@ class Layout:
                 return None
             out[g] = match[0]
         return out
+
+    def _blocked_digit_map(self, want: "Layout") -> dict[int, int] | None:
+        """_digit_map between views of two different Blocked roots: every thread must hold the
+        same coordinates in both. Along a root axis, thread `tid` holds the chunks
+        (rep * threads + (tid / tstride) % threads) * chunk + lane, so two axes match when their
+        threads, tstride, chunk and reps are equal (and the blocks have the same size). A value
+        is held by every thread (replicas included; a reduction leaves its result in all of
+        them), so no other axis of either root matters. E.g. a sum over the rows of an [8, 512]
+        tile and a [512] accumulator, which a reduction loop adds together every iteration."""
+        r, w = self.root, want.root
+        if r.T != w.T:
+            return None
+        out = {}
+        kept = set()
+        for i, (a, b) in enumerate(zip(self.dims, want.dims)):
+            if self.shape[i] == 1 and want.shape[i] == 1:
+                continue
+            if a is None or b is None:
+                return None
+            if (r.shape[a], r.threads[a], r.tstride(a), r.chunk(a), r.reps(a)) != \
+                    (w.shape[b], w.threads[b], w.tstride(b), w.chunk(b), w.reps(b)):
+                return None
+            kept.add(a)
+            out[a] = b  # the rep digits
+            if r.chunk(a) > 1:
+                out[r.rank] = w.rank  # the vector lanes
+        for g in self.digits:
+            if r.radix(g) == 1:
+                continue
+            axis = r.rank - 1 if g == r.rank else g
+            if axis not in kept or g not in out or out[g] not in want.digits:
+                return None
+        return {g: out[g] for g in self.digits if r.radix(g) > 1}
 
     def compatible(self, want: "Layout") -> bool:
         """True if a tile in this layout can be read at `want`'s slots without moving data."""
