@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU work still open after session 8 (2026-11-29), as device calls of < 10 minutes each.
+# GPU work as device calls of < 10 minutes each (tests, benchmarks, LLM checks, profiles, tuning sweeps).
 # Run from the repository root; logs and JSON under ${OUT:-out}/.
 #   OUT=out bash benchmarks/gpu_todo.sh tests     # every GPU test but the LLM ones, stack dumps on a hang
 #   OUT=out bash benchmarks/gpu_todo.sh bench     # decode GEMM paths, attention, library (argmax/sample rows), matmul
