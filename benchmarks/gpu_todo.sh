@@ -47,7 +47,9 @@ PY
     t softmax stdlib_kernels/softmax.tile -s M=4096,N=32000 -D BLOCK=32768 -D ONE_PASS=True -D ROWS=1 --space WARPS=8,16,32
     t softmax_chunk stdlib_kernels/softmax.tile -s M=4096,N=32000 -D ONE_PASS=False -D ROWS=1 --space BLOCK=2048,4096,8192 --space WARPS=4,8,16
     t silu stdlib_kernels/silu_and_mul.tile -s M=4096,D=14336 --space BLOCK=1024,2048,4096 --space WARPS=4,8,16 -D ROWS=1
-    t rope stdlib_kernels/rope.tile -k rope -s S=16384,HQ=32,HK=8,HALF=64 -D HALFB=64 --space HB=8,16,32 --space WARPS=2,4,8 ;;
+    # rope: cos/sin are evaluated once per thread for all the heads it handles, so fewer warps per token do less of it
+    t rope stdlib_kernels/rope.tile -k rope -s S=16384,HQ=32,HK=8,HALF=64 -D HALFB=64 --arg nlog2=-0.8304820237 \
+        --space HB=8,16,32 --space WARPS=1,2,4,8 ;;
   fuse)  # decode-fuse: kernel tests, LLM tests vs transformers, then tilex-only decode A/B (same weights, one process each)
     timeout 240 python3 -m pytest -q -rf -p no:cacheprovider -m "gpu and not slow" tests/test_stdlib_gpu.py tests/test_llm_gpu.py \
         -k "qkv_rope_cache or add_rms_norm or vs_transformers or graph" -o faulthandler_timeout=200 > "$OUT/pytest_fuse.log" 2>&1
