@@ -20,6 +20,7 @@ import tilex
 from tilex import cli
 from tilex import tune as T
 from tilex.cli import app
+from tilex.inputs import InputError
 from tilex.pipeline import Options, compile_program
 from tilex.runtime.cache import CacheWarning
 
@@ -486,3 +487,28 @@ def test_tune_vector_add_on_gpu(tmp_cache_dir):
     z = cp.empty_like(x)
     mod.vector_add(x, y, z)
     assert float(cp.abs(z - (x + 1)).max()) == 0.0
+
+
+SCALED = """kernel scaled<BLOCK: int = 256>(x: f32[N], y: out f32[N], alpha: f32)
+    grid (cdiv(N, BLOCK),)
+{
+    i = program_id(0) * BLOCK
+    y[i : i + BLOCK] = x[i : i + BLOCK] * alpha
+}
+"""
+
+
+def test_tune_scalar_without_default_needs_arg(tmp_path):
+    """A scalar parameter without a declared default takes its value from `args` (`--arg`)."""
+    src = tmp_path / "scaled.tile"
+    src.write_text(SCALED)
+    with pytest.raises(InputError, match="--arg alpha=VALUE"):
+        T.tune(str(src), None, {"N": 300}, runner=FakeRunner(lambda c: 1.0), store=False)
+    runner = FakeRunner(lambda c: 1.0, compute=lambda a: {"y": a["x"] * np.float32(2.5)})
+    res = T.tune(str(src), None, {"N": 300}, runner=runner, store=False, args={"alpha": "2.5"})
+    assert runner.scalars == {"alpha": 2.5} and res.best is not None
+
+
+def test_cli_tune_has_arg_option():
+    out = CliRunner().invoke(app, ["tune", "--help"], env={"COLUMNS": "200"}).output
+    assert "--arg" in out

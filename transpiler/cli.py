@@ -162,6 +162,9 @@ DEFINE_OPT = typer.Option(
          "VALUE is an int, a float, or True/False.")
 KERNEL_OPT = typer.Option(None, "--kernel", "-k", metavar="NAME",
                           help="Only this kernel of the file.")
+ARG_OPT = typer.Option(
+    None, "--arg", "-a", metavar="NAME=VALUE",
+    help="Value of scalar parameter NAME (repeatable); default: the value declared in the source.")
 
 
 def _version_cb(value: bool) -> None:
@@ -358,9 +361,7 @@ def run(
         None, "--input", "-i", metavar="NAME=FILE.npy",
         help="Use this array for tensor parameter NAME (dtype and shape are checked) instead of "
              "random data (repeatable)."),
-    arg: Optional[List[str]] = typer.Option(
-        None, "--arg", "-a", metavar="NAME=VALUE",
-        help="Value of scalar parameter NAME (repeatable); default: the value declared in the source."),
+    arg: Optional[List[str]] = ARG_OPT,
     define: Optional[List[str]] = DEFINE_OPT,
     bench: bool = typer.Option(
         False, "--bench",
@@ -555,18 +556,23 @@ def tune(
         help="Check outputs against the interpreter, or the first configuration that ran "
              "(the declared defaults); auto: the interpreter for small shapes."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
+    arg: Optional[List[str]] = ARG_OPT,
     no_store: bool = typer.Option(False, "--no-store", help="Do not record the best configuration."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout (progress on stderr)."),
 ) -> None:
     """Search compile-time parameters on the GPU; print a table and store the fastest correct
     configuration for (source, kernel, shape bucket, arch) in $TILEX_CACHE_DIR/tuned.json."""
-    from .inputs import InputError, parse_shapes
+    from .inputs import InputError, parse_pairs, parse_shapes
 
     defines = _defines(define)
     try:
         shapes = parse_shapes(shape or [])
     except InputError as e:
         raise typer.BadParameter(str(e), param_hint="'--shape'") from None
+    try:
+        scalar_args = parse_pairs(arg or [], "--arg")
+    except InputError as e:
+        raise typer.BadParameter(str(e), param_hint="'--arg'") from None
     if rep < 1:
         raise typer.BadParameter("must be at least 1", param_hint="'--rep'")
     if warmup < 0:
@@ -594,6 +600,7 @@ def tune(
         _codegen()
         result = T.tune(str(file), kernel, shapes, space=space_map, defines=defines,
                         warmup_ms=warmup, rep=rep, reference=reference, seed=seed, store=not no_store,
+                        args=scalar_args,
                         progress=lambda msg: err.print(msg, style="dim"))
         if as_json:
             _stdout(json.dumps(_json_safe(result.as_dict()), allow_nan=False) + "\n")

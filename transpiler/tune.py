@@ -568,13 +568,14 @@ def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
          runner: Runner | None = None, arch: str | None = None, warmup_ms: float = 25.0, rep: int = 100,
          reference: str = "auto", seed: int = 0, store: bool = True,
          cache_dir: str | os.PathLike | None = None,
-         progress: Callable[[str], None] | None = None) -> TuneResult:
+         progress: Callable[[str], None] | None = None, args: Mapping[str, str] | None = None) -> TuneResult:
     """Try every configuration of the search space for `kernel` at `shapes`; return them
     ranked and (with `store`) record the fastest correct one for `best()`.
 
     `reference`: "interp" (compare with the NumPy interpreter), "first" (with the first
     candidate that ran), or "auto" (interp when the problem is small). `runner` defaults to
-    a `CupyRunner(arch, warmup_ms, rep)`.
+    a `CupyRunner(arch, warmup_ms, rep)`. `args`: scalar parameter values as text (`--arg`), for
+    scalars without a declared default.
     """
     from . import __version__
     from .inputs import make_inputs, resolve_symbols, tensor_bytes
@@ -628,7 +629,7 @@ def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
         if first_spec is None:  # inputs and the reference come from the first config that compiles
             first_spec = spec
             symbols = resolve_symbols(spec, shapes)
-            arrays, scalars = make_inputs(spec, symbols, seed)
+            arrays, scalars = make_inputs(spec, symbols, seed, args=args)
             out_names = [p.name for p in spec.params if p.kind == "tensor" and p.is_out]
             out_dtypes = {p.name: p.dtype for p in spec.params if p.kind == "tensor"}
             nbytes = tensor_bytes(spec, symbols)
