@@ -84,3 +84,32 @@ def test_non_canonical_roots():
         layouts.extend(lay.reduce(ax) for ax in range(root.rank))
     ok = sum(_check(a, b) for a, b in itertools.product(layouts, repeat=2))
     assert ok > len(layouts)  # some pairs of different roots are compatible
+
+
+@pytest.mark.parametrize("shape,T", [((64, 128), 128), ((16, 64), 256), ((8, 8), 32), ((128, 32), 64)])
+def test_compact_row_view_is_sound(shape, T):
+    """A gather's row indices held once per row (`compact`) and read at every slot of the rows view."""
+    rows = Layout.of(canonical(shape, T)).axes(0)
+    small = rows.compact()
+    assert small.slots <= rows.slots
+    assert _check(small, rows)
+
+
+GATHER = """kernel gather_rows<BN: int = 64, D: int = 128, WARPS: int = 4>(
+    table: i32[R], x: bf16[N, D], y: out bf16[BN, D])
+    grid (1,)
+{
+    idx = table[arange(0, BN)]
+    y[0 : BN, 0 : D] = x[idx, 0 : D]
+}
+"""
+
+
+def test_gather_indices_held_per_row():
+    """The index tile of a [64, 128] gather over 128 threads: 8 rows per thread, so 8 slots (not 64)."""
+    from tilex.pipeline import Options
+    from tilex.translate import translate
+
+    cu = translate(GATHER, "gather.tile", Options()).cuda
+    assert "int idx[8];" in cu and "int idx[64];" not in cu
+    assert "layout conversion" not in cu

@@ -281,6 +281,16 @@ class Layout:
         by those coordinates alone is read at this layout's slots (the rows of a gather, `t` of `t[:, None]`)."""
         return Layout(self.root, tuple(self.dims[a] for a in axes), self.digits)
 
+    def compact(self) -> "Layout":
+        """This view holding only the digits its axes' coordinates depend on: one slot per distinct
+        element (a gather's row indices read at a [rows, cols] tile's layout need a slot per row
+        a thread holds, not per element). Reading it at the full view is a slot map (compatible)."""
+        keep: set[int] = set()
+        for d in self.dims:
+            if d is not None:
+                keep |= self.root.axis_digits(d)
+        return Layout(self.root, self.dims, tuple(g for g in self.digits if g in keep))
+
     def view_for(self, shape: tuple[int, ...]) -> "Layout":
         """How an operand of `shape` is read when broadcast against a value in this layout."""
         if tuple(shape) == self.shape:

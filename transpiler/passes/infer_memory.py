@@ -567,7 +567,7 @@ class _Memory(Rewriter):
                 if rows is not None and isinstance(i, A.Name) and _is_tile(i) and i.id not in self.accs:
                     have = self.vars.get(i.id)
                     if have is not None and not have.compatible(rows) and i.id not in self.prefer:
-                        self.prefer[i.id] = rows
+                        self.prefer[i.id] = rows.compact()  # a slot per row this thread holds
             changes["items"] = tuple(
                 replace(i, start=self.assign(i.start), stop=self.assign(i.stop)) if isinstance(i, A.Slice)
                 else self.assign(i, rows if _is_tile(i) else None) for i in e.items)
