@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tilex import ast as A
+from test_plan_matmul import loops
 from tilex.pipeline import Options
 from tilex.stdlib import _launch as L
 from tilex.translate import translate
@@ -28,21 +28,9 @@ ALSO_READ = LOOP.replace("        acc += qt @ kt.T\n", "        acc += qt @ kt.T
 
 
 def _loops(src, arch="sm_90a", **defines):
+    """Every for loop of every kernel (outer first), and the generated CUDA."""
     t = translate(src, "f.tile", Options(arch=arch, defines=defines))
-    found = []
-
-    def walk(b):
-        for s in b.stmts:
-            if isinstance(s, A.For):
-                found.append(s)
-                walk(s.body)
-            elif isinstance(s, A.If):
-                walk(s.then)
-                if s.orelse is not None:
-                    walk(s.orelse)
-    for k in t.program.kernels:
-        walk(k.body)
-    return found, t.cuda
+    return [f for k in t.program.kernels for f in loops(k)], t.cuda
 
 
 def test_streamed_when_only_an_mma_operand():

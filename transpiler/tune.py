@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import hashlib
 import itertools
 import json
@@ -314,7 +315,6 @@ def _read_source(path_or_source: str) -> tuple[str, str]:
 
 
 _DIGESTS: dict[tuple, str] = {}
-_TEXT_DIGESTS: dict[str, str] = {}  # source text -> sha256 (a few stdlib sources, asked per call)
 
 
 def _digest_of(path_or_source: str) -> str:
@@ -332,13 +332,12 @@ def _digest_of(path_or_source: str) -> str:
         if hit is None:
             hit = _DIGESTS[memo] = source_sha256(_read_source(path_or_source)[0])
         return hit
-    hit = _TEXT_DIGESTS.get(path_or_source)
-    if hit is None:
-        hit = source_sha256(path_or_source)
-        if len(_TEXT_DIGESTS) >= 64:
-            _TEXT_DIGESTS.clear()
-        _TEXT_DIGESTS[path_or_source] = hit
-    return hit
+    return _text_digest(path_or_source)
+
+
+@functools.lru_cache(maxsize=64)  # a few stdlib sources, asked per call
+def _text_digest(text: str) -> str:
+    return source_sha256(text)
 
 
 _LOADED: dict[tuple, dict] = {}  # (store path, mtime, size) -> its entries: the store last read

@@ -209,7 +209,7 @@ class _Memory(Rewriter):
         `x @ tile.T` products that run on mma.sync."""
         if self.plans or self.arch not in MMA_ARCHS:
             return {}, []
-        out, uses, mem = {}, [], self
+        out, mem = {}, self
 
         def assigned(block) -> set:
             names: set = set()
@@ -277,11 +277,15 @@ class _Memory(Rewriter):
             _U().walk(block)
             return good[0], bad[0]
 
-        def mentions(node, name) -> int:
-            """Assignments to and reads of `name` under `node`."""
+        def mentions(node, name, skip_local: bool = False) -> int:
+            """Assignments to and reads of `name` under `node`; with skip_local, not inside the
+            loops where it is a per-iteration value."""
             n = [0]
 
             class _M(Walker):
+                def on_For(self, loop):
+                    return False if skip_local and local_to(loop, name) else None
+
                 def on_Assign(self, st):
                     n[0] += st.name == name
 
@@ -299,19 +303,7 @@ class _Memory(Rewriter):
 
         def outside_loops(node, name) -> int:
             """Mentions of `name` that are not inside a loop where it is a per-iteration value."""
-            n = [0]
-
-            class _O(Walker):
-                def on_For(self, loop):
-                    return False if local_to(loop, name) else None
-
-                def on_Assign(self, st):
-                    n[0] += st.name == name
-
-                def on_Name(self, e):
-                    n[0] += e.id == name
-            _O().walk(node)
-            return n[0]
+            return mentions(node, name, skip_local=True)
 
         stored: set = set()  # tensors the kernel writes: a copy one iteration ahead could read stale data
 

@@ -151,28 +151,27 @@ def _top_module(x: Any) -> str:
     return _type_module(x).partition(".")[0]
 
 
-def is_torch_tensor(x: Any) -> bool:
-    """True for a torch.Tensor (checked without importing torch)."""
+def _of_library(x: Any, seen: set[type], module: str, attr: str) -> bool:
+    """True when x's type comes from `module` and x has `attr`; types whose class has `attr`
+    (not this object alone) are remembered in `seen`."""
     t = type(x)
-    if t in _TORCH_TYPES:
+    if t in seen:
         return True
-    if _top_module(x) == "torch" and hasattr(x, "is_contiguous"):
-        if hasattr(t, "is_contiguous"):  # a method of the type, not of this object alone
-            _TORCH_TYPES.add(t)
+    if _top_module(x) == module and hasattr(x, attr):
+        if hasattr(t, attr):
+            seen.add(t)
         return True
     return False
+
+
+def is_torch_tensor(x: Any) -> bool:
+    """True for a torch.Tensor (checked without importing torch)."""
+    return _of_library(x, _TORCH_TYPES, "torch", "is_contiguous")
 
 
 def is_cupy_array(x: Any) -> bool:
     """True for a cupy.ndarray (checked without importing cupy)."""
-    t = type(x)
-    if t in _CUPY_TYPES:
-        return True
-    if _top_module(x) == "cupy" and hasattr(x, "__cuda_array_interface__"):
-        if hasattr(t, "__cuda_array_interface__"):
-            _CUPY_TYPES.add(t)
-        return True
-    return False
+    return _of_library(x, _CUPY_TYPES, "cupy", "__cuda_array_interface__")
 
 
 def _c_contiguous(shape: Sequence[int], strides: Sequence[int] | None, itemsize: int) -> bool:
@@ -216,17 +215,10 @@ def describe_array(x: Any) -> ArrayInfo | None:
     return None
 
 
-_NUMPY_NAMES_MEMO: dict[np.dtype, tuple[str | None, str]] = {}
-
-
+@functools.lru_cache(maxsize=256)
 def _numpy_names(dt: np.dtype) -> tuple[str | None, str]:
     """(tilex dtype name or None, NumPy's own spelling) of a NumPy dtype, memoized."""
-    hit = _NUMPY_NAMES_MEMO.get(dt)
-    if hit is None:
-        hit = (tilex_dtype_of_numpy(dt), str(dt))
-        if len(_NUMPY_NAMES_MEMO) < 256:
-            _NUMPY_NAMES_MEMO[dt] = hit
-    return hit
+    return tilex_dtype_of_numpy(dt), str(dt)
 
 
 def is_array(x: Any) -> bool:
@@ -365,10 +357,9 @@ def _wanted(allow_numpy: bool) -> str:
     return "a CuPy array or PyTorch CUDA tensor" + (" or NumPy array" if allow_numpy else "")
 
 
-def _check_tensor(p: ParamSpec, x: Any, allow_numpy: bool,
-                  fixed: Sequence[tuple[int, int]] | None = None) -> ArrayInfo:
+def _check_tensor(p: ParamSpec, x: Any, allow_numpy: bool, fixed: Sequence[tuple[int, int]]) -> ArrayInfo:
     """Type, device kind, dtype, rank and contiguity of one tensor argument (`fixed`: the
-    (index, size) of its fixed dims, when known)."""
+    (index, size) of its fixed dims)."""
     info = describe_array(x)
     if info is None:
         raise LaunchError(f"argument '{p.name}': expected {_wanted(allow_numpy)} of {_param_text(p)}, "
@@ -383,8 +374,6 @@ def _check_tensor(p: ParamSpec, x: Any, allow_numpy: bool,
     if len(info.shape) != len(p.dims):
         raise LaunchError(f"argument '{p.name}': expected rank {len(p.dims)} ({_param_text(p)}), "
                           f"got rank {len(info.shape)} with shape {info.shape}")
-    if fixed is None:
-        fixed = [(i, d) for i, d in enumerate(p.dims) if isinstance(d, int)]
     for i, d in fixed:
         n = info.shape[i]
         if d != n:
