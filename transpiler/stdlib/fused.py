@@ -7,7 +7,7 @@ import math
 from . import _launch as L
 from .kvcache import kv_cache_write
 from .linear import _SPLITK, _check_linear, _check_qkv, _splits, linear
-from .norms import fused_add_rms_norm
+from .norms import _vector, fused_add_rms_norm
 from .rope import rope
 
 MAX_ROWS = _SPLITK["BM"]  # linear_splitk keeps every row in one tile
@@ -88,20 +88,16 @@ def linear_add_rms_norm(x, weight, residual, norm_weight=None, eps: float = 1e-6
     L.check_float("residual", residual, ndim=2)
     L.check_same_dtype("residual", residual, dt)
     L.check_shape("residual", residual, (m, n))
-    if norm_weight is not None:
-        L.check_float("norm_weight", norm_weight, ndim=1)
-        L.check_same_dtype("norm_weight", norm_weight, dt)
-        L.check_shape("norm_weight", norm_weight, (n,))
-    L.kind_of(x, weight, residual, norm_weight)
+    L.kind_of(x, weight, residual)
     if n == 0:
         raise ValueError(f"weight: no output features (shape {tuple(weight.shape)}): the norm needs a non-empty row")
-    if not (0 < m <= MAX_ROWS and k and k % 8 == 0 and 0 < n <= MAX_NORM_COLS):
-        return fused_add_rms_norm(linear(x2, weight), residual, norm_weight, eps)
+    w = _vector("norm_weight", norm_weight, n, dt, x2, 1.0)  # checked as fused_add_rms_norm checks it
+    if not (0 < m <= MAX_ROWS and k and k % 8 == 0 and n <= MAX_NORM_COLS):
+        return fused_add_rms_norm(linear(x2, weight), residual, w, eps)
     weight = L.contiguous(weight)
     splits = max(1, _splits(m, n, k))
     part = L.empty(x2, (splits, m, n), "f32")
     L.run(L.load("linear", T=dt, **_SPLITK), "linear_splitk", x2, weight, part)
-    w = L.contiguous(norm_weight) if norm_weight is not None else L.full(x2, (n,), 1.0, dt)
     y, h = L.empty(x2, (m, n)), L.empty(x2, (m, n))
     block = max(8, L.next_pow2(n))
     # SB partial rows summed per step: 4 at most (BLOCK = 8192: 52 registers, no spills; 8 spills)
