@@ -37,19 +37,20 @@ torch.cuda.synchronize()
 PY
     timeout 500 ncu --clock-control none --set detailed -k regex:"linear|attention" -c 6 -o "$OUT/prof" python3 /tmp/prof.py 2>&1 | tail -5
     ncu --import "$OUT/prof.ncu-rep" --page details 2>/dev/null | grep -E "linear|attention|Duration|Throughput|Registers|Achieved Occupancy|Warp Cycles" | head -80 ;;
-  tune)  # bf16, the bench_stdlib.py shapes; tables in $OUT/tune_*.log
+  tune)  # bf16, the bench_stdlib.py shapes; tables in $OUT/tune_*.log. MIN_BLOCKS = 2048 / threads: full occupancy
     t() { local name=$1; shift; timeout 150 tilex tune --no-store --rep 50 --reference first "$@" \
-            > "$OUT/tune_$name.log" 2>&1; echo "== $name rc=$?"; tail -14 "$OUT/tune_$name.log"; }
-    t rms_norm stdlib_kernels/rms_norm.tile -s M=16384,N=4096 -D BLOCK=4096 -D ONE_PASS=True --space WARPS=4,8,16,32 --space ROWS=1,2
-    t rms_norm_8k stdlib_kernels/rms_norm.tile -s M=4096,N=8192 -D BLOCK=8192 -D ONE_PASS=True --space WARPS=8,16,32 --space ROWS=1,2
-    t fused_add stdlib_kernels/fused_add_rms_norm.tile -k fused_add_rms_norm -s M=16384,N=4096 -D BLOCK=4096 -D ONE_PASS=True --space WARPS=4,8,16,32 --space ROWS=1,2
-    t layer_norm stdlib_kernels/layer_norm.tile -s M=16384,N=4096 -D BLOCK=4096 -D ONE_PASS=True --space WARPS=4,8,16,32 --space ROWS=1,2
-    t softmax stdlib_kernels/softmax.tile -s M=4096,N=32000 -D BLOCK=32768 -D ONE_PASS=True -D ROWS=1 --space WARPS=8,16,32
-    t softmax_chunk stdlib_kernels/softmax.tile -s M=4096,N=32000 -D ONE_PASS=False -D ROWS=1 --space BLOCK=2048,4096,8192 --space WARPS=4,8,16
-    t silu stdlib_kernels/silu_and_mul.tile -s M=4096,D=14336 --space BLOCK=1024,2048,4096 --space WARPS=4,8,16 -D ROWS=1
+            > "$OUT/tune_$name.log" 2>&1; echo "== $name rc=$?"; tail -${TAIL:-14} "$OUT/tune_$name.log"; }
+    TAIL=6 t rms_norm stdlib_kernels/rms_norm.tile -s M=16384,N=4096 -D BLOCK=4096 -D ONE_PASS=True -D WARPS=16 --space ROWS=1,2 --space MIN_BLOCKS=0,4
+    TAIL=7 t layer_norm stdlib_kernels/layer_norm.tile -s M=16384,N=4096 -D BLOCK=4096 -D ONE_PASS=True --space WARPS=8,16 --space MIN_BLOCKS=0,4
+    TAIL=7 t softmax_chunk stdlib_kernels/softmax.tile -s M=4096,N=32000 -D ONE_PASS=False -D ROWS=1 -D WARPS=16 --space BLOCK=4096,8192 --space MIN_BLOCKS=0,2,4
+    TAIL=7 t silu stdlib_kernels/silu_and_mul.tile -s M=4096,D=14336 -D ROWS=1 --space BLOCK=1024,2048 -D WARPS=4 --space MIN_BLOCKS=0,12,16
+    TAIL=6 t silu8 stdlib_kernels/silu_and_mul.tile -s M=4096,D=14336 -D ROWS=1 -D BLOCK=2048 -D WARPS=8 --space MIN_BLOCKS=0,6,8
+    TAIL=6 t gelu stdlib_kernels/gelu_and_mul.tile -s M=4096,D=14336 -D ROWS=1 -D TANH=True -D BLOCK=2048 -D WARPS=8 --space MIN_BLOCKS=0,6,8
     # rope: cos/sin are evaluated once per thread for all the heads it handles, so fewer warps per token do less of it
-    t rope stdlib_kernels/rope.tile -k rope -s S=16384,HQ=32,HK=8,HALF=64 -D HALFB=64 --arg nlog2=-0.8304820237 \
-        --space HB=8,16,32 --space WARPS=1,2,4,8 ;;
+    TAIL=12 t rope stdlib_kernels/rope.tile -k rope -s S=16384,HQ=32,HK=8,HALF=64 -D HALFB=64 --arg nlog2=-0.8304820237 \
+        -D HB=8 -D WARPS=2 --space MIN_BLOCKS=0,16,20,24,32
+    TAIL=8 t rope_inplace stdlib_kernels/rope.tile -k rope_inplace -s S=16384,HQ=32,HK=8,HALF=64 -D HALFB=64 --arg nlog2=-0.8304820237 \
+        --space HB=8,16 --space WARPS=2,4 ;;
   fuse)  # decode-fuse: kernel tests, LLM tests vs transformers, then tilex-only decode A/B (same weights, one process each)
     timeout 240 python3 -m pytest -q -rf -p no:cacheprovider -m "gpu and not slow" tests/test_stdlib_gpu.py tests/test_llm_gpu.py \
         -k "qkv_rope_cache or add_rms_norm or vs_transformers or graph" -o faulthandler_timeout=200 > "$OUT/pytest_fuse.log" 2>&1

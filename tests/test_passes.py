@@ -666,6 +666,31 @@ def test_bad_warps(warps):
     assert e.span.line == 1
 
 
+@pytest.mark.parametrize("warps, blocks", [(8, 0), (8, 1), (8, 8), (2, 32), (32, 2)])
+def test_min_blocks_reaches_launch_bounds(warps, blocks):
+    from transpiler.pipeline import Options
+    from transpiler.translate import translate
+
+    src = ("kernel f<WARPS: int = 4, MIN_BLOCKS: int = 0>(y: out f32[N])\n    grid (N,)\n"
+           "{\n    y[0 : 1024] = zeros(f32[1024])\n}\n")
+    k = memory("    y[0 : 1024] = zeros(f32[1024])", header=src.split("{")[0],
+               defines={"WARPS": warps, "MIN_BLOCKS": blocks})
+    assert k.info.min_blocks == blocks
+    cuda = translate(src, "f.tile", Options(defines={"WARPS": warps, "MIN_BLOCKS": blocks})).cuda
+    want = f"__launch_bounds__({32 * warps}, {blocks})" if blocks else f"__launch_bounds__({32 * warps})"
+    assert want + " f(" in cuda
+
+
+@pytest.mark.parametrize("warps, blocks", [(8, 9), (32, 3), (1, 65), (4, -1)])
+def test_bad_min_blocks(warps, blocks):
+    header = "kernel f<WARPS: int = 4, MIN_BLOCKS: int = 0>(y: out f32[N])\n    grid (N,)\n"
+    e = error("    y[0 : 1024] = zeros(f32[1024])", header=header, defines={"WARPS": warps, "MIN_BLOCKS": blocks})
+    most = 2048 // (32 * warps)
+    assert e.message == (f"MIN_BLOCKS must be an integer from 0 to {most} for {32 * warps} threads per block "
+                         f"(at most 2048 threads per SM), got {blocks}")
+    assert e.span.line == 1
+
+
 def test_smem_for_a_cross_warp_reduction():
     k = memory("    r = sum(c[0 : 1024])\n    y[0] = r")
     assert k.info.threads == 128

@@ -69,7 +69,7 @@ def generate(program: A.Program, options, specs: dict, host: bool = False) -> tu
         defines = ", ".join(f"{n}={v}" for n, v in k.defines)
         kernels.append(dict(
             name=k.name, line=k.span.line, threads=k.info.launch_threads, smem=k.info.smem_bytes,
-            min_blocks=1 if k.info.producers else None,
+            min_blocks=_min_blocks(k),
             grid_text=", ".join(specs[k.name].grid), defines=defines,
             params=params, prologue=em.prologue(), body=em.lines,
         ))
@@ -78,6 +78,13 @@ def generate(program: A.Program, options, specs: dict, host: bool = False) -> tu
     cuda = _env().get_template("kernel.cu.j2").render(**ctx)
     host_code = _host(program, specs, ctx) if host else None
     return cuda, host_code
+
+
+def _min_blocks(k: A.Kernel) -> int | None:
+    """`__launch_bounds__`' blocks-per-SM argument: MIN_BLOCKS, else 1 for a warp-specialized kernel."""
+    if k.info.min_blocks:
+        return k.info.min_blocks
+    return 1 if k.info.producers else None
 
 
 def _host(program: A.Program, specs: dict, ctx: dict) -> str:
@@ -97,7 +104,7 @@ def _host(program: A.Program, specs: dict, ctx: dict) -> str:
         kernels.append(dict(
             name=k.name, threads=k.info.launch_threads, smem=k.info.smem_bytes, symbols=k.symbols,
             param_types=[_param_type(p) for p in k.params] + ["const int"] * len(k.symbols) + ["const __grid_constant__ tilex_tmap"] * len(tma),
-            tma=tma, min_blocks=1 if k.info.producers else None,
+            tma=tma, min_blocks=_min_blocks(k),
             host_params=host_params, call_args=call_args, constraints=cons, grid_c=grid,
         ))
     return _env().get_template("host.cu.j2").render(version=ctx["version"], source_name=ctx["source_name"],

@@ -59,6 +59,7 @@ class KernelMemory:
     producers: int = 0  # extra threads that only load operands (a warp-specialized matmul loop)
     resident: dict = field(default_factory=dict)  # tile -> (byte offset, row pitch in elements) kept in shared memory
     resident_bytes: int = 0  # the resident tiles' region, at the start of shared memory; scratch follows it
+    min_blocks: int = 0  # blocks per SM asked of ptxas (`__launch_bounds__` second argument); 0: no request
 
     @property
     def launch_threads(self) -> int:
@@ -105,6 +106,22 @@ def _threads(k: A.Kernel) -> int:
     while t < 256 and t * 8 < sizes.biggest:
         t *= 2
     return t
+
+
+MAX_THREADS_PER_SM = 2048  # sm_80 .. sm_90
+
+
+def _min_blocks(k: A.Kernel, threads: int) -> int:
+    """MIN_BLOCKS, if the kernel declares it: resident blocks per SM requested of ptxas, which caps
+    registers per thread at 65536 / (threads * MIN_BLOCKS) (0: no request)."""
+    for name, v in k.defines:
+        if name == "MIN_BLOCKS":
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v * threads > MAX_THREADS_PER_SM:
+                most = MAX_THREADS_PER_SM // threads
+                raise CompileError(f"MIN_BLOCKS must be an integer from 0 to {most} for {threads} threads per block "
+                                   f"(at most {MAX_THREADS_PER_SM} threads per SM), got {v}", k.span)
+            return v
+    return 0
 
 
 class _TileSizes(Walker):
@@ -376,7 +393,7 @@ class _Memory(Rewriter):
         smem = base + max((u.bytes for u in self.uses), default=0)
         producers = max((p.producers for p in self.plans), default=0)
         info = KernelMemory(self.T, smem, self.limit, resident_uses + self.uses, dict(self.vars), producers,
-                            self.resident, base)
+                            self.resident, base, _min_blocks(k, self.T + producers))
         out = replace(k, where=where, grid=grid, body=body, info=info)
         return self.check_budget(out) if check_budget else out
 
