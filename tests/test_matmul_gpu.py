@@ -75,7 +75,11 @@ SHAPES = [(1, 256, 64), (1, 136, 200), (16, 520, 1024), (130, 264, 200), (257, 3
 
 @pytest.mark.parametrize("m,n,k", SHAPES)
 @pytest.mark.parametrize("kernel,defines", [("linear", {}), ("linear", dict(BM=64, BN=128, BK=128, STAGES=3)),
-                                            ("linear", dict(BM=16, BN=64, BK=64, STAGES=6)), ("linear_any", {})])
+                                            ("linear", dict(BM=16, BN=64, BK=64, STAGES=6)), ("linear_any", {}),
+                                            # persistent: one block per SM, and 3 blocks walking many tiles each
+                                            # (the ring position and mbarrier phases carry across tiles)
+                                            ("linear_persistent", {}), ("linear_persistent", dict(PROGRAMS=3)),
+                                            ("linear_persistent", dict(BM=64, BN=128, STAGES=3, PROGRAMS=5))])
 def test_linear(m, n, k, kernel, defines):
     torch = _torch()
     x, w = _rand(m, k, seed=m), _rand(n, k, seed=n + 1)

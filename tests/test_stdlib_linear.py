@@ -61,6 +61,18 @@ def test_grouped_tile_order_covers_every_tile(m, n, k):
     assert _rel(y, x.astype(np.float64) @ w.astype(np.float64).T) <= 1e-2
 
 
+@pytest.mark.parametrize("m,n,k,programs", [(50, 40, 24, 3), (17, 100, 8, 5), (100, 17, 32, 64), (1, 9, 16, 2)])
+def test_persistent_tile_loop_covers_every_tile(m, n, k, programs):
+    """linear_persistent: `programs` blocks walk every tile in the grouped order (fewer, as many or more
+    blocks than tiles), NaN-poisoned output."""
+    rng = np.random.default_rng(m * n + programs)
+    mod = tilex.compile(LINEAR, BM=16, BN=16, BK=16, GROUP=3, PROGRAMS=programs)
+    x, w = rng.standard_normal((m, k)).astype(BF16), rng.standard_normal((n, k)).astype(BF16)
+    y = np.full((m, n), np.nan, BF16)
+    mod.interp("linear_persistent", x, w, y)
+    assert _rel(y, x.astype(np.float64) @ w.astype(np.float64).T) <= 1e-2
+
+
 def test_bad_arguments():
     x = np.zeros((2, 16), BF16)
     with pytest.raises(ValueError, match="weight"):

@@ -162,6 +162,9 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
     def stmt_For(self, s: A.For) -> None:
         if s.plan is not None:
             return self.planned_loop(s)
+        inner = next((st for st in s.body.stmts if isinstance(st, A.For) and st.plan is not None and st.plan.persistent), None)
+        if inner is not None:
+            return self.persistent_loop(s, inner)
         start, stop, step = self.scalar(s.start), self.scalar(s.stop), self.scalar(s.step)
         if s.stream:
             return self.streamed_loop(s, start, stop, step)

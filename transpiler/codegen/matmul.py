@@ -12,7 +12,7 @@ from __future__ import annotations
 from .. import ast as A
 from ..exprs import unparse, unparse_stmt
 from ..layout import Fragment, Layout
-from ..passes.plan_matmul import SWIZZLE_ELEMS, MatmulPlan, mma_stage
+from ..passes.plan_matmul import SWIZZLE_ELEMS, MatmulPlan, _has_tile, mma_stage
 from ..spec import TmaMap
 from ..targets import MATMUL_PAD
 from ..types import DType
@@ -144,11 +144,91 @@ class MatmulEmission:
             ctx = render_wgmma(self, s, plan)
         else:
             ctx = render_mma(self, s, plan)
-        text = _env().get_template(f"matmul_{plan.strategy}.j2").render(barrier=self.barrier, **ctx)
+        text = _env().get_template(f"matmul_{plan.strategy}.j2").render(barrier=self.barrier, c=ctx, **ctx)
         for line in text.rstrip().splitlines():
             self.emit(line)
         if plan.strategy == "wgmma":
             self.barrier = f'asm volatile("bar.sync 1, {plan.consumers};" ::: "memory");'
+
+    def persistent_loop(self, outer: A.For, inner: A.For) -> None:
+        """A top-level tile loop around a wgmma main loop (a persistent kernel): the producer warpgroup
+        runs the tile loop too, with only its scalar statements and the loads, so it fills the ring
+        with the next tile's operands while the consumers run this tile's epilogue. The ring position
+        (`tx_it`) and the mbarrier phases carry over from tile to tile."""
+        from . import _env
+        from .matmul import render_wgmma
+
+        plan = inner.plan
+        c = render_wgmma(self, inner, plan)
+        parts = _env().get_template("matmul_wgmma_parts.j2").module
+
+        def lines(text: str) -> None:
+            for line in str(text).splitlines():
+                self.emit(line)
+
+        start, stop, step = self.scalar(outer.start), self.scalar(outer.stop), self.scalar(outer.step)
+        header = f"for (int {outer.var} = {start}; {outer.var} < {stop}; {outer.var} += {step}) {{"
+        n_wg = plan.consumers // 128
+        self.emit(f"// persistent tile loop around the main loop: {c['text']}")
+        self.emit(f"// tensor cores (wgmma, sm_90a): warpgroup {n_wg} loads every tile's operands with TMA into a "
+                  f"{plan.stages}-stage ring of 128-byte-swizzled tiles,")
+        self.emit(f"// warpgroups 0..{n_wg - 1} each multiply 64 rows of the {plan.bm}x{plan.bn} tile and run the "
+                  "epilogue while the ring refills")
+        lines(parts.setup(c))
+        lines(parts.barriers(c))
+        before = outer.body.stmts[: outer.body.stmts.index(inner)]
+        self.emit(f"if (threadIdx.x >= {plan.consumers}) {{  // the producer warpgroup")
+        self.emit(f"  tilex_setmaxnreg_dec<{c['producer_regs']}>();")
+        self.emit(f"  if (threadIdx.x == {plan.consumers}) {{")
+        self.depth += 2
+        self.emit("int tx_it = 0;  // ring position, across tiles")
+        self.emit(header)
+        self.depth += 1
+        self.declared.append({outer.var})
+        for st in before:
+            if not (isinstance(st, A.Assign) and not _has_tile(st.value)):
+                continue  # the accumulators' initial values: consumer registers
+            self.stmt(st)
+        lines(parts.trips(c))
+        self.emit("for (int tx_trip = 0; tx_trip < tx_trips; ++tx_trip) {")
+        self.emit("  const int tx_g = tx_it + tx_trip;")
+        lines(parts.load_stage(c, "tx_g", "  "))
+        self.emit("}")
+        self.emit("tx_it += tx_trips;")
+        self.declared.pop()
+        self.depth -= 1
+        self.emit("}")
+        self.depth -= 2
+        self.emit("  }")
+        self.emit("  return;")
+        self.emit("}")
+        self.emit(f"tilex_setmaxnreg_inc<{c['consumer_regs']}>();")
+        self.emit("int tx_it = 0;  // ring position, across tiles")
+        self.barrier = f'asm volatile("bar.sync 1, {plan.consumers};" ::: "memory");'
+        self.emit(header)
+        self.depth += 1
+        self.declared.append({outer.var})
+        for st in outer.body.stmts:
+            if st is not inner:
+                self.stmt(st)
+                continue
+            self.emit(f"// {self.file}:{st.span.line}  {unparse_stmt(st).splitlines()[0]}")
+            self.emit("{")
+            self.emit("  const int tx_wg = threadIdx.x / 128;")
+            lines("  " + str(parts.trips(c)))
+            self.emit("  for (int tx_trip = 0; tx_trip < tx_trips; ++tx_trip) {")
+            self.emit("    const int tx_g = tx_it + tx_trip;")
+            lines(parts.mma_stage(c, "tx_g", "    "))
+            self.emit(f"    if (tx_trip > 0 && threadIdx.x % 128 == 0) tilex_mbar_arrive(&tx_empty[(tx_g + {plan.stages - 1}) % {plan.stages}]);")
+            self.emit("  }")
+            self.emit("  tilex_wgmma_wait<0>();")
+            self.emit("  // the last stage goes back to the producer too: the next tile refills it")
+            self.emit(f"  if (tx_trips > 0 && threadIdx.x % 128 == 0) tilex_mbar_arrive(&tx_empty[(tx_it + tx_trips - 1) % {plan.stages}]);")
+            self.emit("  tx_it += tx_trips;")
+            self.emit("}")
+        self.declared.pop()
+        self.depth -= 1
+        self.emit("}")
 
     def tma_map(self, tensor: str, box_rows: int) -> str:
         return next(m.param for m in self.tma_maps if m.tensor == tensor and m.box_rows == box_rows)

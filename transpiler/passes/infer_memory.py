@@ -108,6 +108,12 @@ def _threads(k: A.Kernel) -> int:
     return t
 
 
+def _ring_what(p) -> str:
+    what = "TMA ring" if p.strategy == "wgmma" else "cp.async ring"
+    bs = f"{p.bk}x{p.bn}" if p.nb == 1 else f"{p.nb} of {p.bk}x{p.bn}"
+    return f"the {p.stages}-stage {what} of the '@' operands ({p.bm}x{p.bk} and {bs} per stage)"
+
+
 MAX_THREADS_PER_SM = 2048  # sm_80 .. sm_90
 
 
@@ -387,6 +393,11 @@ class _Memory(Rewriter):
         self.streams, stream_uses = self.stream_tiles(base)
         resident_uses = resident_uses + stream_uses
         base += sum((u.bytes + 15) // 16 * 16 for u in stream_uses)
+        # a persistent ring is refilled for the next tile while the consumers run this tile's epilogue:
+        # it keeps its own region, first in shared memory (no resident or streamed tiles with plans)
+        rings = [SmemUse(_ring_what(p), p.smem_bytes, self.k.span) for p in self.plans if p.persistent]
+        resident_uses = resident_uses + rings
+        base += sum((u.bytes + 15) // 16 * 16 for u in rings)
         where = tuple(self.assign(e) for e in k.where)
         grid = tuple(self.assign(e) for e in k.grid)
         body = self.visit(k.body)
@@ -625,10 +636,8 @@ class _Memory(Rewriter):
         for prod in p.products:
             if self.vars.get(prod.acc) is None:
                 raise CompileError(f"the accumulator '{prod.acc}' must be assigned before the loop", s.span)
-        what = "TMA ring" if p.strategy == "wgmma" else "cp.async ring"
-        bs = f"{p.bk}x{p.bn}" if p.nb == 1 else f"{p.nb} of {p.bk}x{p.bn}"
-        self.need(f"the {p.stages}-stage {what} of the '@' operands ({p.bm}x{p.bk} and {bs} per stage)",
-                  p.smem_bytes, s)
+        if not p.persistent:  # (a persistent ring is a region of its own, see run())
+            self.need(_ring_what(p), p.smem_bytes, s)
         self.in_plan = True
         body = self.visit(s.body)
         self.in_plan = False

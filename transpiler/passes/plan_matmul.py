@@ -75,6 +75,7 @@ class MatmulPlan:
     producers: int  # extra threads that only load (the TMA warpgroup)
     smem_bytes: int
     why: str = ""  # why the faster strategy was not taken (for `tilex explain`)
+    persistent: bool = False  # wgmma loop inside a top-level tile loop: the producer runs that loop too
 
     @property
     def nb(self) -> int:
@@ -194,7 +195,7 @@ class _Planner(Rewriter):
             if warps is not None and warps != bm // 16:
                 notes.append(f"WARPS={warps} ignored: wgmma takes one consumer warpgroup per 64 rows ({bm // 16} warps)")
             return MatmulPlan("wgmma", bm, bn, bk, fit, dt, products, bm // 16, 1, bm // 64 * 128, 128,
-                              ring(fit), "; ".join(notes))
+                              ring(fit), "; ".join(notes), persistent=s not in self.k.body.stmts)
         wm, wn = _warp_grid(bm, bn, warps, len(products))
         if warps is not None and wm * wn != warps:
             raise CompileError(f"WARPS={warps} cannot split the {bm}x{bn} accumulator of this loop into warp tiles of "
@@ -229,14 +230,22 @@ class _Planner(Rewriter):
         for p in products:
             if not p.b.kmajor and bn % SWIZZLE_ELEMS:
                 return f"a [K, N] operand needs BN a multiple of {SWIZZLE_ELEMS}"
-        if s not in self.k.body.stmts:
-            return "the loop is not at the top level of the kernel"
-        for st in self.k.body.stmts[: self.k.body.stmts.index(s)]:
-            # the producer warps run this code too, outside the threads the tile layouts are made for
-            if not (isinstance(st, A.Assign) and (not _has_tile(st.value) or st.name in {p.acc for p in products}
+        top = self.k.body.stmts
+        outer = next((o for o in top if isinstance(o, A.For) and not o.pipelined and o.plan is None
+                      and s in o.body.stmts), None)
+        if s not in top and outer is None:
+            return "the loop is not at the top level of the kernel, nor directly in a top-level tile loop"
+        accs = {p.acc for p in products}
+        # the producer warps run this code too, outside the threads the tile layouts are made for:
+        # scalars, and the accumulators' initial values (which they skip)
+        before = top[: top.index(s)] if outer is None else top[: top.index(outer)] + outer.body.stmts[: outer.body.stmts.index(s)]
+        for st in before:
+            if not (isinstance(st, A.Assign) and (not _has_tile(st.value) or st.name in accs
                                                   and isinstance(st.value, A.Call) and st.value.func in ("zeros", "full")
                                                   and not any(_has_tile(a) for a in st.value.args[1:]))):
                 return "statements before the loop do more than compute scalars and initialize the accumulators"
+        if outer is not None and (_has_tile(outer.start) or _has_tile(outer.stop) or _has_tile(outer.step)):
+            return "the tile loop's bounds are not scalars"
         return None
 
     def tma_pitch(self, tensor: str) -> str | None:

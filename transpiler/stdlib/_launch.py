@@ -310,6 +310,29 @@ def dtype_name_or_text(x) -> str:
     return _dtype_text(describe_array(x))
 
 
+def sm_count(x) -> int:
+    """Streaming multiprocessors of x's device (132, an H100/H200, for NumPy arrays); memoized per device."""
+    kind = kind_of(x)
+    if kind == "numpy":
+        return 132
+    index = x.device.index if kind == "torch" else x.device.id
+    return _sm_count(kind, 0 if index is None else int(index))
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(kind: str, index: int) -> int:
+    try:
+        if kind == "torch":
+            import torch
+
+            return int(torch.cuda.get_device_properties(index).multi_processor_count)
+        import cupy
+
+        return int(cupy.cuda.Device(index).attributes["MultiProcessorCount"])
+    except Exception:  # pragma: no cover - an odd device query; the default is fine
+        return 132
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 

@@ -95,21 +95,6 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     return o
 
 
-def _sm_count(x) -> int:
-    """Streaming multiprocessors of x's device (132, an H100/H200, for NumPy arrays)."""
-    kind = L.kind_of(x)
-    try:
-        if kind == "torch":
-            import torch
-
-            return int(torch.cuda.get_device_properties(x.device).multi_processor_count)
-        if kind == "cupy":
-            return int(x.device.attributes["MultiProcessorCount"])
-    except Exception:  # pragma: no cover - an odd device query; the default is fine
-        pass
-    return 132
-
-
 def decode_splits(batch: int, kv_heads: int, max_blocks: int, block_size: int, sm_count: int = 132) -> int:
     """How many shares each sequence's context is split into (flash-decoding).
 
@@ -169,7 +154,7 @@ def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | 
     if nb == 0 or maxb == 0:  # no cache at all: every sequence is empty
         o[...] = 0
         return o
-    ns = int(num_splits) if num_splits is not None else decode_splits(b, hkv, maxb, bs, _sm_count(q))
+    ns = int(num_splits) if num_splits is not None else decode_splits(b, hkv, maxb, bs, L.sm_count(q))
     if not 1 <= ns <= 1024:
         raise ValueError(f"num_splits must be in [1, 1024], got {ns}")
     table = L.contiguous(L.astype(block_table, "i32"))

@@ -19,6 +19,8 @@ _GATED_SKINNY = dict(BM=16, BN=32, BK=64, STAGES=6)
 
 
 _SPLITK = dict(BM=64, BN=256, BK=64, STAGES=4)  # `tilex tune` on an H200, M=16 N=13824 K=5120
+# large M without a bias: one block per SM walks the tiles (the ring refills during the epilogue)
+_PERSISTENT = True
 SMS = 132  # streaming multiprocessors of an H100/H200: enough tiles to fill them twice needs no split
 
 
@@ -113,6 +115,8 @@ def linear(x, weight, bias=None):
             kernel = "linear_bias" if bias is not None else "linear"
             default = _SPLITK if _decode_tiles(m, k, gpu) else _config(m, _SKINNY, _MEDIUM, _LARGE)
             cfg = _tuned(kernel, dt, m, n, k, default)
+            if kernel == "linear" and gpu and default is _LARGE and cfg == default and _PERSISTENT:
+                kernel, cfg = "linear_persistent", dict(_LARGE, PROGRAMS=L.sm_count(x2))
         else:
             kernel, cfg = "linear_any", dict(BM=64 if m > 16 else 16, BN=128 if m > 16 else 64, BK=32, STAGES=4)
             if bias is not None:
