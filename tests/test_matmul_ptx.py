@@ -27,7 +27,7 @@ def _ptx(tmp_path: Path, kernel: str, arch: str, gencode: list[str]) -> str:
     return (tmp_path / "k.ptx").read_text()
 
 
-@pytest.mark.parametrize("kernel", ["linear", "gated_mlp", "linear_bias"])
+@pytest.mark.parametrize("kernel", ["linear", "gated_mlp", "linear_bias", "linear_persistent"])
 def test_sm90a_uses_wgmma_and_tma(tmp_path, kernel):
     ptx = _ptx(tmp_path, kernel, "sm_90a", ["-gencode=arch=compute_90a,code=sm_90a"])
     for insn in ("wgmma.mma_async", "cp.async.bulk.tensor", "mbarrier.try_wait", "setmaxnreg"):
@@ -35,7 +35,7 @@ def test_sm90a_uses_wgmma_and_tma(tmp_path, kernel):
     assert "mma.sync" not in ptx
 
 
-@pytest.mark.parametrize("kernel,arch,gencode", [("linear", "sm_80", ["-arch=sm_80"]),
+@pytest.mark.parametrize("kernel,arch,gencode", [("linear", "sm_80", ["-arch=sm_80"]), ("linear_persistent", "sm_80", ["-arch=sm_80"]),
                                                  ("linear_any", "sm_90a", ["-gencode=arch=compute_90a,code=sm_90a"])])
 def test_mma_sync_path(tmp_path, kernel, arch, gencode):
     ptx = _ptx(tmp_path, kernel, arch, gencode)

@@ -352,3 +352,57 @@ def test_wgmma_says_when_warps_is_ignored():
     prog = compile_program(text, "linear.tile", Options(arch="sm_90a", kernel="linear"))
     loop = explain(prog)[0]["matmul_loops"][0]
     assert loop["strategy"] == "wgmma" and "WARPS=4 ignored" in loop["note"]
+
+
+# ---- persistent kernels: the wgmma loop directly in a top-level tile loop
+def persistent_src(pre_inner: str = "", epilogue: str = "        y[m : m + BM, n : n + BN] = acc * 2.0\n") -> str:
+    return ("kernel f<BM: int = 128, BN: int = 128, BK: int = 64, STAGES: int = 3, P: int = 4>(" + PARAMS + ")\n"
+            "    where K % 8 == 0 and N % 8 == 0\n"
+            "    grid (P,)\n{\n"
+            "    tn = cdiv(N, BN)\n"
+            "    for t in range(program_id(0), cdiv(M, BM) * tn, num_programs(0)) {\n"
+            "        m = t // tn * BM\n        n = t % tn * BN\n" + pre_inner
+            + "        acc = zeros(f32[BM, BN])\n"
+            "        for k in pipeline(0, K, BK, stages = STAGES) {\n"
+            f"            {PRODUCT}\n"
+            "        }\n" + epilogue + "    }\n}\n")
+
+
+def test_persistent_loop_plan_and_ring_region():
+    k = compiled(persistent_src())
+    outer, inner = loops(k)
+    assert outer.plan is None and inner.plan.strategy == "wgmma" and inner.plan.persistent
+    # the ring has a region of its own at the start of shared memory: epilogue scratch cannot overlap it
+    assert k.info.resident_bytes >= inner.plan.smem_bytes
+    assert k.info.smem_bytes >= k.info.resident_bytes
+    top = compiled(src(PRODUCT))
+    assert not loops(top)[0].plan.persistent and top.info.resident_bytes == 0
+
+
+def test_persistent_loop_code():
+    cuda = translate(persistent_src(), "t.tile", Options(arch="sm_90a")).cuda
+    # the producer walks the tile loop with the scalars only; the ring position carries across tiles
+    producer = cuda[cuda.index("// the producer warpgroup"): cuda.index("return;")]
+    assert "for (int t = " in producer and "int m = " in producer and "acc" not in producer
+    assert "tx_it += tx_trips;" in producer and "tilex_tma_load_2d" in producer
+    consumer = cuda[cuda.index("return;"):]
+    assert consumer.count("for (int t = ") == 1 and "float acc[" in consumer
+    # the last stage of each tile is handed back after wait_group 0
+    assert "tilex_mbar_arrive(&tx_empty[(tx_it + tx_trips - 1) % 3])" in consumer
+    assert "__launch_bounds__(384, 1)" in cuda
+
+
+@pytest.mark.parametrize("pre_inner,why", [
+    ("        t0 = x[m : m + BM, 0 : BK]\n",
+     "statements before the loop do more than compute scalars and initialize the accumulators"),
+])
+def test_persistent_loop_obstacles(pre_inner, why):
+    p = loops(compiled(persistent_src(pre_inner)))[1].plan
+    assert p.strategy == "mma" and p.why == why
+
+
+def test_loop_two_levels_down_is_not_persistent():
+    s = persistent_src().replace("        for k in", "        if M > 0 {\n        for k in").replace(
+        "        }\n        y[", "        }\n        }\n        y[")
+    p = [lp for lp in loops(compiled(s)) if lp.plan is not None][0].plan
+    assert p.strategy == "mma" and p.why == "the loop is not at the top level of the kernel, nor directly in a top-level tile loop"

@@ -1,7 +1,8 @@
 """linear (torch.nn.functional.linear) and the fused gated MLP, on stdlib_kernels/linear.tile.
 
 The wrapper picks the kernel and tile sizes: `linear` (TMA + wgmma on sm_90a; needs K % 8 == 0)
-with 128x256 tiles for large M and 64-row tiles for M <= 64; for decode (M <= 16) and skinny
+with 128x256 tiles for large M (as `linear_persistent`, one block per SM walking the tiles, when
+there is no bias) and 64-row tiles for M <= 64; for decode (M <= 16) and skinny
 M <= 64 shapes `linear_splitk` + `splitk_sum(_bias)`, which split K over the SMs to stream the
 weights; `linear_any` for other K (16-row mma.sync tiles at M <= 16 there and in the
 interpreter). A configuration stored by `tilex tune` for the shape's bucket overrides these defaults.
@@ -19,7 +20,8 @@ _GATED_SKINNY = dict(BM=16, BN=32, BK=64, STAGES=6)
 
 
 _SPLITK = dict(BM=64, BN=256, BK=64, STAGES=4)  # `tilex tune` on an H200, M=16 N=13824 K=5120
-# large M without a bias: one block per SM walks the tiles (the ring refills during the epilogue)
+# large M without a bias: one block per SM walks the tiles (the ring refills during the epilogue);
+# 1.01-1.03x the one-tile-per-block kernel on the H200 (benchmarks/bench_persistent.py, 2026-11-30)
 _PERSISTENT = True
 SMS = 132  # streaming multiprocessors of an H100/H200: enough tiles to fill them twice needs no split
 
