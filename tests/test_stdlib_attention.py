@@ -286,6 +286,9 @@ NVCC_VARIANTS = [
     ("attention_prefill", dict(T="f16", D=64, CAUSAL=False, BM=128, BN=64, WARPS=8)),
     ("attention_prefill", dict(T="f32", D=64, CAUSAL=True, BM=64, BN=64, WARPS=4)),
     ("attention_decode", dict(T="bf16", D=128, BS=16, GP=8, DIRECT=False, NSP=16, WARPS=4)),
+    # the wrapper's (GP >= 16: mma products, K/V gathered into shared memory by cp.async)
+    ("attention_decode", dict(T="bf16", D=128, BS=16, GP=16, BN=64, DIRECT=False, NSP=16, WARPS=4)),
+    ("attention_decode", dict(T="f16", D=64, BS=32, GP=16, BN=64, DIRECT=True, NSP=16, WARPS=4)),
     ("attention_decode", dict(T="f16", D=128, BS=32, GP=4, DIRECT=True, NSP=64, WARPS=8)),
     ("attention_decode", dict(T="f32", D=64, BS=16, GP=1, DIRECT=False, NSP=2, WARPS=4)),
 ]

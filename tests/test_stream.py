@@ -110,3 +110,54 @@ def test_no_streaming_inside_a_streamed_loop():
 def test_streamed_loop_reads_its_bounds_once():
     _, cuda = _loops(LOOP)
     assert "const int tx_lo = 0, tx_hi = S, tx_step = 64;" in cuda
+
+
+# ---- gathers: rows through an index tile (a paged KV cache), streamed with their indices re-evaluated
+GATHER = """
+kernel f<BN: int = 64, BS: int = 16, STAGES: int = 2, WARPS: int = 4>(q: bf16[16, 64], kc: bf16[NB, BS, 64], vc: bf16[NB, BS, 64], table: i32[MAXB],
+                                                       o: out f32[16, 64])
+    grid (1,)
+{
+    qt = q[0 : 16, 0 : 64]
+    acc = zeros(f32[16, 64])
+    hi = MAXB * BS
+    for n0 in pipeline(0, hi, BN, stages = STAGES) {
+        blk = where(arange(n0, n0 + BN) < hi, table[arange(n0, n0 + BN) // BS], -1)
+        row = arange(n0, n0 + BN) % BS
+        kt = kc[blk, row, 0 : 64]
+        vt = vc[blk, row, 0 : 64]
+        p = qt @ kt.T
+        acc += p.to(bf16) @ vt
+    }
+    o[0 : 16, 0 : 64] = acc
+}
+"""
+
+
+def test_gathered_tile_is_streamed_with_its_indices_substituted():
+    loops, cuda = _loops(GATHER)
+    assert [t.name for t in loops[0].stream] == ["kt", "vt"]
+    t = loops[0].stream[0]
+    assert t.gather is not None and t.copy_layout is not None
+    # the index tiles were substituted by their definitions (evaluated one iteration ahead in the copy)
+    from tilex.exprs import unparse
+    assert "blk" not in unparse(t.gather) and "table[" in unparse(t.gather)
+    assert cuda.count("tilex_gather_chunk16<tilex_bf16>(") == 6  # the first copy, then one per stage; k and v
+    assert "kt = kc[blk, row, 0 : 64]  (streamed above)" in cuda
+    # one table load per row a thread copies (64 rows of 8 chunks over 128 threads: 4 rows each), not per chunk
+    assert "[4];  // table[arange(n0, n0 + 64) // 16]" in cuda
+
+
+def test_gather_not_streamed_when_an_index_is_loop_carried():
+    src = GATHER.replace("    hi = MAXB * BS\n", "    hi = MAXB * BS\n    off = 0\n").replace(
+        "        row = arange(n0, n0 + BN) % BS\n", "        row = (arange(n0, n0 + BN) + off) % BS\n        off = off + 1\n")
+    loops, cuda = _loops(src)
+    assert loops[0].stream == () and "tilex_gather_chunk16" not in cuda
+
+
+def test_attention_decode_streams_gathered_k_and_v():
+    src = L.source("attention_decode", ())
+    loops, cuda = _loops(src, GP=16, BN=64, D=128)
+    split = [f for f in loops if f.stream]
+    assert [[t.name for t in f.stream] for f in split] == [["kt", "vt"]]
+    assert all(t.gather is not None for t in split[0].stream)

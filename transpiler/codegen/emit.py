@@ -249,6 +249,8 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
     def stream_copy(self, e: A.Index, t, dst: str) -> None:
         """cp.async of the [rows, cols] tile `e` (slices on one axis and the tensor's last) into
         shared memory at `dst` (rows of t.ld elements); rows outside the tensor become 0."""
+        if t.gather is not None:
+            return self.gather_copy(t.gather, t, dst)
         name, axes = self.index_axes(e)
         dt = e.ty.dtype
         S = storage(dt)
@@ -268,6 +270,41 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
                   f"reinterpret_cast<{S}*>({dst}), {name} + (tx_ok ? {base} : 0), (long long)({r0}), (long long)({c0}), "
                   f"tx_ok ? (long long){self.dim(name, rax)} : 0, (long long){self.dim(name, cax)}, "
                   f"(long long){self.stride(name, rax) or 1}); }}")
+
+    def gather_copy(self, e: A.Index, t, dst: str) -> None:
+        """cp.async of the gathered [rows, cols] tile `e` (index tiles on the leading axes, a slice of
+        the last) into shared memory at `dst`, 16 bytes per copy, in the blocked layout t.copy_layout:
+        each thread evaluates the indices of the rows it copies; a row whose index is outside the
+        tensor becomes 0 (zero-fill), as does a chunk past the last column."""
+        name, axes = self.index_axes(e)
+        layout = t.copy_layout
+        rows = layout.axes(0)
+        S = storage(e.ty.dtype)
+        self.helpers |= {"tilex_mma.cuh", "tilex_gather.cuh"}
+        lines, terms, oks = [], [], []
+        col = None
+        for ax, item in axes:
+            iv = f"tx_i{ax}"
+            if isinstance(item, A.Slice):
+                start = self.scalar(item.start) if item.start is not None else "0"
+                lines.append(f"const long long {iv} = (long long)({start}) + ({layout.coord(1, 'tx_s')});")
+                col = iv
+            elif item.ty.shape:
+                lines.append(f"const long long {iv} = (long long)({self.tile(item, rows)});")
+                oks.append(f"(unsigned long long){iv} < (unsigned long long){self.dim(name, ax)}")
+            else:
+                lines.append(f"const long long {iv} = (long long)({self.scalar(item)});")
+                oks.append(f"(unsigned long long){iv} < (unsigned long long){self.dim(name, ax)}")
+            st = self.stride(name, ax)
+            terms.append(f"{iv} * {st}" if st else iv)
+        last = len(self.tensors[name].type.dims) - 1
+        ok = " && ".join(oks) or "true"
+        off = " + ".join(terms)
+        vec = layout.root.vec
+        assert vec == 8 and layout.digits[-1] == layout.root.vec_digit, "a gathered copy moves 16-byte chunks"
+        lines.append(f"tilex_gather_chunk16<{S}>(reinterpret_cast<{S}*>({dst}) + ({layout.coord(0, 'tx_s')}) * {t.ld} "
+                     f"+ ({layout.coord(1, 'tx_s')}), {name}, {ok} ? {off} : 0, {ok}, (long long){self.dim(name, last)} - {col});")
+        self.unrolled(layout.slots, " ".join(lines), step=vec)
 
     def stmt_If(self, s: A.If) -> None:
         self.emit(f"if ({self.scalar(s.cond)}) {{")

@@ -14,6 +14,7 @@ pipeline loop copies into shared memory one iteration ahead (StreamTile, see str
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .. import ast as A
 from ..builtins import FUNCTIONS
@@ -47,6 +48,11 @@ class StreamTile:
     ld: int
     offset: int
     stage_bytes: int
+    # a gather (`k_cache[blk, row, h, 0 : D]` with index tiles [rows]): the load with the loop's
+    # definitions of its index names substituted (so it can be evaluated one iteration ahead),
+    # its index tiles laid out for `copy_layout`, the blocked [rows, cols] layout of the copy
+    gather: Any = None
+    copy_layout: Any = None
 
 
 @dataclass
@@ -106,6 +112,14 @@ def _threads(k: A.Kernel) -> int:
     while t < 256 and t * 8 < sizes.biggest:
         t *= 2
     return t
+
+
+def _replace_names(e, table: dict):
+    """`e` with every Name in `table` replaced by its expression (typed AST in, typed AST out)."""
+    class _R(Rewriter):
+        def visit_Name(self, n):
+            return table.get(n.id, n)
+    return _R().visit(e)
 
 
 def _ring_what(p) -> str:
@@ -265,7 +279,7 @@ class _Memory(Rewriter):
             if len(slices) != 2 or slices[1] != last or len(v.items) != last + 1:
                 return False
             if any(not isinstance(it, A.Slice) and it.ty.shape for it in v.items):
-                return False  # a gather
+                return False  # a gather: gather_load
             if v.ty.shape[1] % 8:
                 return False
             names: set = set()
@@ -276,6 +290,56 @@ class _Memory(Rewriter):
             for it in v.items:
                 _N().walk(it)
             return not (names & (changing - {loop_var}))
+
+        def gather_load(v, loop, changing):
+            """`v` with the loop's definitions of its index names substituted, if `v` is a gather of a
+            [rows, cols] tile (index tiles of shape [rows] on the leading axes, scalars, and a slice
+            of the tensor's last axis) whose indices depend only on the loop variable and values
+            the loop does not change; else None."""
+            if not (isinstance(v, A.Index) and isinstance(v.base, A.Name) and v.base.ty.what == "tensor"):
+                return None
+            if v.kwargs or v.ty.dtype not in (DType.BF16, DType.F16) or len(v.ty.shape) != 2:
+                return None
+            rows, cols = v.ty.shape
+            last = len(v.base.ty.shape) - 1
+            if len(v.items) != last + 1 or not isinstance(v.items[last], A.Slice) or cols % 8:
+                return None
+            lead = v.items[:last]
+            if any(isinstance(it, A.Slice) for it in lead):
+                return None
+            if not any(it.ty.shape for it in lead) or any(tuple(it.ty.shape) not in ((), (rows,)) for it in lead):
+                return None
+            defs = {st.name: st.value for st in loop.body.stmts if isinstance(st, A.Assign)}
+            local = changing - {loop.var}
+
+            def subst(e, depth=0):
+                if depth > 16:
+                    return None
+                names: set = set()
+
+                class _N(Walker):
+                    def on_Name(self, n):
+                        names.add(n.id)
+                _N().walk(e)
+                bad = names & local
+                if not bad:
+                    return e
+                if any(n not in defs or assigned_count(loop.body, n) != 1 for n in bad):
+                    return None
+                e = _replace_names(e, {n: defs[n] for n in bad})
+                return subst(e, depth + 1)
+
+            items = []
+            for it in v.items:
+                it2 = subst(it) if not isinstance(it, A.Slice) else it
+                if it2 is None:
+                    return None
+                if isinstance(it, A.Slice):
+                    for part in (it.start, it.stop):
+                        if part is not None and subst(part) is not part:
+                            return None
+                items.append(it2)
+            return replace(v, items=tuple(items))
 
         def operand_uses(block, name) -> tuple[int, bool]:
             """(reads as an mma right operand, any other read)."""
@@ -346,8 +410,11 @@ class _Memory(Rewriter):
                 changing = assigned(f.body)
                 tiles = []
                 for st in f.body.stmts:
+                    gather = None
                     if not (isinstance(st, A.Assign) and eligible_load(st.value, f.var, changing)):
-                        continue
+                        gather = gather_load(st.value, f, changing) if isinstance(st, A.Assign) else None
+                        if gather is None:
+                            continue
                     if st.value.base.id in stored:
                         continue
                     # a per-iteration value: assigned once, before any read in this body, and not
@@ -362,7 +429,13 @@ class _Memory(Rewriter):
                     rows, cols = st.value.ty.shape
                     ld = cols + MATMUL_PAD
                     stage = (rows * ld * st.value.ty.dtype.itemsize + 15) // 16 * 16
-                    tiles.append(StreamTile(st.name, rows, cols, ld, 0, stage))
+                    copy = None
+                    if gather is not None:  # index tiles in the rows layout of a blocked copy of the tile
+                        copy = mem.canon((rows, cols))
+                        row_view = copy.axes(0).compact()  # a slot per row a thread copies
+                        gather = replace(gather, items=tuple(
+                            mem.assign(it, row_view) if it.ty.shape else it for it in gather.items))
+                    tiles.append(StreamTile(st.name, rows, cols, ld, 0, stage, gather, copy))
                 if tiles:
                     out[id(f)] = tuple(tiles)
                     spans.append(f.span)
