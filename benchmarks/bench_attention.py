@@ -237,7 +237,8 @@ def run_decode(shape, sweep, results, failures):
     best = None
     runs = [(None, None)]
     if sweep:
-        runs += [(None, dict(WARPS=w)) for w in (2, 8)] + [(x, None) for x in DECODE_SPLITS]
+        runs += [(None, dict(WARPS=w, BN=bn, STAGES=st)) for w in (4, 8) for bn in (32, 64, 128) for st in (1, 2)
+                 if (w, bn) != (4, 64)] + [(None, dict(STAGES=1))] + [(x, None) for x in DECODE_SPLITS]
     for ns, cfg in runs:
         label = "auto" if ns is None else f"splits={ns}"
         if ns is None:

@@ -21,6 +21,7 @@ import statistics
 SHAPES = [  # (M, K, N): Qwen2.5-14B decode projections and the LM head
     (1, 5120, 27648), (1, 5120, 7168), (1, 5120, 5120), (1, 13824, 5120), (1, 5120, 152064),
     (16, 5120, 27648), (16, 13824, 5120),
+    (1, 5120, 13824), (16, 5120, 13824),  # issue 3's decode shapes (0.91-0.95x cuBLAS with S = 2 on 108 blocks)
 ]
 GATED = [(1, 5120, 13824), (16, 5120, 13824)]  # (M, K, intermediate): the decode MLP's gate/up half
 
@@ -90,7 +91,7 @@ def main(argv=None) -> int:
         split_path = lin._use_split_kernels(m, n, k)
         paths["linear 64x256" + ("" if split_path else " (wrapper)")] = lambda w: L.run(wide, "linear", x, w, y)
         split = L.load("linear", T="bf16", **lin._SPLITK)
-        for s in sorted({1, 2, 4, lin._splits(m, n, k), 8}):
+        for s in sorted({1, 2, 3, 4, 5, lin._splits(m, n, k), 8}):
             if k // s < lin._SPLITK["BK"]:
                 continue
             part = torch.empty(s, m, n, device="cuda", dtype=torch.float32)
@@ -99,9 +100,9 @@ def main(argv=None) -> int:
                 L.run(split, "linear_splitk", x, w, part)
                 L.run(split, "splitk_sum", part, y)
             paths[f"splitk S={s}" + (" (wrapper)" if split_path and s == lin._splits(m, n, k) else "")] = run
-        if n <= 8192:  # narrow projections: 128-wide tiles give twice the tiles, so fewer K shares
+        if n <= 16384:  # narrow projections: 128-wide tiles give twice the tiles, so fewer K shares
             narrow = L.load("linear", T="bf16", BM=64, BN=128, BK=64, STAGES=6)
-            for s in (2, 3, 4):
+            for s in (1, 2, 3, 4):
                 part = torch.empty(s, m, n, device="cuda", dtype=torch.float32)
 
                 def run(w, part=part):

@@ -6,7 +6,9 @@
 #   OUT=out bash benchmarks/gpu_todo.sh llm       # LLM GPU tests, Qwen2.5-14B check, LLM benchmark vs transformers, 8B checks
 #   OUT=out bash benchmarks/gpu_todo.sh profile   # ncu on the kernels that miss their targets
 #   OUT=out bash benchmarks/gpu_todo.sh tune      # `tilex tune` over the memory-bound library kernels' tile parameters
-#   OUT=out bash benchmarks/gpu_todo.sh fuse      # branch decode-fuse: its GPU tests, then decode with and without the fusions
+#   OUT=out bash benchmarks/gpu_todo.sh fuse      # the decode fusions' GPU tests, then decode with and without them
+#   OUT=out bash benchmarks/gpu_todo.sh next      # experiments prepared without a GPU: decode split-K factors,
+#                                                 # decode attention tiles (see the case for predictions)
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TILEX_CACHE_DIR=${TILEX_CACHE_DIR:-$PWD/.tilex-cache}
@@ -62,5 +64,11 @@ PY
     done
     timeout 120 python3 examples/llm/run.py --config qwen2.5-14b --random-weights --prompt-ids "$P" --max-new-tokens 4 --profile \
         > "$OUT/run_profile_fuse.log" 2>&1; grep -A14 "^decode:" "$OUT/run_profile_fuse.log" ;;
-  *) echo "usage: $0 tests|bench|llm|profile|tune|fuse"; exit 2 ;;
+  next)
+    # 1. decode split-K factors for issue 3's M = 1, 16 x N 13824 shapes (S = 2 runs 108 blocks on 132 SMs)
+    timeout 200 python3 benchmarks/bench_decode_paths.py --json "$OUT/decode_paths.json" 2>&1 | tee "$OUT/decode_paths.log" | tail -30
+    # 2. decode attention tiles (WARPS x BN x STAGES) at B16 ctx4096; predicted: BN=128 or WARPS=8 with streaming beat
+    #    the default (more KV bytes in flight per block)
+    timeout 200 python3 benchmarks/bench_attention.py --quick --only decode --json "$OUT/bench_attention.json" 2>&1 | tail -30 ;;
+  *) echo "usage: $0 tests|bench|llm|profile|tune|fuse|next"; exit 2 ;;
 esac
