@@ -12,7 +12,7 @@ from __future__ import annotations
 from .. import ast as A
 from ..exprs import unparse, unparse_stmt
 from ..layout import Fragment, Layout
-from ..passes.plan_matmul import SWIZZLE_ELEMS, MatmulPlan, _has_tile, mma_stage
+from ..passes.plan_matmul import SWIZZLE_ELEMS, MatmulPlan, has_tile, mma_stage
 from ..spec import TmaMap
 from ..targets import MATMUL_PAD
 from ..types import DType
@@ -186,7 +186,7 @@ class MatmulEmission:
         self.depth += 1
         self.declared.append({outer.var})
         for st in before:
-            if not (isinstance(st, A.Assign) and not _has_tile(st.value)):
+            if not (isinstance(st, A.Assign) and not has_tile(st.value)):
                 continue  # the accumulators' initial values: consumer registers
             self.stmt(st)
         lines(parts.trips(c))

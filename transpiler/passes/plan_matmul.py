@@ -240,11 +240,11 @@ class _Planner(Rewriter):
         # scalars, and the accumulators' initial values (which they skip)
         before = top[: top.index(s)] if outer is None else top[: top.index(outer)] + outer.body.stmts[: outer.body.stmts.index(s)]
         for st in before:
-            if not (isinstance(st, A.Assign) and (not _has_tile(st.value) or st.name in accs
+            if not (isinstance(st, A.Assign) and (not has_tile(st.value) or st.name in accs
                                                   and isinstance(st.value, A.Call) and st.value.func in ("zeros", "full")
-                                                  and not any(_has_tile(a) for a in st.value.args[1:]))):
+                                                  and not any(has_tile(a) for a in st.value.args[1:]))):
                 return "statements before the loop do more than compute scalars and initialize the accumulators"
-        if outer is not None and (_has_tile(outer.start) or _has_tile(outer.stop) or _has_tile(outer.step)):
+        if outer is not None and (has_tile(outer.start) or has_tile(outer.stop) or has_tile(outer.step)):
             return "the tile loop's bounds are not scalars"
         return None
 
@@ -292,13 +292,13 @@ def _deepest_ring(stages: int, nbytes, limit: int) -> int:
     return stages
 
 
-def _has_tile(e) -> bool:
+def has_tile(e) -> bool:
     """True if `e` or any expression below it is a tile (computed over the block's threads)."""
     if not isinstance(e, A.Expr):
         return False
     if e.ty is not None and e.ty.what == "value" and e.ty.shape:
         return True
-    return any(_has_tile(c) for c in e.children())
+    return any(has_tile(c) for c in e.children())
 
 
 def _is_acc(e: A.Expr, name: str) -> bool:
