@@ -406,3 +406,48 @@ def test_loop_two_levels_down_is_not_persistent():
         "        }\n        y[", "        }\n        }\n        y[")
     p = [lp for lp in loops(compiled(s)) if lp.plan is not None][0].plan
     assert p.strategy == "mma" and p.why == "the loop is not at the top level of the kernel, nor directly in a top-level tile loop"
+
+
+
+def test_persistent_needs_the_producers_names_before_the_main_loop():
+    """A name the loads read that the epilogue updates: the producer would never see the update."""
+    src = persistent_src(epilogue="        y[m : m + BM, n : n + BN] = acc\n        if n + BN >= N {\n            m = m + BM\n        }\n")
+    src = src.replace("        m = t // tn * BM\n", "").replace("    tn = cdiv(N, BN)\n", "    tn = cdiv(N, BN)\n    m = 0\n")
+    p = loops(compiled(src))[1].plan
+    assert p.strategy == "mma" and "the loads read 'm'" in p.why
+
+
+def test_persistent_producer_reads_no_tensor_the_kernel_writes():
+    src = persistent_src(pre_inner="        r = s[0, 0].to(i32)\n",
+                         epilogue="        y[m : m + BM, n : n + BN] = acc\n").replace(
+        "        m = t // tn * BM\n", "        m = t // tn * BM + r * 0\n", 1)
+    # reorder: r must come before m reads it
+    src = src.replace("        m = t // tn * BM + r * 0\n        n = t % tn * BN\n        r = s[0, 0].to(i32)\n",
+                      "        r = s[0, 0].to(i32)\n        m = t // tn * BM + r * 0\n        n = t % tn * BN\n")
+    assert loops(compiled(src))[1].plan.strategy == "wgmma"  # s is only read
+    written = src.replace("y: out f32[M, N]", "y: out f32[M, N]").replace(
+        "        y[m : m + BM, n : n + BN] = acc\n", "        y[m : m + BM, n : n + BN] = acc\n        s[0, 0] = 1.0\n")
+    written = written.replace("s: f32[R, 1024]", "s: out f32[R, 1024]")
+    p = loops(compiled(written))[1].plan
+    assert p.strategy == "mma" and "reads a tensor the kernel writes" in p.why
+
+
+def test_persistent_second_matmul_loop_is_placed_after_the_ring():
+    body2 = ("        acc2 = zeros(f32[BM, BN])\n        for k in pipeline(0, K, BK, stages = STAGES) {\n"
+             "            acc2 += x[m : m + BM, k : k + BK] @ w2[n : n + BN, k : k + BK].T\n        }\n"
+             "        y[m : m + BM, n : n + BN] = acc * acc2\n")
+    k = compiled(persistent_src(epilogue=body2))
+    ring = k.info.resident_bytes
+    assert ring > 0 and [lp.plan.strategy for lp in loops(k) if lp.plan] == ["wgmma", "mma"]
+    cuda = translate(persistent_src(epilogue=body2), "t.tile", Options(arch="sm_90a")).cuda
+    assert f"tx_ra = reinterpret_cast<tilex_bf16*>((tilex_smem + {ring}))" in cuda
+
+
+def test_persistent_ring_gets_shallower_for_the_epilogues_scratch():
+    """A transposed store needs a [BN, BM] conversion through shared memory on top of the ring's region."""
+    src = persistent_src(epilogue="        yt[n : n + BN, m : m + BM] = acc.T.to(bf16)\n").replace(
+        "y: out f32[M, N]", "y: out f32[M, N], yt: out bf16[N, M]")
+    k = compiled(src, BN=256, STAGES=4)
+    p = loops(k)[1].plan
+    assert p.strategy == "wgmma" and p.stages < 4 and "do not fit with the epilogue's shared memory" in p.why
+    assert k.info.smem_bytes <= k.info.smem_limit

@@ -161,3 +161,47 @@ def test_attention_decode_streams_gathered_k_and_v():
     split = [f for f in loops if f.stream]
     assert [[t.name for t in f.stream] for f in split] == [["kt", "vt"]]
     assert all(t.gather is not None for t in split[0].stream)
+
+
+
+# ---- gathers the copy must not stream (review of the first version, each a reproducer)
+def _gather_variant(body_before_kt: str, pre: str = "", slice_: str = "0 : 64") -> str:
+    return ("kernel f<BN: int = 64, BS: int = 16, STAGES: int = 2, WARPS: int = 4>(q: bf16[16, 64], kc: bf16[NB, BS, 64], "
+            "table: out i32[MAXB], o: out f32[16, BN], s: i32)\n    grid (1,)\n{\n"
+            "    qt = q[0 : 16, 0 : 64]\n    acc = zeros(f32[16, BN])\n    hi = MAXB * BS\n" + pre +
+            "    for n0 in pipeline(0, hi, BN, stages = STAGES) {\n" + body_before_kt +
+            f"        kt = kc[blk, row, {slice_}]\n        acc += qt @ kt.T\n" + "{after}" +
+            "    }\n    o[0 : 16, 0 : BN] = acc\n}\n")
+
+
+ROW = "        row = arange(n0, n0 + BN) % BS\n"
+
+
+@pytest.mark.parametrize("src, why", [
+    # blk defined after the gather: the load reads the previous iteration's (or the pre-loop) value
+    (_gather_variant(ROW, pre="    blk = table[arange(0, BN) // BS]\n").replace(
+        "{after}", "        blk = table[arange(n0 + BN, n0 + 2 * BN) // BS]\n"), "defined after the use"),
+    # blk's definition reads a name the body assigns after it (its value is the previous iteration's)
+    (_gather_variant("        blk = table[arange(base, base + BN) // BS]\n" + ROW, pre="    base = 0\n").replace(
+        "{after}", "        base = n0 + BN\n"), "input defined after"),
+    # a tile computed before the loop (its layout is not the copy's)
+    (_gather_variant("        blk = table[(n0 + offs) // BS]\n        row = (n0 + offs) % BS\n",
+                     pre="    offs = arange(0, BN)\n").replace("{after}", ""), "loop-invariant tile"),
+    # the index tensor is written by the kernel: a copy one iteration ahead could read a stale index
+    (_gather_variant("        blk = table[arange(n0, n0 + BN) // BS]\n" + ROW).replace(
+        "{after}", "        table[0] = n0\n"), "index tensor written"),
+])
+def test_gather_not_streamed(src, why):
+    loops, cuda = _loops(src.replace("table: out i32[MAXB]", "table: out i32[MAXB]" if "table[0] =" in src
+                                     else "table: i32[MAXB]"))
+    assert loops[0].stream == () and "tilex_gather_chunk16" not in cuda, why
+
+
+def test_gather_with_a_negative_column_start_masks_columns_below_zero():
+    src = _gather_variant("        blk = table[arange(n0, n0 + BN) // BS]\n" + ROW, slice_="s : s + 64").replace(
+        "{after}", "").replace("table: out i32[MAXB]", "table: i32[MAXB]")
+    loops, cuda = _loops(src)
+    assert [t.name for t in loops[0].stream] == ["kt"]
+    # the helper gets the column and the row length: cp.async only for whole chunks at col >= 0
+    assert "tilex_gather_chunk16<tilex_bf16>(" in cuda and ", tx_i2, (long long)64);" in cuda
+    assert "col >= 0 && col + 8 <= ncols" in cuda

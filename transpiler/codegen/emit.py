@@ -303,7 +303,7 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         vec = layout.root.vec
         assert vec == 8 and layout.digits[-1] == layout.root.vec_digit, "a gathered copy moves 16-byte chunks"
         lines.append(f"tilex_gather_chunk16<{S}>(reinterpret_cast<{S}*>({dst}) + ({layout.coord(0, 'tx_s')}) * {t.ld} "
-                     f"+ ({layout.coord(1, 'tx_s')}), {name}, {ok} ? {off} : 0, {ok}, (long long){self.dim(name, last)} - {col});")
+                     f"+ ({layout.coord(1, 'tx_s')}), {name}, {ok} ? {off} : 0, {ok}, {col}, (long long){self.dim(name, last)});")
         self.unrolled(layout.slots, " ".join(lines), step=vec)
 
     def stmt_If(self, s: A.If) -> None:

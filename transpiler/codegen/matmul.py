@@ -83,7 +83,7 @@ def render_mma(em, s, plan: MatmulPlan) -> dict:
     ctx = dict(text=_text(s), stages=plan.stages, bm=plan.bm, bn=plan.bn, bk=plan.bk, S=plan.dtype.ctype,
                warps_m=plan.warps_m, warps_n=plan.warps_n, wm=wm, wn=wn, rm=wm // 16, rn=wn // 8,
                lda=lda, ldb=ldb, a_stage=a_stage, b_stage=b_stage, kmajor_b=kmajor_b,
-               threads=plan.consumers, products=products, var=s.var,
+               threads=plan.consumers, products=products, var=s.var, smem=em.smem,
                start=em.scalar(s.start), stop=em.scalar(s.stop), step=em.scalar(s.step),
                a=dict(tensor=a.tensor, rows=em.scalar(a.rows), k=em.scalar(a.k),
                       nrows=em.dim(a.tensor, 0), ncols=em.dim(a.tensor, 1)))

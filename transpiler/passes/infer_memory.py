@@ -77,12 +77,44 @@ def infer_memory(program: A.Program, arch: str = "sm_90a") -> A.Program:
 
 
 def _kernel_memory(k: A.Kernel, arch: str) -> A.Kernel:
-    """Two runs when a loop-carried variable is updated in a tensor-core layout: the second creates it there."""
-    first = _Memory(k, arch)
-    out = first.run(check_budget=False)  # the second run's layouts may not need all of this run's memory
-    if not first.prefer:
-        return first.check_budget(out)
-    return _Memory(k, arch, first.prefer).run()
+    """Two runs when a loop-carried variable is updated in a tensor-core layout: the second creates it there.
+    A persistent kernel whose ring and epilogue scratch do not fit together gets a shallower ring."""
+    while True:
+        mem = _Memory(k, arch)
+        out = mem.run(check_budget=False)  # the second run's layouts may not need all of this run's memory
+        if mem.prefer:
+            mem = _Memory(k, arch, mem.prefer)
+            out = mem.run(check_budget=False)
+        if out.info.smem_bytes <= mem.limit:
+            return out
+        shallower = _shallower_persistent_ring(k)
+        if shallower is None:
+            return mem.check_budget(out)
+        k = shallower
+
+
+def _shallower_persistent_ring(k: A.Kernel) -> A.Kernel | None:
+    """`k` with one stage fewer in its persistent wgmma ring (the ring is a region of its own, so
+    epilogue scratch adds to it), or None when there is none deeper than 2 stages."""
+    changed = []
+
+    class _R(Rewriter):
+        def visit_For(self, f):
+            body = self.visit(f.body)
+            p = f.plan
+            if p is not None and p.persistent and p.stages > 2:
+                per = (p.smem_bytes - 1024) // p.stages  # a stage and its two mbarriers
+                tag = " stages do not fit with the epilogue's shared memory: using "
+                kept = [x for x in p.why.split("; ") if x and tag not in x]
+                first = next((int(x.split()[0]) for x in p.why.split("; ") if tag in x), p.stages)
+                note = f"{first}{tag}{p.stages - 1}"
+                plan = replace(p, stages=p.stages - 1, smem_bytes=(p.stages - 1) * per + 1024,
+                               why="; ".join(kept + [note]))
+                changed.append(plan)
+                return replace(f, body=body, plan=plan)
+            return replace(f, body=body) if body is not f.body else f
+    out = _R().visit(k.body)
+    return replace(k, body=out) if changed else None
 
 
 def _plans(k: A.Kernel) -> list:
@@ -112,6 +144,22 @@ def _threads(k: A.Kernel) -> int:
     while t < 256 and t * 8 < sizes.biggest:
         t *= 2
     return t
+
+
+def _name_nodes(e) -> list:
+    """Every Name node under `e` (an expression or a tuple of them)."""
+    out: list = []
+
+    class _N(Walker):
+        def on_Name(self, n):
+            out.append(n)
+    for x in (e if isinstance(e, tuple) else (e,)):
+        _N().walk(x)
+    return out
+
+
+def _names_in(e) -> set:
+    return {n.id for n in _name_nodes(e)}
 
 
 def _replace_names(e, table: dict):
@@ -291,11 +339,12 @@ class _Memory(Rewriter):
                 _N().walk(it)
             return not (names & (changing - {loop_var}))
 
-        def gather_load(v, loop, changing):
-            """`v` with the loop's definitions of its index names substituted, if `v` is a gather of a
-            [rows, cols] tile (index tiles of shape [rows] on the leading axes, scalars, and a slice
-            of the tensor's last axis) whose indices depend only on the loop variable and values
-            the loop does not change; else None."""
+        def gather_load(v, loop, changing, at):
+            """`v` with the loop's definitions of its index names substituted, if `v` (statement `at` of
+            the loop body) is a gather of a [rows, cols] tile (index tiles of shape [rows] on the
+            leading axes, scalars, and a slice of the tensor's last axis) whose indices depend only on
+            the loop variable, values the loop does not change, and names the body defines once,
+            before their first read and before `at`; else None."""
             if not (isinstance(v, A.Index) and isinstance(v.base, A.Name) and v.base.ty.what == "tensor"):
                 return None
             if v.kwargs or v.ty.dtype not in (DType.BF16, DType.F16) or len(v.ty.shape) != 2:
@@ -309,36 +358,51 @@ class _Memory(Rewriter):
                 return None
             if not any(it.ty.shape for it in lead) or any(tuple(it.ty.shape) not in ((), (rows,)) for it in lead):
                 return None
-            defs = {st.name: st.value for st in loop.body.stmts if isinstance(st, A.Assign)}
+            stmts = loop.body.stmts
+            where_at = {}
+            for i, st in enumerate(stmts):
+                if isinstance(st, A.Assign):
+                    where_at.setdefault(st.name, []).append(i)
             local = changing - {loop.var}
 
-            def subst(e, depth=0):
+            def subst(e, pos, depth=0):
                 if depth > 16:
                     return None
-                names: set = set()
-
-                class _N(Walker):
-                    def on_Name(self, n):
-                        names.add(n.id)
-                _N().walk(e)
-                bad = names & local
-                if not bad:
-                    return e
-                if any(n not in defs or assigned_count(loop.body, n) != 1 for n in bad):
-                    return None
-                e = _replace_names(e, {n: defs[n] for n in bad})
-                return subst(e, depth + 1)
+                bad = _names_in(e) & local
+                table = {}
+                for n in bad:
+                    at_n = where_at.get(n, [])
+                    # one definition, at the top of the body, before this use, and before any read of n
+                    # in the body (a read before it would see the previous iteration's value)
+                    if len(at_n) != 1 or assigned_count(loop.body, n) != 1 or at_n[0] >= pos or not local_to(loop, n):
+                        return None
+                    val = subst(stmts[at_n[0]].value, at_n[0], depth + 1)
+                    if val is None:
+                        return None
+                    table[n] = val
+                return _replace_names(e, table) if table else e
 
             items = []
             for it in v.items:
-                it2 = subst(it) if not isinstance(it, A.Slice) else it
-                if it2 is None:
-                    return None
                 if isinstance(it, A.Slice):
                     for part in (it.start, it.stop):
-                        if part is not None and subst(part) is not part:
+                        if part is not None and _names_in(part) & local:
                             return None
+                    items.append(it)
+                    continue
+                it2 = subst(it, at)
+                if it2 is None:
+                    return None
                 items.append(it2)
+            # what is left must be evaluable by any thread one iteration ahead: scalars and tensors no
+            # statement writes, not tiles computed before the loop (their layouts are not the copy's)
+            for n in _name_nodes(tuple(items[:last])):
+                if n.id == loop.var:
+                    continue
+                if n.ty.what == "tensor" and n.id in stored:
+                    return None
+                if n.ty.what != "tensor" and n.ty.shape:
+                    return None
             return replace(v, items=tuple(items))
 
         def operand_uses(block, name) -> tuple[int, bool]:
@@ -409,10 +473,10 @@ class _Memory(Rewriter):
                     return None
                 changing = assigned(f.body)
                 tiles = []
-                for st in f.body.stmts:
+                for at, st in enumerate(f.body.stmts):
                     gather = None
                     if not (isinstance(st, A.Assign) and eligible_load(st.value, f.var, changing)):
-                        gather = gather_load(st.value, f, changing) if isinstance(st, A.Assign) else None
+                        gather = gather_load(st.value, f, changing, at) if isinstance(st, A.Assign) else None
                         if gather is None:
                             continue
                     if st.value.base.id in stored:
@@ -486,9 +550,12 @@ class _Memory(Rewriter):
         info = k.info
         if info.smem_bytes > self.limit:
             worst = max(info.uses, key=lambda u: u.bytes)
+            notes = ("use smaller tiles (lower the compile-time parameters with -D)",)
+            if info.resident_bytes and worst.bytes < info.smem_bytes:
+                notes = (f"in all the kernel needs {info.smem_bytes} bytes: {info.resident_bytes} kept for the whole "
+                         f"kernel and {info.smem_bytes - info.resident_bytes} for one operation at a time",) + notes
             raise CompileError(f"{worst.what} needs {worst.bytes} bytes of shared memory; the target allows {self.limit} per block",
-                               worst.span,
-                               ("use smaller tiles (lower the compile-time parameters with -D)",))
+                               worst.span, notes)
         return k
 
     def canon(self, shape) -> Layout:

@@ -35,7 +35,7 @@ from ..diagnostics import CompileError
 from ..exprs import mentions, unparse
 from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, WGMMA_ARCHS, smem_limit
 from ..types import DType
-from .base import Rewriter
+from .base import Rewriter, Walker
 
 SWIZZLE_ELEMS = 64  # a 128-byte swizzled TMA box row of 2-byte elements
 
@@ -244,8 +244,62 @@ class _Planner(Rewriter):
                                                   and isinstance(st.value, A.Call) and st.value.func in ("zeros", "full")
                                                   and not any(has_tile(a) for a in st.value.args[1:]))):
                 return "statements before the loop do more than compute scalars and initialize the accumulators"
-        if outer is not None and (has_tile(outer.start) or has_tile(outer.stop) or has_tile(outer.step)):
-            return "the tile loop's bounds are not scalars"
+        if outer is not None:
+            if has_tile(outer.start) or has_tile(outer.stop) or has_tile(outer.step):
+                return "the tile loop's bounds are not scalars"
+            why = self.producer_view(outer, s, products, before)
+            if why:
+                return why
+        return None
+
+    def producer_view(self, outer: A.For, s: A.For, products, before) -> str | None:
+        """In a persistent kernel the producer warpgroup runs the tile loop with only the scalar
+        statements before the main loop, one tile ahead of the consumers: every name it reads must
+        get its value there (not from the epilogue), and no tensor it reads may be written."""
+        reads: set = set()
+
+        def add(e):
+            if e is not None:
+                reads.update(_names(e))
+        for e in (outer.start, outer.stop, outer.step, s.start, s.stop, s.step):
+            add(e)
+        for p in products:
+            for op in (p.a, p.b):
+                add(op.rows)
+                add(op.k)
+        reads.discard(s.var)
+        inner_before = outer.body.stmts[: outer.body.stmts.index(s)]
+        for st in reversed(inner_before):
+            if isinstance(st, A.Assign) and st.name in reads:
+                add(st.value)
+        assigned: dict = {}
+
+        class _Assigned(Walker):
+            def on_Assign(self, st):
+                assigned.setdefault(st.name, []).append(st)
+
+            def on_For(self, f):
+                assigned.setdefault(f.var, []).append(f)
+        _Assigned().walk(outer.body)
+        for name in sorted(reads & set(assigned)):
+            sts = assigned[name]
+            if len(sts) != 1 or not any(sts[0] is st for st in inner_before):
+                return (f"the loads read '{name}', which the tile loop assigns after the main loop or more than "
+                        "once (the producer warps run only the statements before the main loop)")
+        written = set()
+
+        class _Stores(Walker):
+            def on_Store(self, st):
+                t = st.target
+                while isinstance(t, (A.Index, A.Attr)):
+                    t = t.base if isinstance(t, A.Index) else t.obj
+                if isinstance(t, A.Name):
+                    written.add(t.id)
+        _Stores().walk(self.k.body)
+        for st in inner_before:
+            if isinstance(st, A.Assign) and st.name in reads and _names(st.value) & written & set(self.tensors):
+                return (f"'{st.name}' reads a tensor the kernel writes (the producer warps run a tile ahead of "
+                        "the stores)")
         return None
 
     def tma_pitch(self, tensor: str) -> str | None:
@@ -290,6 +344,17 @@ def _deepest_ring(stages: int, nbytes, limit: int) -> int:
     while stages > 2 and nbytes(stages) > limit:
         stages -= 1
     return stages
+
+
+def _names(e) -> set:
+    """Every Name mentioned in `e`."""
+    out: set = set()
+
+    class _N(Walker):
+        def on_Name(self, n):
+            out.add(n.id)
+    _N().walk(e)
+    return out
 
 
 def has_tile(e) -> bool:
