@@ -811,3 +811,14 @@ def test_argmax_of_i64_counts_value_and_index_bytes():
     k = memory("    y[0] = argmax(x[0 : 1024])", header="kernel f(x: i64[N], y: out i32[1])\n    grid (1,)\n")
     groups = k.info.threads // 32
     assert [u.bytes for u in k.info.uses] == [groups * (8 + 4)]
+
+
+def test_program_id_axis_may_be_a_constant_expression():
+    """program_id(1 - 1) is program_id(0) everywhere after the shape pass (codegen used to read the
+    argument as a literal and crash with an AttributeError)."""
+    from transpiler.pipeline import Options
+    from transpiler.translate import translate
+
+    src = "kernel f(y: out i32[N])\n    grid (N, 2)\n{\n    y[program_id(1 - 1)] = program_id(2 - 1) + num_programs(0 * 3)\n}\n"
+    cuda = translate(src, "f.tile", Options()).cuda
+    assert "(int)blockIdx.x" in cuda and "(int)blockIdx.y" in cuda and "(int)gridDim.x" in cuda

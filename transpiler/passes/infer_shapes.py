@@ -156,6 +156,8 @@ class _Shapes(Rewriter):
             axis = self._const(args[0], f"the axis of {c.func}()")
             if not 0 <= axis < len(self.k.grid):
                 fail(f"{c.func}({axis}): the grid has {len(self.k.grid)} dimension{'s' if len(self.k.grid) > 1 else ''}")
+            if not isinstance(args[0], A.IntLit):  # a constant expression: later passes read the axis as a literal
+                c = replace(c, args=(A.IntLit(axis, span=args[0].span, ty=args[0].ty),))
             return _with(c, ())
         for a in args:
             self._scalar(a, f"an argument of {c.func}()")
