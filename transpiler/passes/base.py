@@ -73,5 +73,37 @@ class Walker:
                 self._walk_field(x)
 
 
+def name_nodes(e) -> list:
+    """Every Name node under `e` (a node or a tuple of them)."""
+    out: list = []
+
+    class _N(Walker):
+        def on_Name(self, n):
+            out.append(n)
+    for x in (e if isinstance(e, tuple) else (e,)):
+        _N().walk(x)
+    return out
+
+
+def names_in(e) -> set:
+    """The ids of every Name under `e`."""
+    return {n.id for n in name_nodes(e)}
+
+
+def stored_tensors(node) -> set:
+    """Names of the tensors stored into under `node` (`t[...] = ...`, through views)."""
+    out: set = set()
+
+    class _Stores(Walker):
+        def on_Store(self, st):
+            t = st.target
+            while isinstance(t, (A.Index, A.Attr)):
+                t = t.base if isinstance(t, A.Index) else t.obj
+            if isinstance(t, A.Name):
+                out.add(t.id)
+    _Stores().walk(node)
+    return out
+
+
 def fail(message: str, *notes: str) -> None:
     raise SemanticError(message, notes)

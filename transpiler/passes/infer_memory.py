@@ -22,7 +22,7 @@ from ..diagnostics import CompileError, Span
 from ..layout import Fragment, Layout, canonical, mma_fragment, mma_warp_grid, reduction_plan
 from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, smem_limit
 from ..types import DType, MemSpace, numel
-from .base import Rewriter, Walker, fail
+from .base import Rewriter, Walker, fail, name_nodes, names_in, stored_tensors
 
 
 
@@ -144,22 +144,6 @@ def _threads(k: A.Kernel) -> int:
     while t < 256 and t * 8 < sizes.biggest:
         t *= 2
     return t
-
-
-def _name_nodes(e) -> list:
-    """Every Name node under `e` (an expression or a tuple of them)."""
-    out: list = []
-
-    class _N(Walker):
-        def on_Name(self, n):
-            out.append(n)
-    for x in (e if isinstance(e, tuple) else (e,)):
-        _N().walk(x)
-    return out
-
-
-def _names_in(e) -> set:
-    return {n.id for n in _name_nodes(e)}
 
 
 def _replace_names(e, table: dict):
@@ -330,14 +314,7 @@ class _Memory(Rewriter):
                 return False  # a gather: gather_load
             if v.ty.shape[1] % 8:
                 return False
-            names: set = set()
-
-            class _N(Walker):
-                def on_Name(self, e):
-                    names.add(e.id)
-            for it in v.items:
-                _N().walk(it)
-            return not (names & (changing - {loop_var}))
+            return not (names_in(tuple(v.items)) & (changing - {loop_var}))
 
         def gather_load(v, loop, changing, at):
             """`v` with the loop's definitions of its index names substituted, if `v` (statement `at` of
@@ -368,7 +345,7 @@ class _Memory(Rewriter):
             def subst(e, pos, depth=0):
                 if depth > 16:
                     return None
-                bad = _names_in(e) & local
+                bad = names_in(e) & local
                 table = {}
                 for n in bad:
                     at_n = where_at.get(n, [])
@@ -386,7 +363,7 @@ class _Memory(Rewriter):
             for it in v.items:
                 if isinstance(it, A.Slice):
                     for part in (it.start, it.stop):
-                        if part is not None and _names_in(part) & local:
+                        if part is not None and names_in(part) & local:
                             return None
                     items.append(it)
                     continue
@@ -396,7 +373,7 @@ class _Memory(Rewriter):
                 items.append(it2)
             # what is left must be evaluable by any thread one iteration ahead: scalars and tensors no
             # statement writes, not tiles computed before the loop (their layouts are not the copy's)
-            for n in _name_nodes(tuple(items[:last])):
+            for n in name_nodes(tuple(items[:last])):
                 if n.id == loop.var:
                     continue
                 if n.ty.what == "tensor" and n.id in stored:
@@ -456,16 +433,7 @@ class _Memory(Rewriter):
             """Mentions of `name` that are not inside a loop where it is a per-iteration value."""
             return mentions(node, name, skip_local=True)
 
-        stored: set = set()  # tensors the kernel writes: a copy one iteration ahead could read stale data
-
-        class _Stores(Walker):
-            def on_Store(self, st):
-                t = st.target
-                while isinstance(t, (A.Index, A.Attr)):
-                    t = t.base if isinstance(t, A.Index) else t.obj
-                if isinstance(t, A.Name):
-                    stored.add(t.id)
-        _Stores().walk(self.k.body)
+        stored = stored_tensors(self.k.body)  # a copy one iteration ahead could read stale data
 
         class _Loops(Walker):
             def on_For(self, f):

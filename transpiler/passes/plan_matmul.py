@@ -35,7 +35,7 @@ from ..diagnostics import CompileError
 from ..exprs import mentions, unparse
 from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, WGMMA_ARCHS, smem_limit
 from ..types import DType
-from .base import Rewriter, Walker
+from .base import Rewriter, Walker, names_in, stored_tensors
 
 SWIZZLE_ELEMS = 64  # a 128-byte swizzled TMA box row of 2-byte elements
 
@@ -260,7 +260,7 @@ class _Planner(Rewriter):
 
         def add(e):
             if e is not None:
-                reads.update(_names(e))
+                reads.update(names_in(e))
         for e in (outer.start, outer.stop, outer.step, s.start, s.stop, s.step):
             add(e)
         for p in products:
@@ -286,18 +286,9 @@ class _Planner(Rewriter):
             if len(sts) != 1 or not any(sts[0] is st for st in inner_before):
                 return (f"the loads read '{name}', which the tile loop assigns after the main loop or more than "
                         "once (the producer warps run only the statements before the main loop)")
-        written = set()
-
-        class _Stores(Walker):
-            def on_Store(self, st):
-                t = st.target
-                while isinstance(t, (A.Index, A.Attr)):
-                    t = t.base if isinstance(t, A.Index) else t.obj
-                if isinstance(t, A.Name):
-                    written.add(t.id)
-        _Stores().walk(self.k.body)
+        written = stored_tensors(self.k.body)
         for st in inner_before:
-            if isinstance(st, A.Assign) and st.name in reads and _names(st.value) & written & set(self.tensors):
+            if isinstance(st, A.Assign) and st.name in reads and names_in(st.value) & written & set(self.tensors):
                 return (f"'{st.name}' reads a tensor the kernel writes (the producer warps run a tile ahead of "
                         "the stores)")
         return None
@@ -344,17 +335,6 @@ def _deepest_ring(stages: int, nbytes, limit: int) -> int:
     while stages > 2 and nbytes(stages) > limit:
         stages -= 1
     return stages
-
-
-def _names(e) -> set:
-    """Every Name mentioned in `e`."""
-    out: set = set()
-
-    class _N(Walker):
-        def on_Name(self, n):
-            out.add(n.id)
-    _N().walk(e)
-    return out
 
 
 def has_tile(e) -> bool:
