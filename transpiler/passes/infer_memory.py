@@ -105,9 +105,8 @@ def _shallower_persistent_ring(k: A.Kernel) -> A.Kernel | None:
             if p is not None and p.persistent and p.stages > 2:
                 per = (p.smem_bytes - 1024) // p.stages  # a stage and its two mbarriers
                 tag = " stages do not fit with the epilogue's shared memory: using "
-                kept = [x for x in p.why.split("; ") if x and tag not in x]
-                first = next((int(x.split()[0]) for x in p.why.split("; ") if tag in x), p.stages)
-                note = f"{first}{tag}{p.stages - 1}"
+                kept = [x for x in p.why.split("; ") if x and tag not in x]  # one note, updated each time
+                note = f"{max(2, f.stages)}{tag}{p.stages - 1}"  # f.stages: the depth the loop asked for
                 plan = replace(p, stages=p.stages - 1, smem_bytes=(p.stages - 1) * per + 1024,
                                why="; ".join(kept + [note]))
                 changed.append(plan)
