@@ -168,6 +168,39 @@ __device__ __forceinline__ void tilex_mma16816<tilex_f16>(float* d, const unsign
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Store four 8-column blocks of one row of an MMA accumulator fragment (lane 4g + t holds columns 2t, 2t+1
+// of every block) as 16-byte chunks: the four lanes of a quad exchange their column pairs (4 shuffles) so
+// that lane t holds all 8 columns of block t, then it stores them at element offset `off` (its block's first
+// column). v[PS * b + e] is this lane's column 2t + e of block b. Columns [first, last) of the chunk are
+// inside the tensor; partial or unaligned chunks go element by element. Every lane of the warp must call it.
+template <int PS, typename S>
+__device__ __forceinline__ void tilex_store_quad(S* __restrict__ base, long long off, long long first, long long last, bool ok, const float* v) {
+  static_assert(sizeof(S) == 2, "quad stores pack 2-byte elements");
+  const unsigned t = threadIdx.x & 3u;
+  unsigned w[4], out[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int b = 0; b < 4; ++b)
+    w[b] = (unsigned)tilex_io<S>::put(v[PS * b]).bits | ((unsigned)tilex_io<S>::put(v[PS * b + 1]).bits << 16);
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {  // lane t receives, from lane (t - r) & 3, that lane's pair of block t
+    const unsigned want = (t + r) & 3u;
+    const unsigned send = want == 0 ? w[0] : want == 1 ? w[1] : want == 2 ? w[2] : w[3];
+    const unsigned got = __shfl_sync(0xffffffffu, send, (threadIdx.x & ~3u) | ((t - r) & 3u));
+    const unsigned from = (t - r) & 3u;
+#pragma unroll
+    for (int p = 0; p < 4; ++p) out[p] = from == (unsigned)p ? got : out[p];
+  }
+  S* p = base + off;
+  if (ok && first <= 0 && last >= 8 && (reinterpret_cast<unsigned long long>(p) & 15ull) == 0) {
+    uint4 q; q.x = out[0]; q.y = out[1]; q.z = out[2]; q.w = out[3];
+    *reinterpret_cast<uint4*>(p) = q;
+  } else if (ok) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      if (e >= first && e < last) p[e].bits = (unsigned short)(out[e / 2] >> (16 * (e % 2)));
+  }
+}
+
 
 // matmul.tile:2  kernel matmul
 extern "C" __global__ void __launch_bounds__(128) matmul(
@@ -247,5 +280,5 @@ extern "C" __global__ void __launch_bounds__(128) matmul(
   #pragma unroll
   for (int tx_s = 0; tx_s < 32; ++tx_s) { tx_st1[tx_s] = tilex_round_bf16((float)(acc[tx_s])); }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 32; tx_s += 2) { const long long tx_i0 = (long long)(m) + (((tx_s / 16)) * 16 + ((tx_s / 2) % 2) * 8 + ((threadIdx.x / 4) % 8) + ((threadIdx.x / 64)) * 32); const long long tx_i1 = (long long)(n) + (((tx_s / 4) % 4) * 8 + ((tx_s) % 2) + ((threadIdx.x % 4)) * 2 + (((threadIdx.x / 32) % 2)) * 32); tilex_store_chunk<2, tilex_bf16, float>(c, tx_i0 * tx_c_s0 + tx_i1, -tx_i1, (long long)N - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)M, &tx_st1[tx_s]); }
+  for (int tx_s = 0; tx_s < 32; tx_s += 2) { const long long tx_i0 = (long long)(m) + (((tx_s / 16)) * 16 + ((tx_s / 2) % 2) * 8 + ((threadIdx.x / 4) % 8) + ((threadIdx.x / 64)) * 32); const long long tx_i1 = (long long)(n) + (((tx_s / 4) % 4) * 8 + ((tx_s) % 2) + ((threadIdx.x % 4)) * 2 + (((threadIdx.x / 32) % 2)) * 32); if ((tx_s / 4) % 4 == 0) { const long long tx_c = tx_i1 + 6 * (long long)(threadIdx.x & 3u); tilex_store_quad<4, tilex_bf16>(c, tx_i0 * tx_c_s0 + tx_i1 + 6 * (long long)(threadIdx.x & 3u), -tx_c, (long long)N - tx_c, (unsigned long long)tx_i0 < (unsigned long long)M, &tx_st1[tx_s]); } }
 }

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .. import ast as A
-from ..layout import Layout
+from ..layout import Fragment, Layout
 from .c import reg, storage
 
 
@@ -71,6 +71,9 @@ class GlobalAccess:
         ok = " && ".join(oks) or "true"
         off = " + ".join(terms)
         S, R = storage(dt), reg(dt)
+        if store and vec_axis is not None and not gathered and self.quad_store(layout, dt, name, vec_axis, idx_lines,
+                                                                                off, ok, arr):
+            return
         if vec > 1:
             iv, ax = vec_axis
             first = f"-{iv}"
@@ -88,6 +91,35 @@ class GlobalAccess:
         else:
             body = f"{arr}[tx_s] = ({ok_all}) ? ({R})tilex_io<{S}>::get({name}[{off}]) : ({R})({self.other(e)});"
         self.unrolled(layout.slots, " ".join(idx_lines + [body]))
+
+    def quad_store(self, layout: Layout, dt, name: str, vec_axis, idx_lines, off: str, ok: str, arr: str) -> bool:
+        """Store a whole 2-byte MMA accumulator tile as 16-byte chunks (`tilex_store_quad`), if it is one.
+
+        The fragment gives each lane two adjacent columns of every 8-column block; a quad of lanes
+        together holds 8 columns, so four blocks at a time are exchanged within the quad and each lane
+        stores one block whole: one 16-byte store instead of eight 2-byte ones.
+        """
+        root = layout.root
+        if not isinstance(root, Fragment) or layout != Layout.of(root) or storage(dt) not in ("tilex_bf16", "tilex_f16"):
+            return False
+        if root.regs[-1] != (1, 2, 1) or (1, 4, 2, 1) not in root.thr:
+            return False
+        blocks = [g for g, (axis, radix, stride) in enumerate(root.regs) if axis == 1 and stride == 8]
+        if len(blocks) != 1 or root.regs[blocks[0]][1] % 4:
+            return False
+        self.helpers.add("tilex_mma.cuh")
+        g = blocks[0]
+        ps, nb = layout.stride(g), root.regs[g][1]
+        iv, ax = vec_axis
+        S = storage(dt)
+        # this lane stores block (j0 + t) of the four: its first column is 8 t past block j0's, not 2 t
+        chunk = f"{iv} + 6 * (long long)(threadIdx.x & 3u)"
+        block = f"(tx_s / {ps}) % {nb}" if nb > 4 else f"(tx_s / {ps})"
+        call = (f"if ({block} % 4 == 0) {{ const long long tx_c = {chunk}; "
+                f"tilex_store_quad<{ps}, {S}>({name}, {off} + 6 * (long long)(threadIdx.x & 3u), -tx_c, "
+                f"(long long){self.dim(name, ax)} - tx_c, {ok}, &{arr}[tx_s]); }}")
+        self.unrolled(layout.slots, " ".join(idx_lines + [call]), step=2)
+        return True
 
     def other(self, e: A.Index) -> str:
         o = e.kwarg("other")
