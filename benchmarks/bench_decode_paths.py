@@ -30,6 +30,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", metavar="PATH")
     ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--swap", action="store_true",
+                    help="only cuBLAS, the wrapper's path and the swapped-operand kernels (linear_swap*) at several tiles")
     args = ap.parse_args(argv)
     import torch
     import torch.nn.functional as F
@@ -83,6 +85,26 @@ def main(argv=None) -> int:
         pick = lambda: ws[next(it) % sets]  # noqa: E731
         ref = F.linear(x.float(), ws[0].float())
         paths = {"cublas": lambda w: F.linear(x, w)}
+        y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        if args.swap:
+            paths["wrapper (linear)"] = lambda w: lin.linear(x, w)
+            for bn, bk, st in ((64, 128, 4), (64, 128, 6), (64, 64, 8), (128, 128, 4), (128, 64, 6)):
+                mod = L.load("linear", kernel="linear_swap", T="bf16", BN=bn, BM=16, BK=bk, STAGES=st)
+                paths[f"swap {bn}x16x{bk} s{st}"] = lambda w, mod=mod: L.run(mod, "linear_swap", x, w, y)
+            for s in (2, 4):
+                if k // s < 512:
+                    continue
+                mod = L.load("linear", kernel="linear_swap_splitk", T="bf16", BN=64, BM=16, BK=128, STAGES=4)
+                summ = L.load("linear", kernel="splitk_sum", T="bf16")
+                part = torch.empty(s, m, n, device="cuda", dtype=torch.float32)
+
+                def run(w, part=part, mod=mod, summ=summ):
+                    L.run(mod, "linear_swap_splitk", x, w, part)
+                    L.run(summ, "splitk_sum", part, y)
+                paths[f"swap_splitk 64x16x128 s4 S={s}"] = run
+            measure("", m, k, n, paths, ws[0], pick, y, ref, nbytes)
+            del ws
+            continue
         skinny = L.load("linear", kernel="linear", T="bf16", **lin._SKINNY)
         y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         paths["mma16"] = lambda w: L.run(skinny, "linear", x, w, y)
@@ -115,7 +137,7 @@ def main(argv=None) -> int:
     # the engine's linear + silu_and_mul against gated_mlp (one kernel) at several tile shapes
     from tilex.stdlib import silu_and_mul
 
-    for m, k, n in GATED:
+    for m, k, n in ([] if args.swap else GATED):
         nbytes = 2 * n * k * 2
         sets = max(2, -(-2 * l2 // nbytes))
         ws = [torch.randn(2 * n, k, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]

@@ -147,16 +147,16 @@ def test_tma_rejects_misaligned_base():
 @pytest.mark.parametrize("m,n,k", [(1, 520, 1024), (16, 1000, 4096), (64, 264, 2048), (3, 13824, 4096),
                                    (1, 1000, 256), (5, 27648, 512), (1, 70000, 136), (16, 33000, 264)])
 def test_stdlib_linear_split_k(m, n, k):
-    """The decode paths: split-K kernels (S > 1), or the one-pass kernels with the split-K tiles
-    (N fills the SMs, as an LM head)."""
+    """The decode paths: the swapped-operand kernels (M <= 16: linear_swap, linear_swap_bias, both tile
+    configurations), or the split-K kernels (S > 1) for 16 < M <= 64."""
     torch = _torch()
     from tilex.stdlib import linear
-    from tilex.stdlib.linear import _decode_tiles, _use_split_kernels
+    from tilex.stdlib.linear import _use_split_kernels, _use_swap
 
-    assert _use_split_kernels(m, n, k) or _decode_tiles(m, k, True)
+    assert _use_split_kernels(m, n, k) or _use_swap(m, k, True)
     x, w, b = _rand(m, k, seed=17), _rand(n, k, seed=18), _rand(n, seed=19)
     assert _rel(linear(x, w), x.float() @ w.float().T) <= 1e-2
-    assert _rel(linear(x, w, b), x.float() @ w.float().T + b.float()) <= 1e-2  # splitk_sum_bias
+    assert _rel(linear(x, w, b), x.float() @ w.float().T + b.float()) <= 1e-2  # linear_swap_bias / splitk_sum_bias
 
 
 @pytest.mark.parametrize("m,nq,nk,k", [(512, 5120, 1024, 5120), (300, 1024, 256, 1032), (17, 512, 128, 256),

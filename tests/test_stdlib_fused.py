@@ -2,12 +2,16 @@
 NumPy float64 references and against the unfused calls they replace."""
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
 import tilex.stdlib as S
 from tilex.stdlib import _launch as L
 from tilex.stdlib import fused as F
+
+LIN = importlib.import_module("tilex.stdlib.linear")  # the module (tilex.stdlib.linear is also the function)
 
 from test_stdlib import DTYPES, TOL, f64, ref_rope, rel, rnd
 
@@ -110,7 +114,7 @@ def test_mixed_index_dtypes_and_edge_slots():
 
 def test_fused_path_taken_and_split():
     """The two-kernel path runs for decode shapes (several K shares here), not the fallback."""
-    assert F._splits(1, 96, 1024) > 1
+    assert LIN._splits(1, 96, 1024) > 1  # on the interpreter: split-K
     rng = np.random.default_rng(6)
     x, w, b, kc, vc, pos, slots = _case(rng, "f32", 1, 1024, 2, 2, 16, nb=3, bs=2, bias=False)
     calls = []
@@ -173,7 +177,7 @@ def test_linear_add_rms_norm(dt, m, k, n, norm):
 
 def test_linear_add_rms_norm_path():
     """Decode shapes take linear_splitk + splitk_add_rms_norm (K split in several shares here)."""
-    assert F._splits(2, 96, 1024) > 1
+    assert LIN._splits(2, 96, 1024) > 1
     rng = np.random.default_rng(8)
     x, w, res, nw = (rnd(rng, s, "f32") for s in ((2, 1024), (96, 1024), (2, 96), (96,)))
     calls, real = [], L.run
@@ -193,7 +197,7 @@ def test_linear_add_rms_norm_matches_unfused_calls():
     rng = np.random.default_rng(10)
     x, w = rnd(rng, (3, 2560), "bf16"), rnd(rng, (200, 2560), "bf16", 0.02)
     res, nw = rnd(rng, (3, 200), "bf16"), rnd(rng, (200,), "bf16")
-    assert F._splits(3, 200, 2560) == 10
+    assert LIN._splits(3, 200, 2560) == 10
     y, h = S.linear_add_rms_norm(x, w, res, nw)
     y2, h2 = S.fused_add_rms_norm(S.linear(x, w), res, nw)
     np.testing.assert_array_equal(h, h2)

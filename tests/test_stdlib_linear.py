@@ -124,3 +124,23 @@ def test_linear_qkv_errors():
     x, w = np.zeros((2, 16), BF16), np.zeros((40, 16), BF16)
     with pytest.raises(ValueError, match="expected shape"):
         tilex.stdlib.linear_qkv(x, w, 16, 8)
+
+
+@pytest.mark.parametrize("m,n,k,s", [(1, 40, 72, 1), (16, 100, 24, 1), (5, 33, 72, 3), (3, 64, 16, 2)])
+def test_swapped_operand_kernels_on_the_interpreter(m, n, k, s):
+    """linear_swap (y.T = w @ x.T, one pass) and linear_swap_splitk + splitk_sum, the decode kernels for
+    M <= 16: N not a multiple of BN, K shares of an odd range, NaN-poisoned outputs."""
+    from tilex.stdlib import _launch as L
+
+    rng = np.random.default_rng(m * n + k + s)
+    x, w = rng.standard_normal((m, k)).astype(BF16), rng.standard_normal((n, k)).astype(BF16)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T
+    mod = L.load("linear", T="bf16", BN=32, BM=16, BK=16, STAGES=2)
+    y = np.full((m, n), np.nan, BF16)
+    L.run(mod, "linear_swap", x, w, y)
+    assert _rel(y, ref) <= 1e-2
+    part = np.full((s, m, n), np.nan, np.float32)
+    L.run(mod, "linear_swap_splitk", x, w, part)
+    y = np.full((m, n), np.nan, BF16)
+    L.run(mod, "splitk_sum", part, y)
+    assert _rel(y, ref) <= 1e-2

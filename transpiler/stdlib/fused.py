@@ -6,7 +6,7 @@ import math
 
 from . import _launch as L
 from .kvcache import kv_cache_write
-from .linear import _SPLITK, _check_linear, _check_qkv, _splits, linear
+from .linear import _SPLITK, _check_linear, _check_qkv, _partials, linear
 from .norms import _vector, fused_add_rms_norm
 from .rope import rope
 
@@ -20,7 +20,8 @@ def linear_qkv_rope_cache(x, weight, q_size: int, kv_size: int, positions, k_cac
     caches at slot_mapping (negative slot: skipped). Returns q [tokens, Hq, D].
 
     The same as `linear`, `rope` and `kv_cache_write` in sequence, in two kernels
-    (`linear_splitk`, then `splitk_qkv_rope_cache` for the sum, bias, rotation and stores)
+    (`linear_swap_splitk` at <= 16 tokens on the GPU, else `linear_splitk`; then
+    `splitk_qkv_rope_cache` for the sum, bias, rotation and stores)
     when tokens <= 64, in_features % 8 == 0 and D / 2 is a power of two; otherwise it runs
     those three calls. x [tokens, in]; weight [q_size + 2 kv_size, in]; k_cache, v_cache
     [blocks, block_size, Hkv, D] (contiguous); positions, slot_mapping [tokens] int32/int64.
@@ -57,9 +58,7 @@ def linear_qkv_rope_cache(x, weight, q_size: int, kv_size: int, positions, k_cac
         if not L.describe_array(c).c_contiguous:
             raise ValueError(f"{name}: the cache is written in place and must be contiguous")
     weight = L.contiguous(weight)
-    splits = max(1, _splits(m, n, k))
-    part = L.empty(x2, (splits, m, n), "f32")
-    L.run(L.load("linear", T=dt, **_SPLITK), "linear_splitk", x2, weight, part)
+    part = _partials(x2, weight, dt, m, n, k)
     q = L.empty(x2, (m, q_size))
     # without HAS_BIAS the kernel never reads `bias`: any vector of the dtype will do
     b = L.contiguous(bias) if bias is not None else L.reshape(weight, (n * k,))[:n]
@@ -79,7 +78,8 @@ def linear_add_rms_norm(x, weight, residual, norm_weight=None, eps: float = 1e-6
     `linear` then `fused_add_rms_norm`, the end of a decoder layer's attention (o_proj) or MLP
     (down_proj) followed by the next norm.
 
-    Two kernels (`linear_splitk`, then `splitk_add_rms_norm` for the sum of the K shares, the
+    Two kernels (`linear_swap_splitk` at <= 16 tokens on the GPU, else `linear_splitk`; then
+    `splitk_add_rms_norm` for the sum of the K shares, the
     residual add and the norm) when tokens <= 64, in_features % 8 == 0 and out_features <=
     16384; otherwise those two calls. x [tokens, in]; weight [out, in]; residual [tokens, out];
     norm_weight [out] or None.
@@ -95,9 +95,8 @@ def linear_add_rms_norm(x, weight, residual, norm_weight=None, eps: float = 1e-6
     if not (0 < m <= MAX_ROWS and k and k % 8 == 0 and n <= MAX_NORM_COLS):
         return fused_add_rms_norm(linear(x2, weight), residual, w, eps)
     weight = L.contiguous(weight)
-    splits = max(1, _splits(m, n, k))
-    part = L.empty(x2, (splits, m, n), "f32")
-    L.run(L.load("linear", T=dt, **_SPLITK), "linear_splitk", x2, weight, part)
+    part = _partials(x2, weight, dt, m, n, k)
+    splits = int(part.shape[0])
     y, h = L.empty(x2, (m, n)), L.empty(x2, (m, n))
     block = max(8, L.next_pow2(n))
     # SB partial rows summed per step: 4 at most (BLOCK = 8192: 52 registers, no spills; 8 spills)

@@ -2,9 +2,10 @@
 
 The wrapper picks the kernel and tile sizes: `linear` (TMA + wgmma on sm_90a; needs K % 8 == 0)
 with 128x256 tiles for large M (as `linear_persistent`, one block per SM walking the tiles, when
-there is no bias) and 64-row tiles for M <= 64; for decode (M <= 16) and skinny
-M <= 64 shapes `linear_splitk` + `splitk_sum(_bias)`, which split K over the SMs to stream the
-weights; `linear_any` for other K (16-row mma.sync tiles at M <= 16 there and in the
+there is no bias) and 64-row tiles for M <= 64; for decode (M <= 16) on the GPU `linear_swap(_bias)`,
+which puts the weight rows on the tensor cores' 64-row side (y.T = w @ x.T) and streams the weights
+in one pass; for 16 < M <= 64 `linear_splitk` + `splitk_sum(_bias)` where too few column tiles would
+leave SMs idle; `linear_any` for other K (16-row mma.sync tiles at M <= 16 there and in the
 interpreter). A configuration stored by `tilex tune` for the shape's bucket overrides these defaults.
 """
 from __future__ import annotations
@@ -36,17 +37,40 @@ def _splits(m: int, n: int, k: int) -> int:
 
 
 def _use_split_kernels(m: int, n: int, k: int) -> bool:
-    """Whether linear() takes linear_splitk + splitk_sum(_bias): when K is split (S > 1)."""
-    return k % 8 == 0 and _splits(m, n, k) > 1
+    """Whether linear() takes linear_splitk + splitk_sum(_bias): when K is split (S > 1) and the
+    swapped-operand decode kernels do not apply (16 < M <= 64)."""
+    return k % 8 == 0 and m > _SWAP_ROWS and _splits(m, n, k) > 1
 
 
-def _decode_tiles(m: int, k: int, gpu: bool) -> bool:
-    """Whether the one-pass kernels take the split-K tiles (64-row TMA/wgmma ring, BN = 256):
-    for every decode shape (M <= 16) on the GPU that is not split. They stream weights faster
-    than 16-row mma.sync tiles at every N measured (H200, bench_decode_paths.py, 2026-11-29:
-    M=1 K=5120 N=152064 0.374 vs 0.557 ms, N=27648 0.074 vs 0.179 ms; M=16 N=27648 0.074 vs
-    0.128 ms), and than linear_splitk with S = 1 plus the sum kernel (0.077, 0.376, 0.082 ms)."""
-    return gpu and m <= 16 and k % 8 == 0
+_SWAP_ROWS = 16  # linear_swap's x tile (the wgmma N side): decode batches up to 16 tokens
+
+
+def _use_swap(m: int, k: int, gpu: bool) -> bool:
+    """Whether linear() takes linear_swap(_bias): decode shapes (M <= 16) on the GPU with K % 8 == 0."""
+    return gpu and 0 < m <= _SWAP_ROWS and k % 8 == 0
+
+
+def _swap_config(n: int) -> dict:
+    """linear_swap's tiles (H200, bench_decode_paths.py --swap, 2026-11-30; ms vs cuBLAS in the same run):
+    64 weight rows x 128-deep stages x 6 while N / 64 blocks fit on the SMs once (M=1 K=5120 N=5120 0.0177
+    vs 0.0177; K=13824 N=5120 0.0400 vs 0.0416), else 128 rows x 64-deep x 6, two blocks per SM (M=1 N=13824
+    0.0373 vs 0.0388, N=152064 0.361 vs 0.371; M=16 N=13824 0.0387 vs 0.0382)."""
+    if -(-n // 64) <= SMS:
+        return dict(BN=64, BM=_SWAP_ROWS, BK=128, STAGES=6)
+    return dict(BN=128, BM=_SWAP_ROWS, BK=64, STAGES=6)
+
+
+def _partials(x2, weight, dt: str, m: int, n: int, k: int):
+    """f32 partial products [S, m, n] of x2 @ weight.T for the fused decode epilogues (S shares of K):
+    one share from linear_swap_splitk for decode shapes on the GPU, else linear_splitk's S shares."""
+    if _use_swap(m, k, L.kind_of(x2) != "numpy"):
+        part = L.empty(x2, (1, m, n), "f32")
+        cfg = _tuned("linear_swap_splitk", dt, m, n, k, _swap_config(n))
+        L.run(L.load("linear", kernel="linear_swap_splitk", T=dt, **cfg), "linear_swap_splitk", x2, weight, part)
+        return part
+    part = L.empty(x2, (max(1, _splits(m, n, k)), m, n), "f32")
+    L.run(L.load("linear", T=dt, **_SPLITK), "linear_splitk", x2, weight, part)
+    return part
 
 
 def _config(m: int, skinny: dict, medium: dict, large: dict) -> dict:
@@ -113,11 +137,13 @@ def linear(x, weight, bias=None):
         else:
             L.run(mod, "splitk_sum_bias", part, bias, y)
     elif m and n:
-        if k % 8 == 0:
+        if _use_swap(m, k, gpu):
+            kernel = "linear_swap_bias" if bias is not None else "linear_swap"
+            cfg = _tuned(kernel, dt, m, n, k, _swap_config(n))
+        elif k % 8 == 0:
             kernel = "linear_bias" if bias is not None else "linear"
-            default = _SPLITK if _decode_tiles(m, k, gpu) else _config(m, _SKINNY, _MEDIUM, _LARGE)
-            cfg = _tuned(kernel, dt, m, n, k, default)
-            if kernel == "linear" and gpu and default is _LARGE and cfg == default and _PERSISTENT:
+            cfg = _tuned(kernel, dt, m, n, k, _config(m, _SKINNY, _MEDIUM, _LARGE))
+            if kernel == "linear" and gpu and cfg == _LARGE and m > 64 and _PERSISTENT:
                 kernel, cfg = "linear_persistent", dict(_LARGE, PROGRAMS=L.sm_count(x2))
         else:
             kernel, cfg = "linear_any", dict(BM=64 if m > 16 else 16, BN=128 if m > 16 else 64, BK=32, STAGES=4)
