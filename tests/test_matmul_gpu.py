@@ -88,6 +88,25 @@ def test_linear(m, n, k, kernel, defines):
     assert _rel(y, x.float() @ w.float().T) <= 1e-2
 
 
+@pytest.mark.parametrize("m,n,k", [(1, 256, 64), (1, 136, 200), (5, 1000, 520), (16, 520, 1024), (16, 70, 8)])
+@pytest.mark.parametrize("defines", [{}, dict(BN=128, BK=64, STAGES=6), dict(BN=64, BK=128, STAGES=6)])
+def test_linear_swap(m, n, k, defines):
+    """The decode kernels with swapped operands: one pass, with a bias, and three K shares + splitk_sum."""
+    torch = _torch()
+    x, w, b = _rand(m, k, seed=m + 40), _rand(n, k, seed=n + 41), _rand(n, seed=42)
+    mod = tilex.compile(LINEAR, **defines)
+    ref = x.float() @ w.float().T
+    y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    mod.linear_swap(x, w, y)
+    assert _rel(y, ref) <= 1e-2
+    mod.linear_swap_bias(x, w, b, y)
+    assert _rel(y, ref + b.float()) <= 1e-2
+    part = torch.full((3, m, n), float("nan"), device="cuda", dtype=torch.float32)
+    mod.linear_swap_splitk(x, w, part)
+    mod.splitk_sum(part, y)
+    assert _rel(y, ref) <= 1e-2
+
+
 @pytest.mark.parametrize("m,n,k", [(1, 8, 70), (37, 45, 70), (130, 200, 33), (64, 128, 1)])
 def test_linear_any_unaligned_k(m, n, k):
     torch = _torch()
@@ -106,12 +125,14 @@ def test_linear_bias(m, n, k):
     assert _rel(y, x.float() @ w.float().T + b.float()) <= 1e-2
 
 
-@pytest.mark.parametrize("m,n,k", [(1, 128, 64), (130, 200, 136), (256, 384, 512)])
-def test_gated_mlp(m, n, k):
+@pytest.mark.parametrize("m,n,k", [(1, 128, 64), (130, 200, 136), (256, 384, 512), (1000, 1200, 200)])
+@pytest.mark.parametrize("kernel,defines", [("gated_mlp", {}), ("gated_mlp_persistent", {}),
+                                            ("gated_mlp_persistent", dict(PROGRAMS=3))])
+def test_gated_mlp(m, n, k, kernel, defines):
     torch = _torch()
     x, wg, wu = _rand(m, k, seed=8), _rand(n, k, seed=9), _rand(n, k, seed=10)
     y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    tilex.compile(LINEAR).gated_mlp(x, wg, wu, y)
+    getattr(tilex.compile(LINEAR, **defines), kernel)(x, wg, wu, y)
     g, u = x.float() @ wg.float().T, x.float() @ wu.float().T
     assert _rel(y, torch.nn.functional.silu(g) * u) <= 1e-2
 

@@ -144,3 +144,15 @@ def test_swapped_operand_kernels_on_the_interpreter(m, n, k, s):
     y = np.full((m, n), np.nan, BF16)
     L.run(mod, "splitk_sum", part, y)
     assert _rel(y, ref) <= 1e-2
+
+
+@pytest.mark.parametrize("m,n,k,programs", [(50, 40, 24, 3), (1, 9, 16, 2), (33, 70, 8, 64)])
+def test_gated_mlp_persistent_on_the_interpreter(m, n, k, programs):
+    """gated_mlp_persistent: `programs` blocks walk every tile (fewer or more blocks than tiles)."""
+    rng = np.random.default_rng(m + n + programs)
+    mod = tilex.compile(LINEAR, BM=16, BN=16, BK=16, GROUP=3, PROGRAMS=programs)
+    x, wg, wu = (rng.standard_normal(s).astype(BF16) for s in ((m, k), (n, k), (n, k)))
+    y = np.full((m, n), np.nan, BF16)
+    mod.interp("gated_mlp_persistent", x, wg, wu, y)
+    g, u = x.astype(np.float64) @ wg.astype(np.float64).T, x.astype(np.float64) @ wu.astype(np.float64).T
+    assert _rel(y, g / (1 + np.exp(-g)) * u) <= 1e-2

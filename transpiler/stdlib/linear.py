@@ -21,8 +21,8 @@ _GATED_SKINNY = dict(BM=16, BN=32, BK=64, STAGES=6)
 
 
 _SPLITK = dict(BM=64, BN=256, BK=64, STAGES=4)  # `tilex tune` on an H200, M=16 N=13824 K=5120
-# large M without a bias: one block per SM walks the tiles (the ring refills during the epilogue);
-# 1.01-1.03x the one-tile-per-block kernel on the H200 (benchmarks/bench_persistent.py, 2026-11-30)
+# large M without a bias (and the gated MLP): one block per SM walks the tiles (the ring refills during
+# the epilogue); 1.01-1.03x the one-tile-per-block kernel on the H200 (benchmarks/bench_persistent.py)
 _PERSISTENT = True
 SMS = 132  # streaming multiprocessors of an H100/H200: enough tiles to fill them twice needs no split
 
@@ -218,7 +218,10 @@ def gated_mlp(x, w_gate, w_up):
         return L.reshape(L.full(x2, (m, n), 0.0), tuple(x.shape[:-1]) + (n,))
     y = L.empty(x2, (m, n))
     if m and n:
-        cfg = _tuned("gated_mlp", dt, m, n, k, _config(m, _GATED_SKINNY, _GATED, _GATED))
-        mod = L.load("linear", kernel="gated_mlp", T=dt, **cfg)
-        L.run(mod, "gated_mlp", x2, L.contiguous(w_gate), L.contiguous(w_up), y)
+        kernel = "gated_mlp"
+        cfg = _tuned(kernel, dt, m, n, k, _config(m, _GATED_SKINNY, _GATED, _GATED))
+        if L.kind_of(x2) != "numpy" and m > 64 and cfg == _GATED and _PERSISTENT:
+            kernel, cfg = "gated_mlp_persistent", dict(_GATED, PROGRAMS=L.sm_count(x2))
+        mod = L.load("linear", kernel=kernel, T=dt, **cfg)
+        L.run(mod, kernel, x2, L.contiguous(w_gate), L.contiguous(w_up), y)
     return L.reshape(y, tuple(x.shape[:-1]) + (n,))
