@@ -42,17 +42,24 @@ def kernel_tma_maps(k) -> tuple[TmaMap, ...]:
     return tuple(TmaMap(f"tx_map{i}", t, rows, SWIZZLE_ELEMS) for i, (t, rows) in enumerate(unique))
 
 
-def wgmma_wrapper(n: int, dt: DType, tnsp_b: bool) -> tuple[str, str]:
-    """(name, C++ text) of a device function issuing one wgmma.m64n{n}k16 with both operands in shared memory."""
-    name = f"wgmma_m64n{n}k16_{PTX_TYPE[dt]}_{'mn' if tnsp_b else 'k'}"
+def wgmma_wrapper(n: int, dt: DType, tnsp_b: bool, parts: int = 1) -> tuple[str, str]:
+    """(name, C++ text) of a device function issuing one wgmma.m64n{n}k16 with both operands in shared memory.
+
+    With parts > 1 the n columns are `parts` products' B tiles side by side (one A): the function takes
+    one accumulator array per product, whose registers are the consecutive column blocks of the result.
+    """
+    name = f"wgmma_m64n{n}k16_{PTX_TYPE[dt]}_{'mn' if tnsp_b else 'k'}" + (f"_x{parts}" if parts > 1 else "")
     regs = n // 2
+    per = regs // parts
+    arrays = ["d"] if parts == 1 else [f"d{j}" for j in range(parts)]
     dl = ", ".join(f"%{i}" for i in range(regs))
     outs = []
     for i in range(0, regs, 8):
-        outs.append(", ".join(f'"+f"(d[{j}])' for j in range(i, min(regs, i + 8))))
+        outs.append(", ".join(f'"+f"({arrays[j // per]}[{j % per}])' for j in range(i, min(regs, i + 8))))
     out_text = ",\n                 ".join(outs)
+    params = ", ".join(f"float (&{a})[{per}]" for a in arrays)
     ptx = PTX_TYPE[dt]
-    text = (f"__device__ __forceinline__ void tilex_{name}(float (&d)[{regs}], unsigned long long a, unsigned long long b) {{\n"
+    text = (f"__device__ __forceinline__ void tilex_{name}({params}, unsigned long long a, unsigned long long b) {{\n"
             f"  asm volatile(\"{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n\"\n"
             f"               \" wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{dl}}},\"\n"
             f"               \" %{regs}, %{regs + 1}, p, 1, 1, 0, {1 if tnsp_b else 0};\\n}}\\n\"\n"
@@ -99,7 +106,24 @@ def render_wgmma(em, s, plan: MatmulPlan) -> dict:
     for c in range(bk // SWIZZLE_ELEMS):
         boxes.append(dict(offset=c * bm * 128, map=amap, c0=_plus(em.scalar(a.k), c * SWIZZLE_ELEMS), c1=em.scalar(a.rows)))
     offset = bm * bk * 2
-    for p in plan.products:
+    # products sharing a whose k-major B tiles fit side by side in one wgmma (n <= 256) are issued as one
+    # m64n(G*bn)k16: their B tiles interleave per 64-column chunk, so one descriptor spans them, and A is
+    # read from shared memory once instead of G times (the gated MLP: g and u from one x tile)
+    group = len(plan.products)
+    merged = group > 1 and all(p.b.kmajor for p in plan.products) and group * bn <= 256
+    if merged:
+        chunk = group * bn * 128
+        for j, p in enumerate(plan.products):
+            bmap = em.tma_map(p.b.tensor, bn)
+            for c in range(bk // SWIZZLE_ELEMS):
+                boxes.append(dict(offset=offset + c * chunk + j * bn * 128, map=bmap,
+                                  c0=_plus(em.scalar(p.b.k), c * SWIZZLE_ELEMS), c1=em.scalar(p.b.rows)))
+        name, text = wgmma_wrapper(group * bn, plan.dtype, False, parts=group)
+        em.functions[name] = text
+        products.append(dict(acc=", ".join(p.acc for p in plan.products), kmajor=True, offset=offset, fn=name,
+                             chunk=chunk))
+        offset += group * bn * bk * 2
+    for p in ([] if merged else plan.products):
         b = p.b
         if b.kmajor:
             bmap = em.tma_map(b.tensor, bn)
@@ -113,11 +137,11 @@ def render_wgmma(em, s, plan: MatmulPlan) -> dict:
                                   c1=em.scalar(b.k)))
         name, text = wgmma_wrapper(bn, plan.dtype, not b.kmajor)
         em.functions[name] = text
-        products.append(dict(acc=p.acc, kmajor=b.kmajor, offset=offset, fn=name))
+        products.append(dict(acc=p.acc, kmajor=b.kmajor, offset=offset, fn=name, chunk=bn * 128))
         offset += bn * bk * 2
     em.helpers.add("tilex_sm90.cuh")
     return dict(text=_text(s), stages=plan.stages, bm=bm, bn=bn, bk=bk, consumers=plan.consumers,
-                stage_bytes=offset, boxes=boxes, products=products, var=s.var,
+                stage_bytes=offset, boxes=boxes, products=products, group=group, merged=merged, var=s.var,
                 start=em.scalar(s.start), stop=em.scalar(s.stop), step=em.scalar(s.step),
                 producer_regs=PRODUCER_REGS, consumer_regs=consumer_regs(plan.consumers))
 
