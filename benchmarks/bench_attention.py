@@ -117,7 +117,7 @@ PREFILL_SHAPES = [
     (8, 32, 8, 2048, 64, True),
 ]
 PREFILL_SWEEP = [dict(BM=bm, BN=bn, WARPS=w) for bm, bn, w in
-                 [(128, 64, 8), (128, 128, 8), (64, 64, 4), (128, 32, 8), (64, 128, 4), (128, 64, 4)]]
+                 [(128, 64, 8), (128, 128, 8), (64, 64, 4), (128, 32, 8), (64, 128, 4), (128, 64, 4), (128, 32, 4)]]
 
 
 def run_prefill(shape, sweep, results, failures):

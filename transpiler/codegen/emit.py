@@ -372,6 +372,11 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         if isinstance(e, A.BinOp) and e.op is B.MATMUL:
             name = self.matmul(e)
             return self.read_array(name, e.ty.layout, want, e.ty.dtype)
+        fused = _accumulated_product(e)
+        if fused is not None:  # c + a @ b (f32): the product accumulates onto c (acc * alpha + p @ v)
+            product, c = fused
+            name = self.matmul(product, init=self.tile(c, e.ty.layout))
+            return self.read_array(name, e.ty.layout, want, e.ty.dtype)
         if isinstance(e, A.Call) and is_reduction(e):
             name, layout = self.reduction(e)
             return self.read_array(name, layout, want, e.ty.dtype)
@@ -482,6 +487,17 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
 
     def round(self, expr: str, dt: DType) -> str:
         return f"{ROUND[dt]}({expr})" if dt in ROUND else expr
+
+def _accumulated_product(e: A.Expr):
+    """(product, addend) when `e` is `c + a @ b` or `a @ b + c` with f32 tiles of one layout, else None."""
+    if not (isinstance(e, A.BinOp) and e.op is B.ADD and e.ty.shape and e.ty.dtype is DType.F32):
+        return None
+    for p, c in ((e.rhs, e.lhs), (e.lhs, e.rhs)):
+        if (isinstance(p, A.BinOp) and p.op is B.MATMUL and p.ty.dtype is DType.F32 and p.ty.layout == e.ty.layout
+                and c.ty.shape == e.ty.shape and c.ty.dtype is DType.F32):
+            return p, c
+    return None
+
 
 def _only_identity(e: A.Expr, name: str, layout: Layout, want) -> bool:
     """True if every read of `name` in `e` is at the same slot it is written (safe in place)."""

@@ -275,9 +275,12 @@ class MatmulEmission:
             return
         self.unrolled(layout.slots, f"{dst}[({r}) * {ld} + ({c})] = tilex_io<{S}>::put({arr}[tx_s]);")
 
-    def matmul(self, e: A.BinOp) -> str:
+    def matmul(self, e: A.BinOp, init: str | None = None) -> str:
         """`a @ b` of register tiles: both staged in shared memory, then mma.sync into a fragment-layout result
-        (bf16/f16 operands, see infer_memory.mma_layout) or f32 FMAs at the result's own layout."""
+        (bf16/f16 operands, see infer_memory.mma_layout) or f32 FMAs at the result's own layout.
+
+        `init` (a C expression of slot `tx_s` in the result's layout) starts the accumulator instead of
+        zeros: `c + a @ b` accumulates onto c, so c and the product are never live side by side."""
         resident = self.resident.get(e.lhs.id) if isinstance(e.lhs, A.Name) else None
         a, la = self.materialize(e.lhs) if resident is None else (None, e.lhs.ty.layout)
         (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
@@ -323,7 +326,7 @@ class MatmulEmission:
                       f"into shared memory by the loop: {how}")
         name = self.fresh("tx_mm")
         self.emit(f"float {name}[{out_l.slots}];")
-        self.unrolled(out_l.slots, f"{name}[tx_s] = 0.0f;")
+        self.unrolled(out_l.slots, f"{name}[tx_s] = {init if init is not None else '0.0f'};")
         if mma:
             from . import _env
 
