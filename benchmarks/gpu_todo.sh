@@ -7,8 +7,7 @@
 #   OUT=out bash benchmarks/gpu_todo.sh profile   # ncu on the kernels that miss their targets
 #   OUT=out bash benchmarks/gpu_todo.sh tune      # `tilex tune` over the memory-bound library kernels' tile parameters
 #   OUT=out bash benchmarks/gpu_todo.sh fuse      # the decode fusions' GPU tests, then decode with and without them
-#   OUT=out bash benchmarks/gpu_todo.sh next      # experiments prepared without a GPU: decode split-K factors,
-#                                                 # decode attention tiles (see the case for predictions)
+#   OUT=out bash benchmarks/gpu_todo.sh next      # experiments prepared without a GPU (predictions in the case)
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TILEX_CACHE_DIR=${TILEX_CACHE_DIR:-$PWD/.tilex-cache}
@@ -65,10 +64,15 @@ PY
     timeout 120 python3 examples/llm/run.py --config qwen2.5-14b --random-weights --prompt-ids "$P" --max-new-tokens 4 --profile \
         > "$OUT/run_profile_fuse.log" 2>&1; grep -A14 "^decode:" "$OUT/run_profile_fuse.log" ;;
   next)
-    # 1. decode split-K factors for issue 3's M = 1, 16 x N 13824 shapes (S = 2 runs 108 blocks on 132 SMs)
-    timeout 200 python3 benchmarks/bench_decode_paths.py --json "$OUT/decode_paths.json" 2>&1 | tee "$OUT/decode_paths.log" | tail -30
-    # 2. decode attention tiles (WARPS x BN x STAGES) at B16 ctx4096; predicted: BN=128 or WARPS=8 with streaming beat
-    #    the default (more KV bytes in flight per block)
-    timeout 200 python3 benchmarks/bench_attention.py --quick --only decode --json "$OUT/bench_attention.json" 2>&1 | tail -30 ;;
+    # prepared without a GPU (session 11): the accumulate-onto-c change (attention tests, examples), the prefill
+    # tiles with it (predicted: 170 registers instead of 240-255 with spills; BM 128 / BN 32 / 4 warps halves the
+    # shared-memory reads of K and V per MMA), decode attention at the new split rule (2 shares at B16:
+    # predicted 0.120 ms), and LLM decode at a 1024-token context
+    timeout -s ABRT 200 python3 -m pytest -q -p no:cacheprovider -m "gpu and not slow" tests/test_stdlib_attention_gpu.py \
+        tests/test_examples_gpu.py -o faulthandler_timeout=100 2>&1 | tail -3
+    timeout 150 python3 benchmarks/bench_attention.py --quick --only prefill --json "$OUT/bench_prefill.json" 2>&1 | tail -14
+    timeout 60 python3 benchmarks/bench_attention.py --quick --no-sweep --only decode 2>&1 | tail -5
+    timeout 120 python3 examples/llm/bench.py --config qwen2.5-14b --no-hf --prefill 1x64 --decode-batches 1,16 \
+        --decode-prompt-len 1024 --reps 3 2>&1 | grep -E "^tilex" ;;
   *) echo "usage: $0 tests|bench|llm|profile|tune|fuse|next"; exit 2 ;;
 esac
