@@ -156,3 +156,16 @@ def test_gated_mlp_persistent_on_the_interpreter(m, n, k, programs):
     mod.interp("gated_mlp_persistent", x, wg, wu, y)
     g, u = x.astype(np.float64) @ wg.astype(np.float64).T, x.astype(np.float64) @ wu.astype(np.float64).T
     assert _rel(y, g / (1 + np.exp(-g)) * u) <= 1e-2
+
+
+def test_tuned_lookup_passes_every_size_symbol(monkeypatch):
+    """The tune store keys a bucket by all of a kernel's size symbols: the split-K kernels' S too."""
+    import importlib
+
+    import tilex.api
+
+    lin = importlib.import_module("tilex.stdlib.linear")
+    seen = []
+    monkeypatch.setattr(tilex.api, "tuned_defines", lambda src, kernel, shapes: seen.append((kernel, shapes)) or {"BK": 64})
+    assert lin._tuned("linear_swap_splitk", "bf16", 1, 64, 128, dict(BN=64, BK=128), S=1) == dict(BN=64, BK=64)
+    assert seen == [("linear_swap_splitk", dict(M=1, N=64, K=128, S=1))]

@@ -65,7 +65,7 @@ def _partials(x2, weight, dt: str, m: int, n: int, k: int):
     one share from linear_swap_splitk for decode shapes on the GPU, else linear_splitk's S shares."""
     if _use_swap(m, k, L.kind_of(x2) != "numpy"):
         part = L.empty(x2, (1, m, n), "f32")
-        cfg = _tuned("linear_swap_splitk", dt, m, n, k, _swap_config(n))
+        cfg = _tuned("linear_swap_splitk", dt, m, n, k, _swap_config(n), S=1)
         L.run(L.load("linear", kernel="linear_swap_splitk", T=dt, **cfg), "linear_swap_splitk", x2, weight, part)
         return part
     part = L.empty(x2, (max(1, _splits(m, n, k)), m, n), "f32")
@@ -88,12 +88,14 @@ def _flatten(x, k_name="x"):
     return L.reshape(x, (m, k)), m, k
 
 
-def _tuned(kernel: str, dt: str, m: int, n: int, k: int, default: dict) -> dict:
+def _tuned(kernel: str, dt: str, m: int, n: int, k: int, default: dict, **sizes: int) -> dict:
+    """`default` updated with the configuration `tilex tune` stored for this shape's bucket (`sizes`: the
+    kernel's other size symbols, e.g. S of the split-K kernels, which the bucket key includes)."""
     try:
         from ..api import tuned_defines
 
         # the tuned store is keyed by the compiled text (for bf16, the file as written; its digest is memoized)
-        got = tuned_defines(L.source("linear", (("T", dt),)), kernel, dict(M=m, N=n, K=k))
+        got = tuned_defines(L.source("linear", (("T", dt),)), kernel, dict(M=m, N=n, K=k, **sizes))
     except Exception:  # no GPU, no store: the defaults
         got = {}
     return {**default, **got}
