@@ -72,6 +72,8 @@ PY
         tests/test_examples_gpu.py -o faulthandler_timeout=100 2>&1 | tail -3
     timeout 150 python3 benchmarks/bench_attention.py --quick --only prefill --json "$OUT/bench_prefill.json" 2>&1 | tail -14
     timeout 60 python3 benchmarks/bench_attention.py --quick --no-sweep --only decode 2>&1 | tail -5
+    timeout 90 python3 benchmarks/bench_matmul.py --shapes 1x5120x13824,1x5120x152064,16x5120x13824,16x5120x152064,mlp \
+        --json "$OUT/bench_matmul.json" 2>&1 | tail -8
     timeout 120 python3 examples/llm/bench.py --config qwen2.5-14b --no-hf --prefill 1x64 --decode-batches 1,16 \
         --decode-prompt-len 1024 --reps 3 2>&1 | grep -E "^tilex" ;;
   *) echo "usage: $0 tests|bench|llm|profile|tune|fuse|next"; exit 2 ;;
