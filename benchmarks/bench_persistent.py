@@ -29,44 +29,37 @@ def main() -> int:
     args = ap.parse_args()
     timer = Timer(torch, 100.0, 400.0)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    one = L.load("linear", kernel="linear", T="bf16", **_LARGE)
-    per = L.load("linear", kernel="linear_persistent", T="bf16", PROGRAMS=sms, **_LARGE)
-    print(f"{'MxKxN':>18} {'cuBLAS ms':>10} {'per-tile ms':>12} {'persistent ms':>14} {'TFLOP/s':>8} "
-          f"{'per-tile x':>10} {'persistent x':>12} {'err':>8}")
-    for s in args.shapes.split(","):
-        m, k, n = parse_label(s)
-        x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-        w = torch.randn(n, k, device="cuda").to(torch.bfloat16)
-        y1, y2 = torch.empty(m, n, device="cuda", dtype=torch.bfloat16), torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        ref = F.linear(x.float(), w.float())
-        L.run(one, "linear", x, w, y1)
-        L.run(per, "linear_persistent", x, w, y2)
-        err = max(float((y.float() - ref).norm() / ref.norm()) for y in (y1, y2))
-        tc = timer(lambda: F.linear(x, w))["ms"]
-        t1 = timer(lambda: L.run(one, "linear", x, w, y1))["ms"]
-        t2 = timer(lambda: L.run(per, "linear_persistent", x, w, y2))["ms"]
-        print(f"{s:>18} {tc:10.4f} {t1:12.4f} {t2:14.4f} {2 * m * n * k / t2 / 1e9:8.1f} "
-              f"{tc / t1:10.3f} {tc / t2:12.3f} {err:8.1e}", flush=True)
-        assert err <= 1e-2, f"{s}: relative error {err:.2e}"
-    one = L.load("linear", kernel="gated_mlp", T="bf16", **_GATED)
-    per = L.load("linear", kernel="gated_mlp_persistent", T="bf16", PROGRAMS=sms, **_GATED)
-    print(f"{'gated MxKxN':>18} {'cuBLAS ms':>10} {'per-tile ms':>12} {'persistent ms':>14} {'TFLOP/s':>8} "
-          f"{'per-tile x':>10} {'persistent x':>12} {'err':>8}")
-    for s in filter(None, args.gated.split(",")):
-        m, k, n = parse_label(s)
-        x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-        wg, wu = (torch.randn(n, k, device="cuda").to(torch.bfloat16) for _ in range(2))
-        y1, y2 = torch.empty(m, n, device="cuda", dtype=torch.bfloat16), torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    bf = lambda *shape: torch.randn(*shape, device="cuda").to(torch.bfloat16)  # noqa: E731
+
+    def linear_case(m, k, n):
+        x, w = bf(m, k), bf(n, k)
+        return (x, w), F.linear(x.float(), w.float()), lambda: F.linear(x, w), 2
+
+    def gated_case(m, k, n):
+        x, wg, wu = bf(m, k), bf(n, k), bf(n, k)
         ref = F.silu(F.linear(x.float(), wg.float())) * F.linear(x.float(), wu.float())
-        L.run(one, "gated_mlp", x, wg, wu, y1)
-        L.run(per, "gated_mlp_persistent", x, wg, wu, y2)
-        err = max(float((y.float() - ref).norm() / ref.norm()) for y in (y1, y2))
-        tc = timer(lambda: F.silu(F.linear(x, wg)) * F.linear(x, wu))["ms"]
-        t1 = timer(lambda: L.run(one, "gated_mlp", x, wg, wu, y1))["ms"]
-        t2 = timer(lambda: L.run(per, "gated_mlp_persistent", x, wg, wu, y2))["ms"]
-        print(f"{s:>18} {tc:10.4f} {t1:12.4f} {t2:14.4f} {4 * m * n * k / t2 / 1e9:8.1f} "
-              f"{tc / t1:10.3f} {tc / t2:12.3f} {err:8.1e}", flush=True)
-        assert err <= 1e-2, f"{s}: relative error {err:.2e}"
+        return (x, wg, wu), ref, lambda: F.silu(F.linear(x, wg)) * F.linear(x, wu), 4
+
+    cases = (("linear", _LARGE, "MxKxN", args.shapes, linear_case),
+             ("gated_mlp", _GATED, "gated MxKxN", args.gated, gated_case))
+    for kernel, tiles, title, labels, case in cases:
+        one = L.load("linear", kernel=kernel, T="bf16", **tiles)
+        per = L.load("linear", kernel=kernel + "_persistent", T="bf16", PROGRAMS=sms, **tiles)
+        print(f"{title:>18} {'cuBLAS ms':>10} {'per-tile ms':>12} {'persistent ms':>14} {'TFLOP/s':>8} "
+              f"{'per-tile x':>10} {'persistent x':>12} {'err':>8}")
+        for s in filter(None, labels.split(",")):
+            m, k, n = parse_label(s)
+            ins, ref, baseline, flop_per_mnk = case(m, k, n)
+            y1, y2 = (torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            L.run(one, kernel, *ins, y1)
+            L.run(per, kernel + "_persistent", *ins, y2)
+            err = max(float((y.float() - ref).norm() / ref.norm()) for y in (y1, y2))
+            tc = timer(baseline)["ms"]
+            t1 = timer(lambda: L.run(one, kernel, *ins, y1))["ms"]
+            t2 = timer(lambda: L.run(per, kernel + "_persistent", *ins, y2))["ms"]
+            print(f"{s:>18} {tc:10.4f} {t1:12.4f} {t2:14.4f} {flop_per_mnk * m * n * k / t2 / 1e9:8.1f} "
+                  f"{tc / t1:10.3f} {tc / t2:12.3f} {err:8.1e}", flush=True)
+            assert err <= 1e-2, f"{s}: relative error {err:.2e}"
     return 0
 
 

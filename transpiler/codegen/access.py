@@ -99,8 +99,8 @@ class GlobalAccess:
         together holds 8 columns, so four blocks at a time are exchanged within the quad and each lane
         stores one block whole: one 16-byte store instead of eight 2-byte ones.
         """
-        root = layout.root
-        if not isinstance(root, Fragment) or layout != Layout.of(root) or storage(dt) not in ("tilex_bf16", "tilex_f16"):
+        root, S = layout.root, storage(dt)
+        if not isinstance(root, Fragment) or layout != Layout.of(root) or S not in ("tilex_bf16", "tilex_f16"):
             return False
         if root.regs[-1] != (1, 2, 1) or (1, 4, 2, 1) not in root.thr:
             return False
@@ -111,7 +111,6 @@ class GlobalAccess:
         g = blocks[0]
         ps, nb = layout.stride(g), root.regs[g][1]
         iv, ax = vec_axis
-        S = storage(dt)
         # this lane stores block (j0 + t) of the four: its first column is 8 t past block j0's, not 2 t
         chunk = f"{iv} + 6 * (long long)(threadIdx.x & 3u)"
         block = f"(tx_s / {ps}) % {nb}" if nb > 4 else f"(tx_s / {ps})"

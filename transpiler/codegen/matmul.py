@@ -102,9 +102,14 @@ def render_wgmma(em, s, plan: MatmulPlan) -> dict:
     a = plan.products[0].a
     bm, bn, bk = plan.bm, plan.bn, plan.bk
     boxes, products = [], []
-    amap = em.tma_map(a.tensor, bm)
-    for c in range(bk // SWIZZLE_ELEMS):
-        boxes.append(dict(offset=c * bm * 128, map=amap, c0=_plus(em.scalar(a.k), c * SWIZZLE_ELEMS), c1=em.scalar(a.rows)))
+
+    def k_boxes(op, rows: int, base: int, chunk: int) -> None:
+        """TMA boxes of a k-major [rows, bk] operand tile: one per 64-column chunk, `chunk` bytes apart."""
+        m = em.tma_map(op.tensor, rows)
+        for c in range(bk // SWIZZLE_ELEMS):
+            boxes.append(dict(offset=base + c * chunk, map=m, c0=_plus(em.scalar(op.k), c * SWIZZLE_ELEMS),
+                              c1=em.scalar(op.rows)))
+    k_boxes(a, bm, 0, bm * 128)
     offset = bm * bk * 2
     # products sharing a whose k-major B tiles fit side by side in one wgmma (n <= 256) are issued as one
     # m64n(G*bn)k16: their B tiles interleave per 64-column chunk, so one descriptor spans them, and A is
@@ -114,10 +119,7 @@ def render_wgmma(em, s, plan: MatmulPlan) -> dict:
     if merged:
         chunk = group * bn * 128
         for j, p in enumerate(plan.products):
-            bmap = em.tma_map(p.b.tensor, bn)
-            for c in range(bk // SWIZZLE_ELEMS):
-                boxes.append(dict(offset=offset + c * chunk + j * bn * 128, map=bmap,
-                                  c0=_plus(em.scalar(p.b.k), c * SWIZZLE_ELEMS), c1=em.scalar(p.b.rows)))
+            k_boxes(p.b, bn, offset + j * bn * 128, chunk)
         name, text = wgmma_wrapper(group * bn, plan.dtype, False, parts=group)
         em.functions[name] = text
         products.append(dict(acc=", ".join(p.acc for p in plan.products), kmajor=True, offset=offset, fn=name,
@@ -126,10 +128,7 @@ def render_wgmma(em, s, plan: MatmulPlan) -> dict:
     for p in ([] if merged else plan.products):
         b = p.b
         if b.kmajor:
-            bmap = em.tma_map(b.tensor, bn)
-            for c in range(bk // SWIZZLE_ELEMS):
-                boxes.append(dict(offset=offset + c * bn * 128, map=bmap, c0=_plus(em.scalar(b.k), c * SWIZZLE_ELEMS),
-                                  c1=em.scalar(b.rows)))
+            k_boxes(b, bn, offset, bn * 128)
         else:
             bmap = em.tma_map(b.tensor, bk)
             for q in range(bn // SWIZZLE_ELEMS):

@@ -129,11 +129,9 @@ def linear(x, weight, bias=None):
     y = L.empty(x2, (m, n))
     gpu = L.kind_of(x2) != "numpy"
     if m and n and _use_split_kernels(m, n, k) and gpu:
-        # decode: f32 partial sums over K shares (S > 1), then their sum (+ bias)
-        splits = _splits(m, n, k)
+        # few rows: f32 partial sums over K shares (S > 1), then their sum (+ bias)
+        part = _partials(x2, weight, dt, m, n, k)
         mod = L.load("linear", T=dt, **_SPLITK)
-        part = L.empty(x2, (splits, m, n), "f32")
-        L.run(mod, "linear_splitk", x2, weight, part)
         if bias is None:
             L.run(mod, "splitk_sum", part, y)
         else:
