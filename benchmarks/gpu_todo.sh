@@ -64,17 +64,17 @@ PY
     timeout 120 python3 examples/llm/run.py --config qwen2.5-14b --random-weights --prompt-ids "$P" --max-new-tokens 4 --profile \
         > "$OUT/run_profile_fuse.log" 2>&1; grep -A14 "^decode:" "$OUT/run_profile_fuse.log" ;;
   next)
-    # prepared without a GPU (session 11): the accumulate-onto-c change (attention tests, examples), the prefill
-    # tiles with it (predicted: 170 registers instead of 240-255 with spills; BM 128 / BN 32 / 4 warps halves the
-    # shared-memory reads of K and V per MMA), decode attention at the new split rule (2 shares at B16:
-    # predicted 0.120 ms), and LLM decode at a 1024-token context
-    timeout -s ABRT 200 python3 -m pytest -q -p no:cacheprovider -m "gpu and not slow" tests/test_stdlib_attention_gpu.py \
-        tests/test_examples_gpu.py -o faulthandler_timeout=100 2>&1 | tail -3
-    timeout 150 python3 benchmarks/bench_attention.py --quick --only prefill --json "$OUT/bench_prefill.json" 2>&1 | tail -14
-    timeout 60 python3 benchmarks/bench_attention.py --quick --no-sweep --only decode 2>&1 | tail -5
-    timeout 90 python3 benchmarks/bench_matmul.py --shapes 1x5120x13824,1x5120x152064,16x5120x13824,16x5120x152064,mlp \
-        --json "$OUT/bench_matmul.json" 2>&1 | tail -8
-    timeout 120 python3 examples/llm/bench.py --config qwen2.5-14b --no-hf --prefill 1x64 --decode-batches 1,16 \
-        --decode-prompt-len 1024 --reps 3 2>&1 | grep -E "^tilex" ;;
+    # prepared without a GPU (session 12): the streamed row kernels (pipeline loops that copy the next rows
+    # into shared memory by cp.async while this step reduces; persistent grids), their GPU tests, then a sweep
+    # of their launch shapes against torch and torch.compile. Predicted: rms_norm / fused_add / layer_norm
+    # >= 90% of copy (from 81 / 82 / 61%); softmax 4096x32000 ~0.15 ms (from 0.287: one exp per element in
+    # the first pass, no block-wide reduction inside the chunk loop, chunks streamed)
+    # The ring of S stages (copies S - 1 iterations ahead, one barrier per iteration) also changes the
+    # attention kernels' streamed loops, and p.to(bf16) @ v packs from f32 (branch prefill-narrow).
+    timeout -s ABRT 240 python3 -m pytest -q -rf -p no:cacheprovider -m gpu tests/test_stdlib_gpu.py \
+        tests/test_stdlib_attention_gpu.py -k "rms_norm or layer_norm or softmax or fused_add or streamed or attention" \
+        -o faulthandler_timeout=100 2>&1 | tail -6
+    timeout 100 python3 benchmarks/bench_attention.py --quick --no-sweep 2>&1 | tail -8
+    timeout 330 python3 benchmarks/sweep_rows.py --json "$OUT/sweep_rows.json" 2>&1 | tee "$OUT/sweep_rows.log" ;;
   *) echo "usage: $0 tests|bench|llm|profile|tune|fuse|next"; exit 2 ;;
 esac

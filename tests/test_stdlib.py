@@ -131,7 +131,7 @@ def test_row_kernels_chunked(n, block):
     rng = np.random.default_rng(n)
     dt, m = "bf16", 3
     x, r, w, b = rnd(rng, (m, n), dt), rnd(rng, (m, n), dt), rnd(rng, n, dt), rnd(rng, n, dt)
-    cfg = dict(T=dt, BLOCK=block, ROWS=2, ONE_PASS=False, WARPS=1)
+    cfg = dict(T=dt, BLOCK=block, ONE_PASS=False, WARPS=1, PROGRAMS=2)  # a program walks rows 0, 2 / 1
     y = np.full((m, n), np.nan, NP[dt])
     L.run(L.load("rms_norm", **cfg), "rms_norm", x, w, y, eps=1e-6)
     assert rel(y, ref_rms(x, w, 1e-6)) <= TOL[dt]
@@ -140,7 +140,8 @@ def test_row_kernels_chunked(n, block):
           x, r, w, y2, h, eps=1e-6)
     assert rel(y2, ref_rms((f64(x) + f64(r)).astype(BF16), w, 1e-6)) <= TOL[dt]
     xi, ri = x.copy(), r.copy()
-    L.run(L.load("fused_add_rms_norm", kernel="fused_add_rms_norm_inplace", **cfg),
+    L.run(L.load("fused_add_rms_norm", kernel="fused_add_rms_norm_inplace", T=dt, BLOCK=block, ROWS=2,
+                 ONE_PASS=False, WARPS=1),
           "fused_add_rms_norm_inplace", xi, ri, w, eps=1e-6)
     np.testing.assert_array_equal(f64(xi), f64(y2))
     np.testing.assert_array_equal(f64(ri), f64(h))
@@ -153,12 +154,33 @@ def test_row_kernels_chunked(n, block):
     assert rel(y, ref_softmax(xs)) <= TOL[dt]
 
 
+# One-pass steps of R rows (rows past M in the last step), a persistent grid of 2 programs.
+@pytest.mark.parametrize("m,n,block,r", [(5, 100, 128, 2), (3, 8, 8, 4), (4, 64, 64, 1)])
+def test_row_kernels_steps(m, n, block, r):
+    rng = np.random.default_rng(m * n)
+    dt = "bf16"
+    x, res, w, b = rnd(rng, (m, n), dt), rnd(rng, (m, n), dt), rnd(rng, n, dt), rnd(rng, n, dt)
+    cfg = dict(T=dt, BLOCK=block, R=r, ONE_PASS=True, WARPS=1, PROGRAMS=2)
+    y, h = np.full((m, n), np.nan, NP[dt]), np.full((m, n), np.nan, NP[dt])
+    L.run(L.load("rms_norm", **cfg), "rms_norm", x, w, y, eps=1e-6)
+    assert rel(y, ref_rms(x, w, 1e-6)) <= TOL[dt]
+    L.run(L.load("fused_add_rms_norm", kernel="fused_add_rms_norm", **cfg), "fused_add_rms_norm",
+          x, res, w, y, h, eps=1e-6)
+    assert rel(y, ref_rms((f64(x) + f64(res)).astype(BF16), w, 1e-6)) <= TOL[dt]
+    assert rel(h, (f64(x) + f64(res))) <= TOL[dt]
+    L.run(L.load("layer_norm", **cfg), "layer_norm", x, w, b, y, eps=1e-5)
+    assert rel(y, ref_ln(x, w, b, 1e-5)) <= TOL[dt]
+    L.run(L.load("softmax", **cfg), "softmax", x, y)
+    assert rel(y, ref_softmax(x)) <= TOL[dt]
+
+
 def test_row_config():
-    assert L.row_config(4096, 10) == dict(BLOCK=4096, ROWS=1, ONE_PASS=True, WARPS=16)  # 8 per thread
-    assert L.row_config(16384, 10)["WARPS"] == 32  # at most 1024 threads
+    c = L.row_config(4096, 10)
+    assert c == dict(BLOCK=4096, R=1, ONE_PASS=True, WARPS=16, MIN_BLOCKS=3, PROGRAMS=3 * 132)  # 8 per thread
+    assert L.row_config(16384, 10)["WARPS"] == 16  # at most 512 threads, 32 elements each
     assert L.row_config(100000, 10)["ONE_PASS"] is False
-    c = L.row_config(128, 100000)
-    assert c["ROWS"] > 1 and c["BLOCK"] == 128
+    c = L.row_config(128, 100000, sms=100)
+    assert c["R"] > 1 and c["BLOCK"] == 128 and c["PROGRAMS"] == 100 * c["MIN_BLOCKS"]
 
 
 # ----------------------------------------------------------------------------- activations
@@ -414,10 +436,10 @@ def test_launch_helpers():
 # ----------------------------------------------------------------------------- nvcc
 
 KERNELS = {  # file -> (kernel restriction or None, placeholders, extra defines per variant)
-    "rms_norm": [{}, {"ONE_PASS": False}],
-    "fused_add_rms_norm": [{}, {"ONE_PASS": False, "ROWS": 2}],
-    "layer_norm": [{}, {"ONE_PASS": False}],
-    "softmax": [{}, {"ONE_PASS": False, "WARPS": 8, "MIN_BLOCKS": 8}],
+    "rms_norm": [{}, {"ONE_PASS": False}, {"BLOCK": 4096, "WARPS": 16, "MIN_BLOCKS": 3, "PROGRAMS": 396}],
+    "fused_add_rms_norm": [{}, {"ONE_PASS": False, "PROGRAMS": 132}, {"BLOCK": 256, "R": 4, "WARPS": 4}],
+    "layer_norm": [{}, {"ONE_PASS": False}, {"BLOCK": 512, "R": 2, "WARPS": 4, "MIN_BLOCKS": 12}],
+    "softmax": [{}, {"ONE_PASS": False, "BLOCK": 4096, "WARPS": 16, "MIN_BLOCKS": 3}],
     "silu_and_mul": [{}, {"MIN_BLOCKS": 8}],
     "gelu_and_mul": [{"TANH": True}],
     "rope": [{}, {"HB": 8, "WARPS": 2}],

@@ -1,6 +1,6 @@
-"""infer_memory's streamed operands: tiles a `pipeline` loop loads and reads only as the right
-operand of mma products go global -> shared memory by cp.async one iteration ahead (two
-stages) instead of through registers. These tests pin the decision and the emitted shape;
+"""infer_memory's streamed tiles: tiles a `pipeline` loop loads at the top of its body go global ->
+shared memory by cp.async S - 1 iterations ahead (a ring of S stages); read only as the right operand of
+mma products they never enter registers, read otherwise they are read from there into registers. These tests pin the decision and the emitted shape;
 the GPU tests of attention_prefill check the numbers."""
 from __future__ import annotations
 
@@ -33,19 +33,47 @@ def _loops(src, arch="sm_90a", **defines):
     return [f for k in t.program.kernels for f in loops(k)], t.cuda
 
 
-def test_streamed_when_only_an_mma_operand():
-    loops, cuda = _loops(LOOP)
-    assert [t.name for t in loops[0].stream] == ["kt"]
-    assert "tilex_tile_to_smem<64, 64, 72, " in cuda and "tilex_cp_async_wait<1>" in cuda
-    assert "kt = k[n0 : n0 + 64, 0 : 64]  (streamed above)" in cuda
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_streamed_when_only_an_mma_operand(stages):
+    """S stages: S - 1 copies in flight before the loop, each iteration waits for all but S - 2."""
+    t = translate(LOOP, "f.tile", Options(defines=dict(STAGES=stages)))
+    fs, cuda = [f for k in t.program.kernels for f in loops(k)], t.cuda
+    assert [s.name for s in fs[0].stream] == ["kt"] and not fs[0].stream[0].regs
+    assert "tilex_tile_to_smem<64, 64, 72, " in cuda and f"tilex_cp_async_wait<{stages - 2}>" in cuda
+    assert cuda.count("kt = k[n0 : n0 + 64, 0 : 64]  (streamed above)") == stages  # the body once per stage
+    assert cuda.count("tilex_tile_to_smem<") == 2 * stages - 1  # S - 1 before the loop, one per stage
+    assert t.program.kernels[0].info.smem_bytes >= stages * 64 * 72 * 2
 
 
-@pytest.mark.parametrize("src, defines, arch", [(LOOP, dict(STAGES=1), "sm_90a"), (ALSO_READ, {}, "sm_90a"),
-                                                (LOOP, {}, "sm_75")])
+@pytest.mark.parametrize("src, defines, arch", [(LOOP, dict(STAGES=1), "sm_90a"), (LOOP, {}, "sm_75")])
 def test_not_streamed(src, defines, arch):
-    """One stage asks for no pipelining; a tile also read elsewhere needs its registers; no mma below sm_80."""
+    """One stage asks for no pipelining; no cp.async below sm_80."""
     loops, cuda = _loops(src, arch, **defines)
     assert loops[0].stream == () and "tilex_tile_to_smem<" not in cuda
+
+
+ROWS = """
+kernel g(x: bf16[M, N], y: out bf16[M, N])
+    grid (4,)
+{
+    for r in pipeline(program_id(0), M, num_programs(0), stages = 2) {
+        t = x[r : r + 1, 0 : 256].to(f32)
+        y[r : r + 1, 0 : 256] = (t / sum(t, axis = 1)[:, None]).to(bf16)
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("src, tile", [(ALSO_READ, "kt"), (ROWS, "t")])
+def test_streamed_into_registers(src, tile):
+    """A tile read elementwise too (or widened by .to(f32)) is still copied one iteration ahead; each
+    iteration reads it from its stage into registers, 16 bytes at a time, instead of from global memory."""
+    loops, cuda = _loops(src)
+    (t,) = loops[0].stream
+    assert t.name == tile and t.regs
+    assert "(streamed above; into registers)" in cuda and "tilex_smem_chunk<8, tilex_bf16, float>" in cuda
+    if src is ROWS:
+        assert "tilex_load_chunk<" not in cuda  # the streamed tile is the kernel's only load
 
 
 def test_attention_prefill_streams_k_and_v():

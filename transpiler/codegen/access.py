@@ -63,11 +63,7 @@ class GlobalAccess:
             terms.append(f"{iv} * {st}" if st else iv)
             if vec_axis is None or vec_axis[1] != ax:
                 oks.append(f"(unsigned long long){iv} < (unsigned long long){self.dim(name, ax)}")
-        vec = 1
-        root = layout.root
-        if vec_axis is not None and layout.dims[-1] == root.rank - 1 and root.vec_digit is not None \
-                and layout.digits and layout.digits[-1] == root.vec_digit:
-            vec = root.vec
+        vec = self.vector_width(layout) if vec_axis is not None else 1
         ok = " && ".join(oks) or "true"
         off = " + ".join(terms)
         S, R = storage(dt), reg(dt)
@@ -91,6 +87,16 @@ class GlobalAccess:
         else:
             body = f"{arr}[tx_s] = ({ok_all}) ? ({R})tilex_io<{S}>::get({name}[{off}]) : ({R})({self.other(e)});"
         self.unrolled(layout.slots, " ".join(idx_lines + [body]))
+
+    @staticmethod
+    def vector_width(layout: Layout) -> int:
+        """Elements per thread that are contiguous along the tile's last axis in consecutive slots
+        (one 16-byte access of a 2-byte dtype), or 1 when the layout's last axis is not vectorized."""
+        root = layout.root
+        if layout.dims[-1] == root.rank - 1 and root.vec_digit is not None \
+                and layout.digits and layout.digits[-1] == root.vec_digit:
+            return root.vec
+        return 1
 
     def quad_store(self, layout: Layout, dt, name: str, vec_axis, idx_lines, off: str, ok: str, arr: str) -> bool:
         """Store a whole 2-byte MMA accumulator tile as 16-byte chunks (`tilex_store_quad`), if it is one.

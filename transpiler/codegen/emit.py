@@ -13,6 +13,7 @@ from ..builtins import CUDA_MATH, FUNCTIONS
 from ..exprs import mentions, unparse, unparse_stmt
 from ..layout import Layout, flat_index
 from ..passes.infer_dtypes import operand_dtype
+from ..passes.infer_memory import stream_source
 from ..types import DType
 from .access import GlobalAccess
 from .c import C_BINOP, ROUND, flit, reg, storage
@@ -179,72 +180,88 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         self.emit("}")
 
     def streamed_loop(self, s: A.For, start: str, stop: str, step: str) -> None:
-        """A pipeline loop whose operand tiles (s.stream) are copied global -> shared memory by
-        cp.async one iteration ahead, into two stages, and read there by the mma products.
-        The body is emitted twice, once per stage, so every shared-memory address is a constant."""
-        loads = {st.name: st.value for st in s.body.stmts if isinstance(st, A.Assign)}
+        """A pipeline loop whose tiles (s.stream) are copied global -> shared memory by cp.async
+        S - 1 iterations ahead into a ring of S = s.stages stages. Iteration i waits for its own
+        copy, passes a barrier (every thread is then done with iteration i - 1, whose stage it
+        refills), issues the copy of iteration i + S - 1, and runs the body, whose products read
+        the tiles in place (or which reads them into registers). The body is emitted once per
+        stage, so every shared-memory address is a constant."""
+        S = s.stages
+        loads = {st.name: stream_source(st.value) for st in s.body.stmts if isinstance(st, A.Assign)}
         names = [t.name for t in s.stream]
         self.helpers.add("tilex_mma.cuh")
-        self.emit(f"// pipeline(stages={s.stages}): {', '.join(names)} go to shared memory by cp.async one "
-                  "iteration ahead (two stages, the body once per stage); the rest of the body runs in order")
+        self.emit(f"// pipeline(stages={S}): {', '.join(names)} go to shared memory by cp.async {S - 1} "
+                  f"iteration{'s' if S > 2 else ''} ahead ({S} stages, the body once per stage); the rest of the body runs in order")
 
-        def copy(stage: int) -> None:
+        def copy(stage: int, ahead: str) -> None:
+            """Iteration `ahead`'s tiles into `stage`, if it is one of the loop's; one commit group either way."""
+            self.emit(f"if ({ahead} < tx_hi) {{")
+            self.depth += 1
+            self.emit(f"const int {s.var} = {ahead};")
             for t in s.stream:
                 self.stream_copy(loads[t.name], t, f"(tilex_smem + {t.offset + stage * t.stage_bytes})")
+            self.depth -= 1
+            self.emit("}")
+            self.emit("tilex_cp_async_commit();")
 
         self.emit("{")
         self.depth += 1
         # the bounds are read once (as range() does): the body may change what they were computed from
         self.emit(f"const int tx_lo = {start}, tx_hi = {stop}, tx_step = {step};")
-        start, stop, step = "tx_lo", "tx_hi", "tx_step"
-        self.emit(f"if ({start} < {stop}) {{")
+        for stage in range(S - 1):
+            copy(stage, "tx_lo" + (f" + {stage} * tx_step" if stage else ""))
+        self.emit(f"for (int tx_it = tx_lo; tx_it < tx_hi; tx_it += {S} * tx_step) {{")
         self.depth += 1
-        self.emit(f"const int {s.var} = {start};")
-        copy(0)
-        self.depth -= 1
-        self.emit("}")
-        self.emit("tilex_cp_async_commit();")
-        self.emit(f"for (int tx_it = {start}; tx_it < {stop}; tx_it += 2 * ({step})) {{")
-        self.depth += 1
-        for stage in (0, 1):
+        for stage in range(S):
             if stage:
-                self.emit(f"if (tx_it + ({step}) >= {stop}) break;")
+                self.emit(f"if (tx_it + {stage} * tx_step >= tx_hi) break;")
             self.emit("{")
             self.depth += 1
-            self.emit(f"const int {s.var} = tx_it{' + (' + step + ')' if stage else ''};")
-            self.emit(f"if ({s.var} + {step} < {stop}) {{  // the next iteration's tiles, into the other stage")
-            self.depth += 1
-            self.emit(f"const int tx_nxt = {s.var} + {step};")
-            self.emit("{")
-            self.depth += 1
-            self.emit(f"const int {s.var} = tx_nxt;")
-            copy(1 - stage)
-            self.depth -= 1
-            self.emit("}")
-            self.depth -= 1
-            self.emit("}")
-            self.emit("tilex_cp_async_commit();")
-            self.emit("tilex_cp_async_wait<1>();  // this iteration's tiles have landed")
-            self.emit(self.barrier)
+            self.emit(f"const int tx_cur = tx_it{f' + {stage} * tx_step' if stage else ''};")
+            self.emit(f"tilex_cp_async_wait<{S - 2}>();  // this iteration's tiles have landed")
+            self.emit(self.barrier + "  // for every thread, and the previous iteration is done with its stage")
+            copy((stage + S - 1) % S, f"tx_cur + {S - 1} * tx_step")
+            self.emit(f"const int {s.var} = tx_cur;")
             outer = self.streaming
             self.streaming = {**outer, **{t.name: (f"tilex_smem + {t.offset + stage * t.stage_bytes}", t.ld)
                                           for t in s.stream}}
             self.declared.append({s.var})
+            tiles = {t.name: t for t in s.stream}
             for st in s.body.stmts:
                 if isinstance(st, A.Assign) and st.name in names:
-                    self.emit(f"// {self.file}:{st.span.line}  {unparse_stmt(st)}  (streamed above)")
+                    t = tiles[st.name]
+                    if t.regs:
+                        self.emit(f"// {self.file}:{st.span.line}  {unparse_stmt(st)}  (streamed above; into registers)")
+                        self.stream_read(st, t, self.streaming[st.name][0])
+                    else:
+                        self.emit(f"// {self.file}:{st.span.line}  {unparse_stmt(st)}  (streamed above)")
                     continue
                 self.stmt(st)
             self.declared.pop()
             self.streaming = outer
-            self.emit(self.barrier + "  // every thread is done with this stage before it is refilled")
             self.depth -= 1
             self.emit("}")
         self.depth -= 1
         self.emit("}")
         self.emit("tilex_cp_async_wait<0>();")
+        self.emit(self.barrier + "  // the ring's memory is free for what follows")
         self.depth -= 1
         self.emit("}")
+
+    def stream_read(self, st: A.Assign, t, src: str) -> None:
+        """Declare the register tile `st.name` and fill it, in its layout, from its stage in shared
+        memory at `src` (rows of t.ld elements), 16 bytes at a time where the layout allows."""
+        e = st.value  # the load, or its exact widening .to(f32)
+        layout = e.ty.layout
+        S, R = storage(stream_source(e).ty.dtype), reg(e.ty.dtype)
+        self.helpers.add("tilex_stream.cuh")
+        self.declared[-1].add(st.name)
+        self.arrays[st.name] = layout
+        self.emit(f"{R} {st.name}[{layout.slots}];")
+        vec = self.vector_width(layout) if len(layout.dims) == 2 else 1
+        at = f"({layout.coord(0, 'tx_s')}) * {t.ld} + ({layout.coord(1, 'tx_s')})"
+        self.unrolled(layout.slots, f"tilex_smem_chunk<{vec}, {S}, {R}>(&{st.name}[tx_s], "
+                                    f"reinterpret_cast<const {S}*>({src}) + {at});", step=vec)
 
     def stream_copy(self, e: A.Index, t, dst: str) -> None:
         """cp.async of the [rows, cols] tile `e` (slices on one axis and the tensor's last) into

@@ -39,9 +39,11 @@ class SmemUse:
 
 @dataclass(frozen=True)
 class StreamTile:
-    """A tile loaded in a `pipeline` loop and read only as the right operand of mma products:
-    copied global -> shared memory by cp.async one iteration ahead, into two stages of
-    `stage_bytes` at byte `offset` (rows of `ld` elements), instead of through registers."""
+    """A tile loaded at the top of a `pipeline(..., stages=S)` loop's body: copied global -> shared
+    memory by cp.async S - 1 iterations ahead, into a ring of S stages of `stage_bytes` from byte
+    `offset` (rows of `ld` elements). Read only as the right operand of mma products, it never enters registers; read
+    otherwise too (`regs`), each iteration reads it from shared memory into its register layout,
+    so the next iteration's global load is in flight while this one computes."""
     name: str
     rows: int
     cols: int
@@ -53,6 +55,7 @@ class StreamTile:
     # its index tiles laid out for `copy_layout`, the blocked [rows, cols] layout of the copy
     gather: Any = None
     copy_layout: Any = None
+    regs: bool = False
 
 
 @dataclass
@@ -272,9 +275,10 @@ class _Memory(Rewriter):
         A tile qualifies when, in a `pipeline(..., stages >= 2)` loop of a kernel without
         planned (wgmma/mma ring) loops, it is assigned once at the top of the loop body from a
         2-byte-float tensor load `t[i, a : a + R, j, c : c + C]` (slices on one axis and the
-        last, scalar indices elsewhere, no `other`, C % 8 == 0) whose indices use only the loop
-        variable and names not assigned in the loop, and it is read only as `x @ tile` or
-        `x @ tile.T` products that run on mma.sync."""
+        last, scalar indices elsewhere, no `other`, C % 8 == 0) of a tensor the kernel does not
+        write, whose indices use only the loop variable and names not assigned in the loop. Read
+        only as `x @ tile` or `x @ tile.T` products that run on mma.sync, it stays in shared
+        memory; any other read makes it `regs` (read from shared memory into registers)."""
         if self.plans or self.arch not in MMA_ARCHS:
             return {}, []
         out, mem = {}, self
@@ -382,7 +386,7 @@ class _Memory(Rewriter):
             return replace(v, items=tuple(items))
 
         def operand_uses(block, name) -> tuple[int, bool]:
-            """(reads as an mma right operand, any other read)."""
+            """(reads as an mma right operand, whether there is any other read)."""
             good, bad = [0], [False]
 
             class _U(Walker):
@@ -442,11 +446,14 @@ class _Memory(Rewriter):
                 tiles = []
                 for at, st in enumerate(f.body.stmts):
                     gather = None
-                    if not (isinstance(st, A.Assign) and eligible_load(st.value, f.var, changing)):
-                        gather = gather_load(st.value, f, changing, at) if isinstance(st, A.Assign) else None
+                    load = stream_source(st.value) if isinstance(st, A.Assign) else None
+                    if load is None:
+                        continue
+                    if not eligible_load(load, f.var, changing):
+                        gather = gather_load(load, f, changing, at)
                         if gather is None:
                             continue
-                    if st.value.base.id in stored:
+                    if load.base.id in stored:
                         continue
                     # a per-iteration value: assigned once, before any read in this body, and not
                     # read anywhere its value could come from outside an iteration
@@ -454,26 +461,29 @@ class _Memory(Rewriter):
                         continue
                     if assigned_count(f.body, st.name) != 1:
                         continue
-                    good, bad = operand_uses(f.body, st.name)
-                    if not good or bad:
+                    good, other = operand_uses(f.body, st.name)
+                    if not good and not other:
                         continue
-                    rows, cols = st.value.ty.shape
+                    other = other or load is not st.value  # converted: read into registers
+                    rows, cols = load.ty.shape
                     ld = cols + MATMUL_PAD
-                    stage = (rows * ld * st.value.ty.dtype.itemsize + 15) // 16 * 16
+                    stage = (rows * ld * load.ty.dtype.itemsize + 15) // 16 * 16
                     copy = None
                     if gather is not None:  # index tiles in the rows layout of a blocked copy of the tile
                         copy = mem.canon((rows, cols))
                         row_view = copy.axes(0).compact()  # a slot per row a thread copies
                         gather = replace(gather, items=tuple(
                             mem.assign(it, row_view) if it.ty.shape else it for it in gather.items))
-                    tiles.append(StreamTile(st.name, rows, cols, ld, 0, stage, gather, copy))
+                    tiles.append(StreamTile(st.name, rows, cols, ld, 0, stage, gather, copy, regs=other))
                 if tiles:
                     out[id(f)] = tuple(tiles)
+                    depth[id(f)] = f.stages
                     spans.append(f.span)
                     return False  # no streaming inside a streamed loop: both would use the one region
                 return None
 
         spans: list = []
+        depth: dict = {}
         _Loops().walk(self.k.body)
         # loops run one after another: each loop's tiles start at `offset`, the region is the largest
         size, names = 0, []
@@ -481,13 +491,15 @@ class _Memory(Rewriter):
             at, placed = offset, []
             for t in tiles:
                 placed.append(replace(t, offset=at))
-                at += 2 * t.stage_bytes
-                names.append(t.name)
+                at += depth[key] * t.stage_bytes
+                names.append(t.name + (" (read into registers)" if t.regs else ""))
             out[key] = tuple(placed)
             size = max(size, at - offset)
         if not size:
             return out, []
-        what = f"streaming {', '.join(dict.fromkeys(names))} into shared memory by cp.async (two stages each)"
+        stages = sorted(set(depth.values()))
+        what = (f"streaming {', '.join(dict.fromkeys(names))} into shared memory by cp.async "
+                f"({' or '.join(map(str, stages))} stages each)")
         return out, [SmemUse(what, size, spans[0])]
 
     def run(self, check_budget: bool = True) -> A.Kernel:
@@ -555,7 +567,7 @@ class _Memory(Rewriter):
             return self.mma_layout(e)
         if isinstance(e, A.Call) and _is_reduction_call(e) and e.args[0].ty.shape:
             inner = self._find(e.args[0], e.args[0].ty.shape)
-            if inner is None or not isinstance(inner.root, Fragment):
+            if inner is None:
                 return None
             out = inner
             for axis in sorted(_reduced_axes(e, len(e.args[0].ty.shape)), reverse=True):
@@ -606,9 +618,9 @@ class _Memory(Rewriter):
                 layout = want or self.canon(ty.shape)
                 return self._children(e, None, MemSpace.REGISTERS, layout, operand_layout=None)
             base_want = None
-            if want is not None and isinstance(want.root, Fragment) and all(
+            if want is not None and all(
                     isinstance(i, A.NewAxis) or isinstance(i, A.Slice) and i.start is None and i.stop is None for i in e.items):
-                # `t[:, None]` read at a fragment layout: make t in the matching 1-D view of it, so no data moves
+                # `t[:, None]` read at a 2-D layout: make t in the matching 1-D view of it, so no data moves
                 base_want = want.axes(*(a for a, it in enumerate(e.items) if not isinstance(it, A.NewAxis)))
             if isinstance(e.base, A.Name) and base_want is not None:
                 have = self.vars.get(e.base.id)
@@ -752,6 +764,17 @@ class _Memory(Rewriter):
 
     def visit_If(self, s):
         return replace(s, cond=self.assign(s.cond), then=self.visit(s.then), orelse=self.visit(s.orelse))
+
+
+def stream_source(v: A.Expr) -> A.Expr | None:
+    """The tensor load a pipeline loop may stream for the value `v` of an assignment: `v` itself
+    (`t[...]`) or the load under an exact widening `t[...].to(f32)` of a 2-byte float; else None."""
+    if isinstance(v, A.Method) and v.name == "to" and v.ty.dtype is DType.F32 and isinstance(v.obj, A.Index) \
+            and v.obj.ty.dtype in (DType.BF16, DType.F16):
+        v = v.obj
+    if isinstance(v, A.Index) and isinstance(v.base, A.Name) and v.base.ty.what == "tensor":
+        return v
+    return None
 
 
 def _is_tile(e) -> bool:

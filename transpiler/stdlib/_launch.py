@@ -342,20 +342,23 @@ def reshape(x, shape):
     return x.reshape(tuple(shape))
 
 
-def row_config(n: int, m: int, one_pass_max: int = 16384, chunk: int = 4096) -> dict:
-    """Compile-time parameters for a row-wise kernel over [m, n]: BLOCK, ROWS, ONE_PASS, WARPS.
+def row_config(n: int, m: int, sms: int = 132, one_pass_max: int = 16384, chunk: int = 4096) -> dict:
+    """Compile-time parameters of a streamed row kernel over [m, n] (rms_norm.tile and its kind):
+    BLOCK, R, ONE_PASS, WARPS, MIN_BLOCKS, PROGRAMS.
 
-    A row of up to `one_pass_max` elements is kept in registers (BLOCK = the next power of
-    two); threads hold 8 elements each (one 16-byte bf16 load), 32 to 1024 threads (16
-    elements from 16384 on). Short rows are batched ROWS per program (while leaving at
-    least ~4 programs per SM). `tilex tune` on an H200 (bf16, 2026-11-29): 8 elements per
-    thread beat 16 by 1.19x (rms_norm 16384x4096: 0.082 vs 0.098 ms), 1.14x (4096x8192)
-    and 1.20x (fused_add_rms_norm 16384x4096).
+    A row of up to `one_pass_max` elements is one BLOCK-wide step (BLOCK = the next power of two),
+    longer rows go in `chunk`-wide steps. Short rows are taken R at a time (up to 8, while a step is
+    under 2048 elements). Threads hold 8 elements each (one 16-byte bf16 chunk), 32 to 512 threads,
+    more elements per thread past that. The grid is persistent: MIN_BLOCKS blocks per SM (the
+    `__launch_bounds__` request that keeps them resident) times `sms` programs, so that each
+    program's pipeline loop copies its next step while it reduces this one.
     """
     one = n <= one_pass_max
     block = max(8, next_pow2(n)) if one else chunk
-    warps = min(32, max(1, block // (32 * 8)))
     rows = 1
-    while rows < 8 and block * rows * 2 <= 4096 and m >= rows * 2 * 528:
+    while one and rows < 8 and block * rows < 2048 and m >= rows * 2 * sms:
         rows *= 2
-    return dict(BLOCK=block, ROWS=rows, ONE_PASS=one, WARPS=warps)
+    warps = min(16, max(1, block * rows // 256))
+    per_thread = block * rows // (32 * warps)
+    blocks = max(1, min(32, (1536 if per_thread <= 8 else 1024) // (32 * warps)))
+    return dict(BLOCK=block, R=rows, ONE_PASS=one, WARPS=warps, MIN_BLOCKS=blocks, PROGRAMS=sms * blocks)

@@ -36,7 +36,7 @@ def rms_norm(x, weight=None, eps: float = 1e-6):
     x2, dt, m, n = _rows("x", x)
     w = _vector("weight", weight, n, dt, x2, 1.0)
     y = L.empty(x2, (m, n))
-    mod = L.load("rms_norm", T=dt, **L.row_config(n, m))
+    mod = L.load("rms_norm", T=dt, **L.row_config(n, m, L.sm_count(x2)))
     L.run(mod, "rms_norm", x2, w, y, eps=float(eps))
     return L.reshape(y, tuple(x.shape))
 
@@ -54,10 +54,12 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
     L.kind_of(x, residual)
     r2 = L.reshape(L.contiguous(residual), (m, n))
     w = _vector("weight", weight, n, dt, x2, 1.0)
-    cfg = L.row_config(n, m)
+    cfg = L.row_config(n, m, L.sm_count(x2))
     if inplace:
         if not _is_contig(x) or not _is_contig(residual):
             raise ValueError("fused_add_rms_norm(inplace=True) needs contiguous x and residual")
+        # a row per program: the kernel writes x and residual, so its loads are not streamed
+        cfg = dict(BLOCK=cfg["BLOCK"], ONE_PASS=cfg["ONE_PASS"], WARPS=min(32, max(1, cfg["BLOCK"] // 256)))
         mod = L.load("fused_add_rms_norm", kernel="fused_add_rms_norm_inplace", T=dt, **cfg)
         L.run(mod, "fused_add_rms_norm_inplace", x2, r2, w, eps=float(eps))
         return x, residual
@@ -83,6 +85,6 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
     w = _vector("weight", weight, n, dt, x2, 1.0)
     b = _vector("bias", bias, n, dt, x2, 0.0)
     y = L.empty(x2, (m, n))
-    mod = L.load("layer_norm", T=dt, **L.row_config(n, m))
+    mod = L.load("layer_norm", T=dt, **L.row_config(n, m, L.sm_count(x2)))
     L.run(mod, "layer_norm", x2, w, b, y, eps=float(eps))
     return L.reshape(y, tuple(x.shape))
