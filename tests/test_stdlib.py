@@ -176,8 +176,8 @@ def test_row_kernels_steps(m, n, block, r):
 
 def test_row_config():
     c = L.row_config(4096, 10)
-    assert c == dict(BLOCK=4096, R=1, ONE_PASS=True, WARPS=16, MIN_BLOCKS=3, PROGRAMS=3 * 132)  # 8 per thread
-    assert L.row_config(16384, 10)["WARPS"] == 16  # at most 512 threads, 32 elements each
+    assert c == dict(BLOCK=4096, R=1, ONE_PASS=True, WARPS=8, MIN_BLOCKS=4, PROGRAMS=4 * 132, STAGES=2)
+    assert L.row_config(16384, 10)["WARPS"] == 32  # 16 per thread, at most 1024 threads
     assert L.row_config(100000, 10)["ONE_PASS"] is False
     c = L.row_config(128, 100000, sms=100)
     assert c["R"] > 1 and c["BLOCK"] == 128 and c["PROGRAMS"] == 100 * c["MIN_BLOCKS"]

@@ -59,9 +59,10 @@ def softmax(x, dim: int = -1):
         return _moveaxis(softmax(moved, -1), nd - 1, dim)
     x2, dt, m, n = _rows("x", x)
     y = L.empty(x2, (m, n))
-    # rows longer than 16384 in 4096-wide chunks: at 4096x32000 bf16 on an H200 that ran 0.298 ms
-    # against 0.360 ms with the whole row in the registers of 1024 threads (`tilex tune`, 2026-11-29)
-    cfg = L.row_config(n, m, L.sm_count(x2), one_pass_max=16384)
+    # rows longer than 16384 in 4096-wide streamed chunks (sweep_rows.py: 3 stages, 768 threads per SM)
+    cfg = L.row_config(n, m, L.sm_count(x2))
+    if not cfg["ONE_PASS"]:
+        cfg = L.row_config(n, m, L.sm_count(x2), threads_per_sm=768, stages=3)
     mod = L.load("softmax", T=dt, **cfg)
     L.run(mod, "softmax", x2, y)
     return L.reshape(y, tuple(x.shape))

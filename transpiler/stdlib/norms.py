@@ -85,6 +85,6 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
     w = _vector("weight", weight, n, dt, x2, 1.0)
     b = _vector("bias", bias, n, dt, x2, 0.0)
     y = L.empty(x2, (m, n))
-    mod = L.load("layer_norm", T=dt, **L.row_config(n, m, L.sm_count(x2)))
+    mod = L.load("layer_norm", T=dt, **L.row_config(n, m, L.sm_count(x2), threads_per_sm=768, stages=3))
     L.run(mod, "layer_norm", x2, w, b, y, eps=float(eps))
     return L.reshape(y, tuple(x.shape))
