@@ -47,7 +47,7 @@ __device__ __forceinline__ void tilex_ldmatrix_x4_trans(unsigned (&r)[4], const 
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tilex_smem_u32(p)));
 }
 
-// two floats, rounded to nearest even, as the low and high halves of a 32-bit register
+// two floats (already representable) as the low and high halves of a 32-bit register
 template <typename S>
 __device__ __forceinline__ unsigned tilex_pack2(float lo, float hi);
 

@@ -145,15 +145,6 @@ def render_wgmma(em, s, plan: MatmulPlan) -> dict:
                 producer_regs=PRODUCER_REGS, consumer_regs=consumer_regs(plan.consumers))
 
 
-def _narrowed(e: A.Expr) -> A.Expr:
-    """The f32 tile under `t.to(bf16)` / `t.to(f16)` (same layout), else `e`: operands of `@` reach the tensor
-    cores through a rounding conversion (`tilex_pack2`, `tilex_io::put`), so rounding first is redundant."""
-    if (isinstance(e, A.Method) and e.name == "to" and e.obj.ty.dtype is DType.F32 and e.ty.dtype.itemsize == 2
-            and e.ty.dtype.is_float and e.obj.ty.layout == e.ty.layout):
-        return e.obj
-    return e
-
-
 def _plus(expr: str, c: int) -> str:
     return expr if c == 0 else f"({expr}) + {c}"
 
@@ -290,9 +281,7 @@ class MatmulEmission:
         `init` (a C expression of slot `tx_s` in the result's layout) starts the accumulator instead of
         zeros: `c + a @ b` accumulates onto c, so c and the product are never live side by side."""
         resident = self.resident.get(e.lhs.id) if isinstance(e.lhs, A.Name) else None
-        # `p.to(bf16)` of an f32 tile: the operand's conversion (cvt.rn when packed or staged) rounds the same,
-        # so the f32 tile is used as it is instead of a rounded copy (attention's p: no round trip per element)
-        a, la = self.materialize(_narrowed(e.lhs)) if resident is None else (None, e.lhs.ty.layout)
+        a, la = self.materialize(e.lhs) if resident is None else (None, e.lhs.ty.layout)
         (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
         dt_in = e.lhs.ty.dtype
         S = storage(dt_in)
@@ -306,7 +295,7 @@ class MatmulEmission:
             b, lb, kmajor_b = None, None, transposed
             lda, ldb = kk + MATMUL_PAD, streamed[1]
         else:
-            b, lb = self.materialize(_narrowed(e.rhs))
+            b, lb = self.materialize(e.rhs)
             # b goes to shared memory K-contiguous ([n][k], plain ldmatrix) when its registers run along K
             # (a transposed tile, like k.T in attention), else [k][n] (ldmatrix.trans): vector stores either way
             kmajor_b = mma and lb.root.vec_digit is not None and lb.dims[0] == lb.root.rank - 1
