@@ -278,7 +278,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul(
   // matmul.tile:12  c[m : m + 64, n : n + 64] = acc.to(bf16)
   float tx_st1[32];
   #pragma unroll
-  for (int tx_s = 0; tx_s < 32; ++tx_s) { tx_st1[tx_s] = tilex_round_bf16((float)(acc[tx_s])); }
+  for (int tx_s = 0; tx_s < 32; ++tx_s) { tx_st1[tx_s] = acc[tx_s]; }
   #pragma unroll
   for (int tx_s = 0; tx_s < 32; tx_s += 2) { const long long tx_i0 = (long long)(m) + (((tx_s / 16)) * 16 + ((tx_s / 2) % 2) * 8 + ((threadIdx.x / 4) % 8) + ((threadIdx.x / 64)) * 32); const long long tx_i1 = (long long)(n) + (((tx_s / 4) % 4) * 8 + ((tx_s) % 2) + ((threadIdx.x % 4)) * 2 + (((threadIdx.x / 32) % 2)) * 32); if ((tx_s / 4) % 4 == 0) { const long long tx_c = tx_i1 + 6 * (long long)(threadIdx.x & 3u); tilex_store_quad<4, tilex_bf16>(c, tx_i0 * tx_c_s0 + tx_i1 + 6 * (long long)(threadIdx.x & 3u), -tx_c, (long long)N - tx_c, (unsigned long long)tx_i0 < (unsigned long long)M, &tx_st1[tx_s]); } }
 }

@@ -161,7 +161,7 @@ extern "C" __global__ void __launch_bounds__(128) rmsnorm(
     #pragma unroll
     for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(c) + (((threadIdx.x)) * 8 + (tx_s)); tilex_load_chunk<8, tilex_bf16, float>(&tx_ld7[tx_s], w, tx_i0, -tx_i0, (long long)N - tx_i0, true, (float)(0)); }
     #pragma unroll
-    for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st5[tx_s] = tilex_round_bf16((float)((((float)(tx_ld6[tx_s]) * inv) * (float)(tx_ld7[tx_s])))); }
+    for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st5[tx_s] = (((float)(tx_ld6[tx_s]) * inv) * (float)(tx_ld7[tx_s])); }
     #pragma unroll
     for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(c) + (((threadIdx.x)) * 8 + (tx_s)); tilex_store_chunk<8, tilex_bf16, float>(y, tx_i0 * tx_y_s0 + tx_i1, -tx_i1, (long long)N - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)M, &tx_st5[tx_s]); }
   }

@@ -185,7 +185,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax(
     // softmax.tile:16  y[row, c : c + 1024] = (exp(t - m) / s).to(bf16)
     float tx_st8[8];
     #pragma unroll
-    for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st8[tx_s] = tilex_round_bf16((float)((expf((t[tx_s] - m)) / s))); }
+    for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st8[tx_s] = (expf((t[tx_s] - m)) / s); }
     #pragma unroll
     for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(c) + (((threadIdx.x)) * 8 + (tx_s)); tilex_store_chunk<8, tilex_bf16, float>(y, tx_i0 * tx_y_s0 + tx_i1, -tx_i1, (long long)N - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)M, &tx_st8[tx_s]); }
   }

@@ -117,7 +117,7 @@ extern "C" __global__ void __launch_bounds__(128) swiglu(
   // swiglu.tile:9  h[row, c : c + 1024] = (silu(a) * b).to(bf16)
   float tx_st3[8];
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st3[tx_s] = tilex_round_bf16((float)((tilex_silu(a[tx_s]) * b[tx_s]))); }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st3[tx_s] = (tilex_silu(a[tx_s]) * b[tx_s]); }
   #pragma unroll
   for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(c) + (((threadIdx.x)) * 8 + (tx_s)); tilex_store_chunk<8, tilex_bf16, float>(h, tx_i0 * tx_h_s0 + tx_i1, -tx_i1, (long long)N - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)M, &tx_st3[tx_s]); }
 }

@@ -156,8 +156,14 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         layout = t.ty.layout
         src = self.fresh("tx_st")
         self.emit(f"{reg(dt)} {src}[{layout.slots}];")
-        val = self.tile(s.value, layout.view_for(s.value.ty.shape)) if s.value.ty.shape else self.scalar(s.value)
-        self.unrolled(layout.slots, f"{src}[tx_s] = {self.cast(val, s.value.ty.dtype, dt)};")
+        v, vdt = s.value, s.value.ty.dtype
+        if isinstance(v, A.Method) and v.name == "to" and vdt is dt and dt in (DType.BF16, DType.F16) \
+                and v.obj.ty.dtype is DType.F32 and v.obj.ty.shape == v.ty.shape:
+            # `x.to(bf16)` stored to bf16: the store's conversion (tilex_io::put) rounds to nearest even
+            # as .to() does, so the f32 values go to it unrounded (one conversion per element, not two)
+            v, vdt = v.obj, dt
+        val = self.tile(v, layout.view_for(v.ty.shape)) if v.ty.shape else self.scalar(v)
+        self.unrolled(layout.slots, f"{src}[tx_s] = {self.cast(val, vdt, dt)};")
         self.access(t, layout, src, store=True)
 
     def stmt_For(self, s: A.For) -> None:

@@ -465,6 +465,8 @@ class _Memory(Rewriter):
                     if not good and not other:
                         continue
                     other = other or load is not st.value  # converted: read into registers
+                    if other and gather is not None:
+                        continue  # a gather read in registers loads directly (staging it measured slower)
                     rows, cols = load.ty.shape
                     ld = cols + MATMUL_PAD
                     stage = (rows * ld * load.ty.dtype.itemsize + 15) // 16 * 16
@@ -618,9 +620,9 @@ class _Memory(Rewriter):
                 layout = want or self.canon(ty.shape)
                 return self._children(e, None, MemSpace.REGISTERS, layout, operand_layout=None)
             base_want = None
-            if want is not None and all(
+            if want is not None and isinstance(want.root, Fragment) and all(
                     isinstance(i, A.NewAxis) or isinstance(i, A.Slice) and i.start is None and i.stop is None for i in e.items):
-                # `t[:, None]` read at a 2-D layout: make t in the matching 1-D view of it, so no data moves
+                # `t[:, None]` read at a fragment layout: make t in the matching 1-D view of it, so no data moves
                 base_want = want.axes(*(a for a, it in enumerate(e.items) if not isinstance(it, A.NewAxis)))
             if isinstance(e.base, A.Name) and base_want is not None:
                 have = self.vars.get(e.base.id)
