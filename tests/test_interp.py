@@ -541,3 +541,18 @@ def test_launch_error_missing_argument_and_empty_grid():
         launch(example("vector_add"), "vector_add", x, x)
     e = np.zeros(0, np.float32)
     launch(example("vector_add"), "vector_add", e, e, e)  # no blocks: nothing to do
+
+
+def test_exp2_flushes_subnormal_results():
+    """exp2 is ex2.approx.ftz on the GPU: results below 2**-126 are 0, normal ones are 2**x."""
+    src = """
+    kernel k(x: f32[N], y: out f32[N]) grid (1,) {
+        y[0 : 8] = exp2(x[0 : 8])
+    }"""
+    x = np.array([-130.0, -126.5, -126.0, -100.0, -1.5, 0.0, 3.25, 127.0], np.float32)
+    y = poisoned((8,), np.float32)
+    run(src, x, y)
+    want = np.exp2(x.astype(np.float64))
+    want[want < 2.0**-126] = 0.0
+    assert y[0] == 0.0 and y[1] == 0.0 and y[2] == np.float32(2.0**-126)
+    np.testing.assert_allclose(y, want, rtol=1e-6)

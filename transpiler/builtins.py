@@ -25,7 +25,7 @@ def _b(name, kind, lo, hi, kwargs=(), doc=""):
 FUNCTIONS: dict[str, Builtin] = dict([
     # elementwise math on floats (ints are converted to f32); narrow floats compute in f32
     _b("exp", "math", 1, 1, doc="e**x"),
-    _b("exp2", "math", 1, 1, doc="2**x"),
+    _b("exp2", "math", 1, 1, doc="2**x (a subnormal result is flushed to 0)"),
     _b("log", "math", 1, 1, doc="natural logarithm"),
     _b("log2", "math", 1, 1, doc="base-2 logarithm"),
     _b("sqrt", "math", 1, 1, doc="square root"),
@@ -66,7 +66,7 @@ REDUCTIONS = {"sum", "mean", "max", "min", "argmax", "argmin"}
 # NumPy implementations (float32 in, float32 out) used by the interpreter
 NUMPY_MATH = {
     "exp": "np.exp(x)",
-    "exp2": "np.exp2(x)",
+    "exp2": "_ftz(np.exp2(x))",
     "log": "np.log(x)",
     "log2": "np.log2(x)",
     "sqrt": "np.sqrt(x)",
@@ -86,7 +86,7 @@ NUMPY_MATH = {
 # CUDA device implementations on float (f32) operands; `{x}` is the operand expression
 CUDA_MATH = {
     "exp": "expf({x})",
-    "exp2": "exp2f({x})",
+    "exp2": "tilex_exp2({x})",
     "log": "logf({x})",
     "log2": "log2f({x})",
     "sqrt": "sqrtf({x})",

@@ -57,8 +57,14 @@ def _erf(x):
     return np.asarray(_erf_py(np.asarray(x, dtype=np.float64)), dtype=np.float64).astype(np.float32)[()]
 
 
+def _ftz(x):
+    """Subnormal float32 results flushed to (signed) zero, as the GPU's ex2.approx.ftz does."""
+    x = np.asarray(x, dtype=np.float32)
+    return np.where(np.abs(x) < np.finfo(np.float32).tiny, np.float32(0) * x, x)[()]
+
+
 _MATH = {name: compile(expr, f"<tilex math {name}>", "eval") for name, expr in NUMPY_MATH.items()}
-_MATH_ENV = {"np": np, "_erf": _erf, "__builtins__": {}}
+_MATH_ENV = {"np": np, "_erf": _erf, "_ftz": _ftz, "__builtins__": {}}
 
 
 def _dtype_of(v) -> DType:

@@ -26,6 +26,9 @@ template <> struct tilex_io<int> { __device__ static int get(int x) { return x; 
 template <> struct tilex_io<long long> { __device__ static long long get(long long x) { return x; } __device__ static long long put(long long f) { return f; } };
 template <> struct tilex_io<bool> { __device__ static bool get(bool x) { return x; } __device__ static bool put(bool f) { return f; } };
 // tilex device helpers: math and integer semantics shared with the NumPy interpreter.
+// 2**x as one MUFU.EX2: ex2.approx (2 ulp, as exp2f) with subnormal results flushed to 0 (exp2f's
+// non-ftz form costs a range test and two multiplies around the MUFU to produce them)
+__device__ __forceinline__ float tilex_exp2(float x) { float r; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
 __device__ __forceinline__ float tilex_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float tilex_silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float tilex_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
