@@ -154,6 +154,18 @@ def test_row_kernels_chunked(n, block):
     assert rel(y, ref_softmax(xs)) <= TOL[dt]
 
 
+def test_chunked_softmax_of_rows_at_the_float_minimum():
+    """A fully masked row written as finfo.min (not -inf) is uniform, as in torch: the running max starts
+    at -FLT_MAX, so exp(-|u - m|) is 1 there, not an underflow to 0 followed by 0 * inf."""
+    n = 300
+    x = np.full((2, n), np.finfo(np.float32).min, np.float32)
+    x[1, :5] = np.arange(5)
+    y = np.full_like(x, np.nan)
+    L.run(L.load("softmax", T="f32", BLOCK=64, ONE_PASS=False, WARPS=1, PROGRAMS=2), "softmax", x, y)
+    np.testing.assert_allclose(y[0], np.full(n, 1.0 / n), rtol=1e-6)
+    assert rel(y, ref_softmax(x)) <= 1e-6
+
+
 # One-pass steps of R rows (rows past M in the last step), a persistent grid of 2 programs.
 @pytest.mark.parametrize("m,n,block,r", [(5, 100, 128, 2), (3, 8, 8, 4), (4, 64, 64, 1)])
 def test_row_kernels_steps(m, n, block, r):

@@ -137,7 +137,7 @@ def test_no_streaming_inside_a_streamed_loop():
 
 def test_streamed_loop_reads_its_bounds_once():
     _, cuda = _loops(LOOP)
-    assert "const int tx_lo = 0, tx_hi = S, tx_step = 64;" in cuda
+    assert "const long long tx_lo = 0, tx_hi = S, tx_step = 64;" in cuda
 
 
 # ---- gathers: rows through an index tile (a paged KV cache), streamed with their indices re-evaluated
@@ -233,3 +233,39 @@ def test_gather_with_a_negative_column_start_masks_columns_below_zero():
     # the helper gets the column and the row length: cp.async only for whole chunks at col >= 0
     assert "tilex_gather_chunk16<tilex_bf16>(" in cuda and ", tx_i2, (long long)64);" in cuda
     assert "col >= 0 && col + 8 <= ncols" in cuda
+
+
+def test_ring_that_does_not_fit_gets_fewer_stages():
+    """Streaming never turns a kernel that fits into an error: 3 stages of attention_prefill's k and v
+    tiles do not fit with its other shared memory on sm_80 (163 KB), so the ring gets 2; a ring of
+    tiles read into registers that does not fit even with 2 stages is not streamed (the loads go
+    through registers as before)."""
+    t = translate(L.source("attention_prefill", ()), "a.tile", Options(arch="sm_80", defines=dict(STAGES=3)))
+    fs = [f for k in t.program.kernels for f in loops(k)]
+    assert {s.stages for f in fs for s in f.stream} == {2}
+    assert "pipeline(stages=3, 2 used: the ring did not fit)" in t.cuda
+    t90 = translate(L.source("attention_prefill", ()), "a.tile", Options(arch="sm_90a", defines=dict(STAGES=3)))
+    assert {s.stages for k in t90.program.kernels for f in loops(k) for s in f.stream} == {3}
+    # fused_add_rms_norm streams two [1, 16384] tiles: 2 x 2 x 32 KB > 99 KB on sm_89
+    src = L.source("fused_add_rms_norm", ())
+    big = dict(BLOCK=16384, WARPS=32)
+    t89 = translate(src, "f.tile", Options(arch="sm_89", kernel="fused_add_rms_norm", defines=big))
+    assert all(f.stream == () for k in t89.program.kernels for f in loops(k))
+    t90 = translate(src, "f.tile", Options(arch="sm_90a", kernel="fused_add_rms_norm", defines=big))
+    assert any(f.stream for k in t90.program.kernels for f in loops(k))
+
+
+def test_not_streamed_when_an_index_reads_a_tensor_the_kernel_writes():
+    """The copy runs iterations ahead: an index read from a tensor the kernel writes could be stale."""
+    src = ROWS.replace("x: bf16[M, N], y: out bf16[M, N]", "x: bf16[M, N], off: out i32[4], y: out bf16[M, N]") \
+              .replace("t = x[r : r + 1, 0 : 256]", "t = x[r + off[0] : r + off[0] + 1, 0 : 256]") \
+              .replace("        y[r : r + 1", "        off[0] = r\n        y[r : r + 1")
+    fs, cuda = _loops(src)
+    assert fs[0].stream == () and "tilex_tile_to_smem<" not in cuda
+
+
+def test_streamed_loop_counts_in_64_bits():
+    """tx_cur + (S - 1) * step and the loop's stride of S steps are long long: no wrap near 2**31."""
+    _, cuda = _loops(ROWS.replace("stages = 2", "stages = 3"))
+    assert "const long long tx_lo = " in cuda and "for (long long tx_it = tx_lo;" in cuda
+    assert "const int r = (int)tx_cur;" in cuda

@@ -194,18 +194,19 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         on the H200: attention lost 5-8% when the copy waited for the barrier). The body's products
         read the tiles in place (or it reads them into registers). The body is emitted once per
         stage, so every shared-memory address is a constant."""
-        S = s.stages
+        S = s.stream[0].stages  # the loop's `stages`, or fewer when its ring did not fit
         loads = {st.name: stream_source(st.value) for st in s.body.stmts if isinstance(st, A.Assign)}
         names = [t.name for t in s.stream]
         self.helpers.add("tilex_mma.cuh")
-        self.emit(f"// pipeline(stages={S}): {', '.join(names)} go to shared memory by cp.async {S - 1} "
+        fewer = f", {S} used: the ring did not fit" if S != s.stages else ""
+        self.emit(f"// pipeline(stages={s.stages}{fewer}): {', '.join(names)} go to shared memory by cp.async {S - 1} "
                   f"iteration{'s' if S > 2 else ''} ahead ({S} stages, the body once per stage); the rest of the body runs in order")
 
         def copy(stage: int, ahead: str) -> None:
             """Iteration `ahead`'s tiles into `stage`, if it is one of the loop's; one commit group either way."""
             self.emit(f"if ({ahead} < tx_hi) {{")
             self.depth += 1
-            self.emit(f"const int {s.var} = {ahead};")
+            self.emit(f"const int {s.var} = (int)({ahead});")
             for t in s.stream:
                 self.stream_copy(loads[t.name], t, f"(tilex_smem + {t.offset + stage * t.stage_bytes})")
             self.depth -= 1
@@ -215,17 +216,18 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         self.emit("{")
         self.depth += 1
         # the bounds are read once (as range() does): the body may change what they were computed from
-        self.emit(f"const int tx_lo = {start}, tx_hi = {stop}, tx_step = {step};")
+        # in 64 bits: the copies S - 1 steps ahead and the loop's stride of S steps never wrap around
+        self.emit(f"const long long tx_lo = {start}, tx_hi = {stop}, tx_step = {step};")
         for stage in range(S - 1):
             copy(stage, "tx_lo" + (f" + {stage} * tx_step" if stage else ""))
-        self.emit(f"for (int tx_it = tx_lo; tx_it < tx_hi; tx_it += {S} * tx_step) {{")
+        self.emit(f"for (long long tx_it = tx_lo; tx_it < tx_hi; tx_it += {S} * tx_step) {{")
         self.depth += 1
         for stage in range(S):
             if stage:
                 self.emit(f"if (tx_it + {stage} * tx_step >= tx_hi) break;")
             self.emit("{")
             self.depth += 1
-            self.emit(f"const int tx_cur = tx_it{f' + {stage} * tx_step' if stage else ''};")
+            self.emit(f"const long long tx_cur = tx_it{f' + {stage} * tx_step' if stage else ''};")
             if S == 2:  # the next copy goes out first; a barrier after the body frees this stage
                 copy(1 - stage, "tx_cur + tx_step")
                 self.emit("tilex_cp_async_wait<1>();  // this iteration's tiles have landed")
@@ -234,7 +236,7 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
                 self.emit(f"tilex_cp_async_wait<{S - 2}>();  // this iteration's tiles have landed")
                 self.emit(self.barrier + "  // for every thread, and the previous iteration is done with its stage")
                 copy((stage + S - 1) % S, f"tx_cur + {S - 1} * tx_step")
-            self.emit(f"const int {s.var} = tx_cur;")
+            self.emit(f"const int {s.var} = (int)tx_cur;")
             outer = self.streaming
             self.streaming = {**outer, **{t.name: (f"tilex_smem + {t.offset + stage * t.stage_bytes}", t.ld)
                                           for t in s.stream}}

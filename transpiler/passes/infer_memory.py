@@ -56,6 +56,7 @@ class StreamTile:
     gather: Any = None
     copy_layout: Any = None
     regs: bool = False
+    stages: int = 2  # the ring's depth: the loop's `stages`, or 2 when that does not fit
 
 
 @dataclass
@@ -81,15 +82,21 @@ def infer_memory(program: A.Program, arch: str = "sm_90a") -> A.Program:
 
 def _kernel_memory(k: A.Kernel, arch: str) -> A.Kernel:
     """Two runs when a loop-carried variable is updated in a tensor-core layout: the second creates it there.
-    A persistent kernel whose ring and epilogue scratch do not fit together gets a shallower ring."""
+    A persistent kernel whose ring and epilogue scratch do not fit together gets a shallower ring; streamed
+    loops that do not fit with the rest get 2 stages, then stop streaming the tiles read into registers
+    (streaming is an optimization: it never turns a kernel that fits into an error)."""
+    shrink = 0
     while True:
-        mem = _Memory(k, arch)
+        mem = _Memory(k, arch, shrink=shrink)
         out = mem.run(check_budget=False)  # the second run's layouts may not need all of this run's memory
         if mem.prefer:
-            mem = _Memory(k, arch, mem.prefer)
+            mem = _Memory(k, arch, mem.prefer, shrink=shrink)
             out = mem.run(check_budget=False)
         if out.info.smem_bytes <= mem.limit:
             return out
+        if shrink < 2 and mem.streams:
+            shrink += 1
+            continue
         shallower = _shallower_persistent_ring(k)
         if shallower is None:
             return mem.check_budget(out)
@@ -204,9 +211,10 @@ def reduce_smem_groups(layout: Layout, axis: int) -> int:
 
 
 class _Memory(Rewriter):
-    def __init__(self, k: A.Kernel, arch: str, seed: dict | None = None):
+    def __init__(self, k: A.Kernel, arch: str, seed: dict | None = None, shrink: int = 0):
         self.k = k
         self.arch = arch
+        self.shrink = shrink  # streamed rings: 0 as asked, 1 at most 2 stages, 2 also no tiles read into registers
         self.seed = seed or {}  # variable -> layout to create it in (from a first run: what its updates produce)
         self.prefer: dict[str, Layout] = {}
         self.plans = _plans(k)
@@ -317,6 +325,8 @@ class _Memory(Rewriter):
                 return False  # a gather: gather_load
             if v.ty.shape[1] % 8:
                 return False
+            if any(n.ty.what == "tensor" and n.id in stored for n in name_nodes(tuple(v.items))):
+                return False  # an index read S - 1 iterations early could see a value not yet written
             return not (names_in(tuple(v.items)) & (changing - {loop_var}))
 
         def gather_load(v, loop, changing, at):
@@ -477,9 +487,15 @@ class _Memory(Rewriter):
                         gather = replace(gather, items=tuple(
                             mem.assign(it, row_view) if it.ty.shape else it for it in gather.items))
                     tiles.append(StreamTile(st.name, rows, cols, ld, 0, stage, gather, copy, regs=other))
+                # a ring over the target's shared memory (alone, or with the rest: `shrink`, see
+                # _kernel_memory) gets 2 stages, then drops the tiles read into registers (they load directly)
+                ring = lambda ts, n: offset + n * sum(t.stage_bytes for t in ts)  # noqa: E731
+                depth_f = f.stages if ring(tiles, f.stages) <= mem.limit and mem.shrink < 1 else 2
+                if ring(tiles, depth_f) > mem.limit or mem.shrink >= 2:
+                    tiles = [t for t in tiles if not t.regs]
                 if tiles:
-                    out[id(f)] = tuple(tiles)
-                    depth[id(f)] = f.stages
+                    out[id(f)] = tuple(replace(t, stages=depth_f) for t in tiles)
+                    depth[id(f)] = depth_f
                     spans.append(f.span)
                     return False  # no streaming inside a streamed loop: both would use the one region
                 return None

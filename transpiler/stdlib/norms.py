@@ -85,6 +85,8 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
     w = _vector("weight", weight, n, dt, x2, 1.0)
     b = _vector("bias", bias, n, dt, x2, 0.0)
     y = L.empty(x2, (m, n))
-    mod = L.load("layer_norm", T=dt, **L.row_config(n, m, L.sm_count(x2), threads_per_sm=768, stages=3))
+    # 3 stages spill registers at BLOCK = 16384 (one block of 1024 threads per SM): 2 there
+    cfg = L.row_config(n, m, L.sm_count(x2), threads_per_sm=768, stages=3 if n <= 8192 else 2)
+    mod = L.load("layer_norm", T=dt, **cfg)
     L.run(mod, "layer_norm", x2, w, b, y, eps=float(eps))
     return L.reshape(y, tuple(x.shape))
