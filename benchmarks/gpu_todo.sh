@@ -8,6 +8,9 @@
 #   OUT=out bash benchmarks/gpu_todo.sh tune      # `tilex tune` over the memory-bound library kernels' tile parameters
 #   OUT=out bash benchmarks/gpu_todo.sh fuse      # the decode fusions' GPU tests, then decode with and without them
 #   OUT=out bash benchmarks/gpu_todo.sh next      # experiments prepared without a GPU (predictions in the case)
+#   OUT=out bash benchmarks/gpu_todo.sh ab        # the prepared branches against this tree, one device call
+#                                                 # (first, here: bash benchmarks/ab_branches.sh prepare BRANCH...;
+#                                                 #  carry .whl and .ab-patches)
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TILEX_CACHE_DIR=${TILEX_CACHE_DIR:-$PWD/.tilex-cache}
@@ -72,5 +75,9 @@ PY
         -o faulthandler_timeout=200 > "$OUT/pytest_gpu.log" 2>&1; echo "rc=$?"; tail -4 "$OUT/pytest_gpu.log"
     timeout 80 python3 benchmarks/bench_attention.py --quick --no-sweep 2>&1 | grep -E "tilex|flash  |cudnn  "
     timeout 100 python3 benchmarks/bench_stdlib.py --only rms_norm,fused_add_rms_norm,layer_norm,softmax 2>&1 | tail -7 ;;
-  *) echo "usage: $0 tests|bench|llm|profile|tune|fuse|next"; exit 2 ;;
+  ab)  # predictions: prefill-ffma +3-5%, stream-one-body +3-8% (prefill), softmax-exp2 4096x32000 0.242 -> 0.15-0.18 ms
+    AB_TIMEOUT=140 AB_TAIL=12 bash benchmarks/ab_branches.sh run \
+      "python3 benchmarks/bench_attention.py --quick --no-sweep 2>&1 | grep -E 'tilex|flash  '; \
+       python3 benchmarks/bench_stdlib.py --no-compile --only softmax,rms_norm,layer_norm 2>&1 | grep -E '^\| [a-z]'" ;;
+  *) echo "usage: $0 tests|bench|llm|profile|tune|fuse|next|ab"; exit 2 ;;
 esac
