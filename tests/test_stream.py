@@ -269,3 +269,14 @@ def test_streamed_loop_counts_in_64_bits():
     _, cuda = _loops(ROWS.replace("stages = 2", "stages = 3"))
     assert "const long long tx_lo = " in cuda and "for (long long tx_it = tx_lo;" in cuda
     assert "const int r = (int)tx_cur;" in cuda
+
+
+def test_explain_lists_streamed_loops():
+    from tilex.explain import explain
+
+    t = translate(ROWS.replace("stages = 2", "stages = 3"), "g.tile", Options())
+    (loop,) = explain(t.program)[0]["streamed_loops"]
+    assert loop["tiles"] == ["t"] and loop["into_registers"] == ["t"] and loop["stages"] == loop["asked"] == 3
+    t = translate(L.source("attention_prefill", ()), "a.tile", Options(arch="sm_80", defines=dict(STAGES=3)))
+    loops = explain(t.program)[0]["streamed_loops"]
+    assert [(x["tiles"], x["stages"], x["asked"], x["into_registers"]) for x in loops] == [(["kt", "vt"], 2, 3, [])] * 2

@@ -630,7 +630,8 @@ def explain(
 ) -> None:
     """Show what each kernel becomes: symbols, params, constraints, launch grid, threads,
     shared memory, each tensor-core loop's strategy (wgmma or mma.sync, tiles, stages, warps,
-    why not wgmma), and every tile with its dtype, shape, memory space, layout and
+    why not wgmma), each pipeline loop that streams tiles through shared memory (which, how
+    many stages), and every tile with its dtype, shape, memory space, layout and
     registers per thread."""
     defines = _defines(define)
     with _errors(json_mode=as_json):
@@ -670,6 +671,12 @@ def _print_explain(data: list[dict]) -> None:
                       f"{loop['stages']} stages, {loop['warps']} warps"
                       + (f" + {loop['producer_warps']} producer warps" if loop['producer_warps'] else "")
                       + (f" ({loop['note']})" if loop['note'] else ""), markup=False)
+        for loop in k.get("streamed_loops", []):
+            regs = set(loop["into_registers"])
+            names = ", ".join(n + (" (into registers)" if n in regs else "") for n in loop["tiles"])
+            fewer = f" of {loop['asked']} asked: the ring did not fit" if loop["stages"] != loop["asked"] else ""
+            con.print(f"  streamed:    line {loop['line']}: {names} by cp.async, {loop['stages']} stages{fewer}, "
+                      f"{loop['stages'] - 1} iteration{'s' if loop['stages'] > 2 else ''} ahead", markup=False)
         smem = k["smem_bytes"]
         con.print(f"  shared mem:  {_fmt(smem)}" + (" bytes" if smem is not None else "")
                   + ("" if k["threads"] is not None else "   (not annotated: memory pass did not run)"))

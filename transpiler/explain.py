@@ -267,6 +267,20 @@ def _matmul_loops(k: A.Kernel) -> list[dict]:
     return out
 
 
+def _streamed_loops(k: A.Kernel) -> list[dict]:
+    """The pipeline loops that stream tiles into shared memory (infer_memory's StreamTile): which tiles, how
+    many stages, which are read from there into registers, and the bytes of one stage of each."""
+    out = []
+    for s, _ in walk_stmts(k.body):
+        stream = getattr(s, "stream", ())
+        if stream:
+            out.append({"line": s.span.line, "stages": stream[0].stages, "asked": s.stages,
+                        "tiles": [t.name for t in stream], "into_registers": [t.name for t in stream if t.regs],
+                        "gathered": [t.name for t in stream if t.gather is not None],
+                        "stage_bytes": [t.stage_bytes for t in stream]})
+    return out
+
+
 def explain(program: A.Program) -> list[dict]:
     """One dict per kernel (JSON-ready): symbols, params, constraints, grid, launch shape, tiles.
 
@@ -306,6 +320,7 @@ def explain(program: A.Program) -> list[dict]:
             "grid": [unparse(g) for g in k.grid],
             "threads": _jsonable(_get(info, "launch_threads")),
             "matmul_loops": _matmul_loops(k),
+            "streamed_loops": _streamed_loops(k),
             "smem_bytes": _jsonable(_get(info, "smem_bytes")),
             "info": extra,
             "tiles": _tile_rows(k),
