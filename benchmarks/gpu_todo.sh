@@ -44,9 +44,9 @@ PY
   tune)  # bf16, the bench_stdlib.py shapes; tables in $OUT/tune_*.log. MIN_BLOCKS = 2048 / threads: full occupancy
     t() { local name=$1; shift; timeout 150 tilex tune --no-store --rep 50 --reference first "$@" \
             > "$OUT/tune_$name.log" 2>&1; echo "== $name rc=$?"; tail -${TAIL:-14} "$OUT/tune_$name.log"; }
-    TAIL=6 t rms_norm stdlib_kernels/rms_norm.tile -s M=16384,N=4096 -D BLOCK=4096 -D ONE_PASS=True -D WARPS=16 --space ROWS=1,2 --space MIN_BLOCKS=0,4
-    TAIL=7 t layer_norm stdlib_kernels/layer_norm.tile -s M=16384,N=4096 -D BLOCK=4096 -D ONE_PASS=True --space WARPS=8,16 --space MIN_BLOCKS=0,4
-    TAIL=7 t softmax_chunk stdlib_kernels/softmax.tile -s M=4096,N=32000 -D ONE_PASS=False -D ROWS=1 -D WARPS=16 --space BLOCK=4096,8192 --space MIN_BLOCKS=0,2,4
+    # the row kernels (rms_norm, fused_add_rms_norm, layer_norm, softmax) have persistent grids whose PROGRAMS follows
+    # MIN_BLOCKS: benchmarks/sweep_rows.py sweeps them (tilex tune would search the two independently)
+    timeout 330 python3 benchmarks/sweep_rows.py --json "$OUT/sweep_rows.json" > "$OUT/tune_rows.log" 2>&1; echo "== rows rc=$?"
     TAIL=7 t silu stdlib_kernels/silu_and_mul.tile -s M=4096,D=14336 -D ROWS=1 --space BLOCK=1024,2048 -D WARPS=4 --space MIN_BLOCKS=0,12,16
     TAIL=6 t silu8 stdlib_kernels/silu_and_mul.tile -s M=4096,D=14336 -D ROWS=1 -D BLOCK=2048 -D WARPS=8 --space MIN_BLOCKS=0,6,8
     TAIL=6 t gelu stdlib_kernels/gelu_and_mul.tile -s M=4096,D=14336 -D ROWS=1 -D TANH=True -D BLOCK=2048 -D WARPS=8 --space MIN_BLOCKS=0,6,8
