@@ -76,9 +76,9 @@ PY
     timeout 80 python3 benchmarks/bench_attention.py --quick --no-sweep 2>&1 | grep -E "tilex|flash  |cudnn  "
     timeout 100 python3 benchmarks/bench_stdlib.py --only rms_norm,fused_add_rms_norm,layer_norm,softmax 2>&1 | tail -7 ;;
   ab)  # predictions: prefill-ffma +3-5%, stream-one-body +3-8% (prefill), softmax-exp2 4096x32000 0.242 -> 0.15-0.18 ms,
-        # decode-s3 B16 ctx4096 0.1166 -> 0.100-0.105 ms in a graph
+        # decode-s3 B16 ctx4096 0.1166 -> 0.100-0.105 ms in a graph, embedding-stream 0.0722 -> ~0.066 ms
     AB_TIMEOUT=140 AB_TAIL=12 bash benchmarks/ab_branches.sh run \
       "python3 benchmarks/bench_attention.py --quick --no-sweep 2>&1 | grep -E 'tilex|flash  '; \
-       python3 benchmarks/bench_stdlib.py --no-compile --only softmax,rms_norm,layer_norm 2>&1 | grep -E '^\| [a-z]'" ;;
+       python3 benchmarks/bench_stdlib.py --no-compile --only softmax,rms_norm,layer_norm,embedding 2>&1 | grep -E '^\| [a-z]'" ;;
   *) echo "usage: $0 tests|bench|llm|profile|tune|fuse|next|ab"; exit 2 ;;
 esac
