@@ -315,3 +315,23 @@ def test_specializations_compile_with_nvcc(name, defines, tmp_path):
     proc = subprocess.run([nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-o", str(tmp_path / "k.cubin"),
                            str(cu)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def test_prefill_steps_down_where_shared_memory_is_smaller(monkeypatch):
+    """On a 99 KB target (sm_86/sm_89) BM=128, BN=64 at D = 128 does not fit: the wrapper compiles the
+    first smaller tiling that does (the interpreter then runs it), instead of failing."""
+    from tilex.runtime import nvrtc
+    from tilex.stdlib import _launch as L
+
+    monkeypatch.setattr(nvrtc, "default_arch", lambda: "sm_86")
+    L._load.cache_clear()
+    try:
+        rng = np.random.default_rng(3)
+        b, hq, hkv, s, d = 1, 2, 1, 70, 128
+        q, k, v = (_rand(rng, sh, "bf16") for sh in ((b, hq, s, d), (b, hkv, s, d), (b, hkv, s, d)))
+        o = stdlib.attention_prefill(q, k, v, causal=True)
+        assert _rel(o, ref_attention(q, k, v, True, 1 / np.sqrt(d))) <= 1e-2
+        mod = stdlib.attention._prefill_module(stdlib.attention.prefill_config(d, s), {}, T="bf16", D=d, CAUSAL=True)
+        assert "BM=64" in mod.cuda and "BN=32" in mod.cuda
+    finally:
+        L._load.cache_clear()

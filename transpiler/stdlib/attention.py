@@ -27,11 +27,31 @@ def _scale(scale, d: int) -> float:
 
 
 def prefill_config(d: int, s: int) -> dict:
-    """Compile-time parameters of attention_prefill for head size d and sequence length s."""
+    """Compile-time parameters of attention_prefill for head size d and sequence length s (an H200's
+    shared memory; `_prefill_module` steps down where the target has less)."""
     if d >= 256:
         return dict(BM=64, BN=32, WARPS=8)
     bm = 128 if s > 64 else 64
     return dict(BM=bm, BN=64, WARPS=8 if bm == 128 else 4)
+
+
+# smaller tiles, tried in order when the target's shared memory (e.g. sm_86/89: 99 KB) cannot hold the chosen ones
+_PREFILL_SMALLER = (dict(BM=64, BN=64, WARPS=4), dict(BM=64, BN=32, WARPS=4), dict(BM=32, BN=32, WARPS=2))
+
+
+def _prefill_module(cfg: dict, pinned: dict, **kw):
+    """attention_prefill compiled with `cfg`, or with the first of _PREFILL_SMALLER that fits the target's shared
+    memory when `cfg` does not (tile sizes the caller pinned in `pinned` are never changed)."""
+    from ..diagnostics import CompileError
+
+    tries = [cfg] + [dict(cfg, **c) for c in _PREFILL_SMALLER if not set(c) & set(pinned)]
+    for i, c in enumerate(tries):
+        try:
+            return L.load("attention_prefill", **kw, **c)
+        except CompileError as e:
+            if "shared memory" not in str(e) or i == len(tries) - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _out(out, like, shape, dt):
@@ -91,7 +111,7 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     if not tokens:  # [B, H, S, D] is [B * H, S, 1, D] token-major: one head per batch row
         q4, k4, v4, o4 = (L.reshape(x, (int(x.shape[0]) * int(x.shape[1]), s, 1, d)) for x in (q4, k4, v4, o4))
     cfg = dict(prefill_config(d, s), **(config or {}))
-    mod = L.load("attention_prefill", T=dt, D=d, CAUSAL=bool(causal), **cfg)
+    mod = _prefill_module(cfg, config or {}, T=dt, D=d, CAUSAL=bool(causal))
     L.run(mod, "attention_prefill", q4, k4, v4, o4, scale=_scale(scale, d))
     return o
 
