@@ -196,7 +196,8 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         stage, so every shared-memory address is a constant."""
         S = s.stream[0].stages  # the loop's `stages`, or fewer when its ring did not fit
         loads = {st.name: stream_source(st.value) for st in s.body.stmts if isinstance(st, A.Assign)}
-        names = [t.name for t in s.stream]
+        tiles = {t.name: t for t in s.stream}
+        names = list(tiles)
         self.helpers.add("tilex_mma.cuh")
         fewer = f", {S} used: the ring did not fit" if S != s.stages else ""
         self.emit(f"// pipeline(stages={s.stages}{fewer}): {', '.join(names)} go to shared memory by cp.async {S - 1} "
@@ -241,7 +242,6 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
             self.streaming = {**outer, **{t.name: (f"tilex_smem + {t.offset + stage * t.stage_bytes}", t.ld)
                                           for t in s.stream}}
             self.declared.append({s.var})
-            tiles = {t.name: t for t in s.stream}
             for st in s.body.stmts:
                 if isinstance(st, A.Assign) and st.name in names:
                     t = tiles[st.name]

@@ -495,13 +495,11 @@ class _Memory(Rewriter):
                     tiles = [t for t in tiles if not t.regs]
                 if tiles:
                     out[id(f)] = tuple(replace(t, stages=depth_f) for t in tiles)
-                    depth[id(f)] = depth_f
                     spans.append(f.span)
                     return False  # no streaming inside a streamed loop: both would use the one region
                 return None
 
         spans: list = []
-        depth: dict = {}
         _Loops().walk(self.k.body)
         # loops run one after another: each loop's tiles start at `offset`, the region is the largest
         size, names = 0, []
@@ -509,13 +507,13 @@ class _Memory(Rewriter):
             at, placed = offset, []
             for t in tiles:
                 placed.append(replace(t, offset=at))
-                at += depth[key] * t.stage_bytes
+                at += t.stages * t.stage_bytes
                 names.append(t.name + (" (read into registers)" if t.regs else ""))
             out[key] = tuple(placed)
             size = max(size, at - offset)
         if not size:
             return out, []
-        stages = sorted(set(depth.values()))
+        stages = sorted({tiles[0].stages for tiles in out.values()})
         what = (f"streaming {', '.join(dict.fromkeys(names))} into shared memory by cp.async "
                 f"({' or '.join(map(str, stages))} stages each)")
         return out, [SmemUse(what, size, spans[0])]

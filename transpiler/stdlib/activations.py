@@ -60,9 +60,10 @@ def softmax(x, dim: int = -1):
     x2, dt, m, n = _rows("x", x)
     y = L.empty(x2, (m, n))
     # rows longer than 16384 in 4096-wide streamed chunks (sweep_rows.py: 3 stages, 768 threads per SM)
-    cfg = L.row_config(n, m, L.sm_count(x2))
+    sms = L.sm_count(x2)
+    cfg = L.row_config(n, m, sms)
     if not cfg["ONE_PASS"]:
-        cfg = L.row_config(n, m, L.sm_count(x2), threads_per_sm=768, stages=3)
+        cfg = L.row_config(n, m, sms, threads_per_sm=768, stages=3)
     mod = L.load("softmax", T=dt, **cfg)
     L.run(mod, "softmax", x2, y)
     return L.reshape(y, tuple(x.shape))
