@@ -270,6 +270,7 @@ class For(Stmt):
     pipelined: bool = False
     plan: Any = None  # plan_matmul result (tilex.passes.plan_matmul.MatmulPlan) for tensor-core main loops
     stream: tuple = ()  # infer_memory: tiles copied into shared memory one iteration ahead (StreamTile)
+    mma: Any = None  # plan_matmul (infer_memory may demote it): how a pipeline loop's products run (StreamedMma)
 
 
 @dataclass(frozen=True)

@@ -626,20 +626,25 @@ def explain(
     file: Path = FILE_ARG,
     kernel: Optional[str] = KERNEL_OPT,
     define: Optional[List[str]] = DEFINE_OPT,
+    arch: str = typer.Option("sm_90a", "--arch", metavar="ARCH",
+                             help="Target GPU architecture, e.g. sm_90a, sm_80."),
     as_json: bool = typer.Option(False, "--json", help="Print the same data as one JSON list (one object per kernel)."),
 ) -> None:
     """Show what each kernel becomes: symbols, params, constraints, launch grid, threads,
     shared memory, each tensor-core loop's strategy (wgmma or mma.sync, tiles, stages, warps,
     why not wgmma), each pipeline loop that streams tiles through shared memory (which, how
-    many stages), and every tile with its dtype, shape, memory space, layout and
-    registers per thread."""
+    many stages) and how its products run (wgmma or mma.sync, why not wgmma), and every tile
+    with its dtype, shape, memory space, layout and registers per thread."""
     defines = _defines(define)
+    if not _ARCH.match(arch):
+        raise typer.BadParameter(f"{arch!r} is not an architecture such as sm_90a or sm_80",
+                                 param_hint="'--arch'")
     with _errors(json_mode=as_json):
         from .explain import explain as do_explain
         from .pipeline import compile_program
 
         name, source = _read_source(file)
-        program = compile_program(source, name, _options(defines, kernel))
+        program = compile_program(source, name, _options(defines, kernel, arch))
         data = do_explain(program)
         if as_json:
             _stdout(json.dumps(data, indent=2) + "\n")
@@ -672,11 +677,18 @@ def _print_explain(data: list[dict]) -> None:
                       + (f" + {loop['producer_warps']} producer warps" if loop['producer_warps'] else "")
                       + (f" ({loop['note']})" if loop['note'] else ""), markup=False)
         for loop in k.get("streamed_loops", []):
-            regs = set(loop["into_registers"])
-            names = ", ".join(n + (" (into registers)" if n in regs else "") for n in loop["tiles"])
-            fewer = f" of {loop['asked']} asked: the ring did not fit" if loop["stages"] != loop["asked"] else ""
-            con.print(f"  streamed:    line {loop['line']}: {names} by cp.async, {loop['stages']} stages{fewer}, "
-                      f"{loop['stages'] - 1} iteration{'s' if loop['stages'] > 2 else ''} ahead", markup=False)
+            regs, swz = set(loop["into_registers"]), set(loop.get("swizzled", ()))
+            names = ", ".join(n + (" (into registers)" if n in regs else " (128-byte swizzled)" if n in swz else "")
+                              for n in loop["tiles"])
+            if loop["tiles"]:
+                fewer = f" of {loop['asked']} asked: the ring did not fit" if loop["stages"] != loop["asked"] else ""
+                con.print(f"  streamed:    line {loop['line']}: {names} by cp.async, {loop['stages']} stages{fewer}, "
+                          f"{loop['stages'] - 1} iteration{'s' if loop['stages'] > 2 else ''} ahead", markup=False)
+            if loop.get("products"):
+                how = {"wgmma": "wgmma (sm_90a), one warpgroup per 64 rows",
+                       "mma": "mma.sync m16n8k16"}[loop["products"]]
+                note = f" (not wgmma: {loop['products_note']})" if loop.get("products_note") else ""
+                con.print(f"  products:    line {loop['line']}: {how}{note}", markup=False)
         smem = k["smem_bytes"]
         con.print(f"  shared mem:  {_fmt(smem)}" + (" bytes" if smem is not None else "")
                   + ("" if k["threads"] is not None else "   (not annotated: memory pass did not run)"))

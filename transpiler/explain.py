@@ -268,16 +268,22 @@ def _matmul_loops(k: A.Kernel) -> list[dict]:
 
 
 def _streamed_loops(k: A.Kernel) -> list[dict]:
-    """The pipeline loops that stream tiles into shared memory (infer_memory's StreamTile): which tiles, how
-    many stages, which are read from there into registers, and the bytes of one stage of each."""
+    """The pipeline loops that stream tiles into shared memory (infer_memory's StreamTile) or multiply tiles
+    on tensor cores: which tiles, how many stages, which are read from there into registers, which are in
+    128-byte swizzled rows, the bytes of one stage of each, and how the products run (plan_matmul's
+    StreamedMma: "wgmma" or "mma", and why not wgmma)."""
     out = []
     for s, _ in walk_stmts(k.body):
         stream = getattr(s, "stream", ())
-        if stream:
-            out.append({"line": s.span.line, "stages": stream[0].stages, "asked": s.stages,
+        mma = getattr(s, "mma", None)
+        if stream or mma is not None:
+            out.append({"line": s.span.line, "stages": stream[0].stages if stream else None, "asked": s.stages,
                         "tiles": [t.name for t in stream], "into_registers": [t.name for t in stream if t.regs],
                         "gathered": [t.name for t in stream if t.gather is not None],
-                        "stage_bytes": [t.stage_bytes for t in stream]})
+                        "swizzled": [t.name for t in stream if t.swizzled],
+                        "stage_bytes": [t.stage_bytes for t in stream],
+                        "products": None if mma is None else mma.strategy,
+                        "products_note": None if mma is None else (mma.why or None)})
     return out
 
 

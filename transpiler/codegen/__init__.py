@@ -69,7 +69,7 @@ def generate(program: A.Program, options, specs: dict, host: bool = False) -> tu
         defines = ", ".join(f"{n}={v}" for n, v in k.defines)
         kernels.append(dict(
             name=k.name, line=k.span.line, threads=k.info.launch_threads, smem=k.info.smem_bytes,
-            min_blocks=_min_blocks(k),
+            min_blocks=_min_blocks(k), smem_align=getattr(k.info, "align", 16),
             grid_text=", ".join(specs[k.name].grid), defines=defines,
             params=params, prologue=em.prologue(), body=em.lines,
         ))

@@ -48,6 +48,9 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         self.declared: list[set[str]] = [set()]
         # tiles a pipeline loop streams into shared memory: name -> (byte address of this iteration's stage, row pitch)
         self.streaming: dict[str, tuple[str, int]] = {}
+        # of those, the 128-byte swizzled ones of a loop whose products run as wgmma; and the swizzled resident tiles
+        self.wgmma_streams: frozenset = frozenset()
+        self.swizzled = frozenset(getattr(k.info, "swizzled", ()) or ())
 
     # ---- output helpers
     def emit(self, line: str) -> None:
@@ -111,7 +114,11 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
             self.emit("{")
             self.depth += 1
             tmp, layout = self.materialize(v)
-            self.stage(tmp, layout, f"reinterpret_cast<{S}*>(tilex_smem + {offset})", ld, False, S)
+            swizzle = v.ty.shape[0] if s.name in self.swizzled else None
+            self.stage(tmp, layout, f"reinterpret_cast<{S}*>(tilex_smem + {offset})", ld, False, S, swizzle)
+            if swizzle:
+                self.helpers.add("tilex_sm90.cuh")
+                self.emit("tilex_fence_async_smem();  // wgmma reads it (the async proxy) after the next barrier")
             self.depth -= 1
             self.emit("}")
             return
@@ -214,6 +221,11 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
             self.emit("}")
             self.emit("tilex_cp_async_commit();")
 
+        wgmma = s.mma is not None and s.mma.strategy == "wgmma"
+        if wgmma:
+            self.helpers.add("tilex_sm90.cuh")
+            swz = [t.name for t in s.stream if t.swizzled]
+            self.emit(f"// tensor cores: wgmma (sm_90a) on {', '.join(swz)} in 128-byte swizzled rows, one warpgroup per 64 rows")
         self.emit("{")
         self.depth += 1
         # the bounds are read once (as range() does): the body may change what they were computed from
@@ -232,15 +244,21 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
             if S == 2:  # the next copy goes out first; a barrier after the body frees this stage
                 copy(1 - stage, "tx_cur + tx_step")
                 self.emit("tilex_cp_async_wait<1>();  // this iteration's tiles have landed")
+                if wgmma:
+                    self.emit("tilex_fence_async_smem();  // visible to wgmma (the async proxy) after the barrier")
                 self.emit(self.barrier + "  // for every thread")
             else:
                 self.emit(f"tilex_cp_async_wait<{S - 2}>();  // this iteration's tiles have landed")
+                if wgmma:
+                    self.emit("tilex_fence_async_smem();  // visible to wgmma (the async proxy) after the barrier")
                 self.emit(self.barrier + "  // for every thread, and the previous iteration is done with its stage")
                 copy((stage + S - 1) % S, f"tx_cur + {S - 1} * tx_step")
             self.emit(f"const int {s.var} = (int)tx_cur;")
-            outer = self.streaming
+            outer, outer_wg = self.streaming, self.wgmma_streams
             self.streaming = {**outer, **{t.name: (f"tilex_smem + {t.offset + stage * t.stage_bytes}", t.ld)
                                           for t in s.stream}}
+            if wgmma:
+                self.wgmma_streams = outer_wg | {t.name for t in s.stream if t.swizzled}
             self.declared.append({s.var})
             for st in s.body.stmts:
                 if isinstance(st, A.Assign) and st.name in names:
@@ -253,7 +271,7 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
                     continue
                 self.stmt(st)
             self.declared.pop()
-            self.streaming = outer
+            self.streaming, self.wgmma_streams = outer, outer_wg
             if S == 2:
                 self.emit(self.barrier + "  // every thread is done with this stage before it is refilled")
             self.depth -= 1
@@ -290,6 +308,10 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         dt = e.ty.dtype
         S = storage(dt)
         terms, oks, sl = [], [], []
+        if t.swizzled:
+            self.helpers.add("tilex_sm90.cuh")
+        copy = (f"tilex_tile_to_smem_sw128<{t.rows}, {t.cols}, {self.T}, {S}>" if t.swizzled
+                else f"tilex_tile_to_smem<{t.rows}, {t.cols}, {t.ld}, {self.T}, {S}>")
         for ax, item in axes:
             if isinstance(item, A.Slice):
                 sl.append((ax, self.scalar(item.start) if item.start is not None else "0"))
@@ -301,7 +323,7 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         (rax, r0), (cax, c0) = sl
         ok = " && ".join(oks) or "true"
         base = " + ".join(terms) or "0"
-        self.emit(f"{{ const bool tx_ok = {ok}; tilex_tile_to_smem<{t.rows}, {t.cols}, {t.ld}, {self.T}, {S}>("
+        self.emit(f"{{ const bool tx_ok = {ok}; {copy}("
                   f"reinterpret_cast<{S}*>({dst}), {name} + (tx_ok ? {base} : 0), (long long)({r0}), (long long)({c0}), "
                   f"tx_ok ? (long long){self.dim(name, rax)} : 0, (long long){self.dim(name, cax)}, "
                   f"(long long){self.stride(name, rax) or 1}); }}")

@@ -5,7 +5,9 @@
 decides which); this module fills in the operand geometry (tensor names, slice starts, dims,
 shared-memory offsets) and the per-shape `wgmma` instruction wrappers, and records the TMA
 descriptors the host must pass. `templates/matmul_mma_tile.j2` multiplies register tiles staged
-in shared memory (attention's `q @ k.T`, `p @ v`); f32 or odd-shaped tiles use FMAs.
+in shared memory (attention's `q @ k.T`, `p @ v`); f32 or odd-shaped tiles use FMAs. In a pipeline
+loop whose products run as wgmma (`For.mma`), `templates/matmul_wgmma_tile.j2` issues them: B from
+the loop's 128-byte-swizzled ring, A from a swizzled resident tile or from registers.
 """
 from __future__ import annotations
 
@@ -42,13 +44,15 @@ def kernel_tma_maps(k) -> tuple[TmaMap, ...]:
     return tuple(TmaMap(f"tx_map{i}", t, rows, SWIZZLE_ELEMS) for i, (t, rows) in enumerate(unique))
 
 
-def wgmma_wrapper(n: int, dt: DType, tnsp_b: bool, parts: int = 1) -> tuple[str, str]:
-    """(name, C++ text) of a device function issuing one wgmma.m64n{n}k16 with both operands in shared memory.
+def wgmma_wrapper(n: int, dt: DType, tnsp_b: bool, parts: int = 1, a_regs: bool = False) -> tuple[str, str]:
+    """(name, C++ text) of a device function issuing one wgmma.m64n{n}k16 with both operands in shared memory
+    (or, with a_regs, A from four registers of packed pairs: the row fragment of a 64x16 block).
 
     With parts > 1 the n columns are `parts` products' B tiles side by side (one A): the function takes
     one accumulator array per product, whose registers are the consecutive column blocks of the result.
     """
-    name = f"wgmma_m64n{n}k16_{PTX_TYPE[dt]}_{'mn' if tnsp_b else 'k'}" + (f"_x{parts}" if parts > 1 else "")
+    name = (f"wgmma_m64n{n}k16_{PTX_TYPE[dt]}{'_rs' if a_regs else ''}_{'mn' if tnsp_b else 'k'}"
+            + (f"_x{parts}" if parts > 1 else ""))
     regs = n // 2
     per = regs // parts
     arrays = ["d"] if parts == 1 else [f"d{j}" for j in range(parts)]
@@ -59,6 +63,16 @@ def wgmma_wrapper(n: int, dt: DType, tnsp_b: bool, parts: int = 1) -> tuple[str,
     out_text = ",\n                 ".join(outs)
     params = ", ".join(f"float (&{a})[{per}]" for a in arrays)
     ptx = PTX_TYPE[dt]
+    if a_regs:
+        assert parts == 1
+        text = (f"__device__ __forceinline__ void tilex_{name}({params}, const unsigned (&a)[4], unsigned long long b) {{\n"
+                f"  asm volatile(\"{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 5}, 0;\\n\"\n"
+                f"               \" wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{dl}}},\"\n"
+                f"               \" {{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}, %{regs + 4}, p, 1, 1, "
+                f"{1 if tnsp_b else 0};\\n}}\\n\"\n"
+                f"               : {out_text}\n"
+                f"               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b), \"n\"(1));\n}}")
+        return name, text
     text = (f"__device__ __forceinline__ void tilex_{name}({params}, unsigned long long a, unsigned long long b) {{\n"
             f"  asm volatile(\"{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n\"\n"
             f"               \" wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{dl}}},\"\n"
@@ -257,10 +271,13 @@ class MatmulEmission:
         return next(m.param for m in self.tma_maps if m.tensor == tensor and m.box_rows == box_rows)
 
     # ---- matmul (v0: operands staged in shared memory, f32 FMA at the result layout)
-    def stage(self, arr: str, layout: Layout, dst: str, ld: int, transpose: bool, S: str) -> None:
+    def stage(self, arr: str, layout: Layout, dst: str, ld: int, transpose: bool, S: str,
+              swizzle: int | None = None) -> None:
         """Write a register tile into shared memory rows of `ld` elements ([row][col], or [col][row] if
-        `transpose`), as 4/8/16-byte vectors when the layout's vector runs along the stored row."""
+        `transpose`), as 4/8/16-byte vectors when the layout's vector runs along the stored row; with
+        `swizzle` (the tile's rows), in 128-byte swizzled rows (tilex_sw128) instead."""
         r, c = (layout.coord(1), layout.coord(0)) if transpose else (layout.coord(0), layout.coord(1))
+        at = f"tilex_sw128<{swizzle}>({r}, {c})" if swizzle else f"({r}) * {ld} + ({c})"
         root = layout.root
         along = 0 if transpose else 1
         vec = root.vec if (root.vec_digit is not None and layout.digits and layout.digits[-1] == root.vec_digit
@@ -269,10 +286,45 @@ class MatmulEmission:
         if vec > 1 and vbytes in (4, 8, 16) and (ld * vbytes // vec) % vbytes == 0:
             vt = {4: "unsigned", 8: "uint2", 16: "uint4"}[vbytes]
             self.unrolled(layout.slots, f"{S} tx_v[{vec}]; for (int tx_q = 0; tx_q < {vec}; ++tx_q) tx_v[tx_q] = tilex_io<{S}>::put({arr}[tx_s + tx_q]); "
-                                        f"*reinterpret_cast<{vt}*>(&{dst}[({r}) * {ld} + ({c})]) = *reinterpret_cast<const {vt}*>(tx_v);",
+                                        f"*reinterpret_cast<{vt}*>(&{dst}[{at}]) = *reinterpret_cast<const {vt}*>(tx_v);",
                           step=vec)
             return
-        self.unrolled(layout.slots, f"{dst}[({r}) * {ld} + ({c})] = tilex_io<{S}>::put({arr}[tx_s]);")
+        self.unrolled(layout.slots, f"{dst}[{at}] = tilex_io<{S}>::put({arr}[tx_s]);")
+
+    def wgmma_product(self, e: A.BinOp, b: str, init: str | None) -> str:
+        """`a @ b` (or `a @ b.T`) in a wgmma loop (see infer_memory): one wgmma.m64n{n}k16 per 16 of K for
+        each warpgroup's 64 rows, B from the loop's swizzled stage (`b.T`: K-major; `b`: N-major, the
+        transposed-B form), A from a swizzled resident tile (a descriptor) or from registers in the
+        product's row fragment (`x.to(bf16)` of an f32 fragment packs x). Issued, committed and waited
+        for here: the result is in registers when this returns."""
+        from . import _env
+        from ..passes.infer_memory import register_a
+
+        (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
+        dt_in = e.lhs.ty.dtype
+        S = storage(dt_in)
+        out_l = e.ty.layout
+        kmajor_b = isinstance(e.rhs, A.Attr) and e.rhs.name == "T"
+        resident = self.resident.get(e.lhs.id) if isinstance(e.lhs, A.Name) and e.lhs.id in self.swizzled else None
+        a_regs = None
+        if resident is None:
+            a_regs, _ = self.materialize(register_a(e.lhs))  # x.to(bf16): x, packed with one rounding
+        fn, text = wgmma_wrapper(n, dt_in, not kmajor_b, a_regs=a_regs is not None)
+        self.functions[fn] = text
+        self.helpers |= {"tilex_sm90.cuh", "tilex_mma.cuh"}
+        src = "registers" if a_regs else "shared memory"
+        self.emit(f"// {unparse(e)}: wgmma m64n{n}k16 x {kk // 16} per warpgroup, A from {src}, "
+                  f"B {'K' if kmajor_b else 'N'}-major from the ring")
+        name = self.fresh("tx_mm")
+        self.emit(f"float {name}[{out_l.slots}];")
+        self.unrolled(out_l.slots, f"{name}[tx_s] = {init if init is not None else '0.0f'};")
+        text = _env().get_template("matmul_wgmma_tile.j2").render(
+            S=S, m=m, k=kk, n=n, fn=fn, acc=name, a_regs=a_regs, kmajor_b=kmajor_b,
+            a_ptr=f"tilex_smem + {resident[0]}" if resident is not None else None,
+            b_ptr=self.streaming[b][0])
+        for line in text.rstrip().splitlines():
+            self.emit(line)
+        return name
 
     def matmul(self, e: A.BinOp, init: str | None = None) -> str:
         """`a @ b` of register tiles: both staged in shared memory, then mma.sync into a fragment-layout result
@@ -280,6 +332,9 @@ class MatmulEmission:
 
         `init` (a C expression of slot `tx_s` in the result's layout) starts the accumulator instead of
         zeros: `c + a @ b` accumulates onto c, so c and the product are never live side by side."""
+        rb0 = e.rhs.obj if isinstance(e.rhs, A.Attr) and e.rhs.name == "T" else e.rhs
+        if isinstance(rb0, A.Name) and rb0.id in self.wgmma_streams:
+            return self.wgmma_product(e, rb0.id, init)
         resident = self.resident.get(e.lhs.id) if isinstance(e.lhs, A.Name) else None
         a, la = self.materialize(e.lhs) if resident is None else (None, e.lhs.ty.layout)
         (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape

@@ -10,6 +10,12 @@ of its operand's layout. `kernel.info` (KernelMemory) holds the threads per bloc
 the shared memory each op needs (cross-warp reductions, layout conversions, matmul
 staging), checked against the target's per-block budget. `For.stream` lists the tiles a
 pipeline loop copies into shared memory one iteration ahead (StreamTile, see stream_tiles).
+
+A pipeline loop whose products plan_matmul gave ``wgmma`` (`For.mma`) gets its streamed operand
+tiles and the resident tiles its products read in 128-byte-swizzled rows (`SWIZZLE_ALIGN`-aligned,
+what a wgmma shared-memory descriptor describes); each product is checked (B streamed by the loop,
+A swizzled in shared memory or in the product's row fragment, one warp per 16 rows) and a failure
+demotes the loop to mma.sync, with the reason in `For.mma.why`, on a rerun.
 """
 from __future__ import annotations
 
@@ -21,9 +27,13 @@ from ..builtins import FUNCTIONS
 from ..diagnostics import CompileError, Span
 from ..layout import Fragment, Layout, canonical, mma_fragment, mma_warp_grid, reduction_plan
 from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, smem_limit
+from .plan_matmul import StreamedMma
 from ..types import DType, MemSpace, numel
 from .base import Rewriter, Walker, fail, name_nodes, names_in, stored_tensors
 
+# 128-byte swizzled tiles (wgmma operands): the XOR pattern repeats every 8 rows of 128 bytes, and the
+# hardware takes it from the address bits, so each tile starts at a multiple of 1024 bytes
+SWIZZLE_ALIGN = 1024
 
 
 @dataclass
@@ -57,6 +67,7 @@ class StreamTile:
     copy_layout: Any = None
     regs: bool = False
     stages: int = 2  # the ring's depth: the loop's `stages`, or 2 when that does not fit
+    swizzled: bool = False  # 128-byte swizzled rows (a wgmma operand; `ld` is then `cols`, no padding)
 
 
 @dataclass
@@ -70,6 +81,8 @@ class KernelMemory:
     resident: dict = field(default_factory=dict)  # tile -> (byte offset, row pitch in elements) kept in shared memory
     resident_bytes: int = 0  # the resident tiles' region, at the start of shared memory; scratch follows it
     min_blocks: int = 0  # blocks per SM asked of ptxas (`__launch_bounds__` second argument); 0: no request
+    swizzled: frozenset = frozenset()  # resident tiles stored in 128-byte swizzled rows (wgmma A operands)
+    align: int = 16  # alignment of the shared-memory base codegen establishes (SWIZZLE_ALIGN with swizzled tiles)
 
     @property
     def launch_threads(self) -> int:
@@ -86,12 +99,16 @@ def _kernel_memory(k: A.Kernel, arch: str) -> A.Kernel:
     loops that do not fit with the rest get 2 stages, then stop streaming the tiles read into registers
     (streaming is an optimization: it never turns a kernel that fits into an error)."""
     shrink = 0
+    demoted: dict = {}  # id(For) -> why its products cannot run as wgmma after all
     while True:
-        mem = _Memory(k, arch, shrink=shrink)
+        mem = _Memory(k, arch, shrink=shrink, demoted=demoted)
         out = mem.run(check_budget=False)  # the second run's layouts may not need all of this run's memory
         if mem.prefer:
-            mem = _Memory(k, arch, mem.prefer, shrink=shrink)
+            mem = _Memory(k, arch, mem.prefer, shrink=shrink, demoted=demoted)
             out = mem.run(check_budget=False)
+        if mem.demote:
+            demoted = {**demoted, **mem.demote}
+            continue
         if out.info.smem_bytes <= mem.limit:
             return out
         if shrink < 2 and mem.streams:
@@ -210,10 +227,31 @@ def reduce_smem_groups(layout: Layout, axis: int) -> int:
     return reduction_plan(layout, axis).groups
 
 
+def _wgmma_loops(k: A.Kernel, demoted: dict) -> set:
+    """ids of the pipeline loops whose products run as wgmma (plan_matmul's choice, less the demoted)."""
+    found = set()
+
+    class _Find(Walker):
+        def on_For(self, f):
+            if f.mma is not None and f.mma.strategy == "wgmma" and id(f) not in demoted:
+                found.add(id(f))
+    _Find().walk(k.body)
+    return found
+
+
+def _round_up(n: int, to: int) -> int:
+    return (n + to - 1) // to * to
+
+
 class _Memory(Rewriter):
-    def __init__(self, k: A.Kernel, arch: str, seed: dict | None = None, shrink: int = 0):
+    def __init__(self, k: A.Kernel, arch: str, seed: dict | None = None, shrink: int = 0, demoted: dict | None = None):
         self.k = k
         self.arch = arch
+        self.demoted = demoted or {}
+        self.wgmma = _wgmma_loops(k, self.demoted)
+        self.demote: dict = {}  # found in this run: id(For) -> why not wgmma
+        self.swizzled_resident: set = set()  # resident tiles in 128-byte swizzled rows (read only by wgmma products)
+        self.loop = None  # the pipeline loop being visited
         self.shrink = shrink  # streamed rings: 0 as asked, 1 at most 2 stages, 2 also no tiles read into registers
         self.seed = seed or {}  # variable -> layout to create it in (from a first run: what its updates produce)
         self.prefer: dict[str, Layout] = {}
@@ -243,10 +281,20 @@ class _Memory(Rewriter):
         count: dict[str, int] = {}
         top = {s.name: s for s in self.k.body.stmts if isinstance(s, A.Assign)}
         good: dict[str, int] = {}
+        in_wgmma: dict[str, int] = {}  # of those, reads by the products of wgmma loops
         bad: set[str] = set()
         mem = self
+        inside = [False]
 
         class _Uses(Walker):
+            def on_For(self, f):
+                if id(f) not in mem.wgmma:
+                    return None
+                inside[0] = True
+                self.walk(f.body)
+                inside[0] = False
+                return False
+
             def on_Assign(self, s):
                 count[s.name] = count.get(s.name, 0) + 1
 
@@ -254,6 +302,8 @@ class _Memory(Rewriter):
                 if e.op is A.BinOpKind.MATMUL and isinstance(e.lhs, A.Name):
                     if mem.mma_layout(e) is not None:
                         good[e.lhs.id] = good.get(e.lhs.id, 0) + 1
+                        if inside[0]:
+                            in_wgmma[e.lhs.id] = in_wgmma.get(e.lhs.id, 0) + 1
                     else:
                         bad.add(e.lhs.id)
                     self.walk(e.rhs)
@@ -265,15 +315,23 @@ class _Memory(Rewriter):
 
         _Uses().walk(self.k.body)
         out, uses, offset = {}, [], 0
-        for name, n in good.items():
+        self.swizzled_resident = set()
+        # 128-byte swizzled tiles first: every one is a multiple of SWIZZLE_ALIGN bytes (rows % 64 == 0)
+        order = sorted(good, key=lambda name: good[name] != in_wgmma.get(name, 0))
+        for name in order:
             s = top.get(name)
             if name in bad or count.get(name) != 1 or s is None or len(s.value.ty.shape) != 2:
                 continue
             rows, cols = s.value.ty.shape
-            ld = cols + MATMUL_PAD
+            swizzled = in_wgmma.get(name, 0) == good[name]  # read only by wgmma products
+            ld = cols if swizzled else cols + MATMUL_PAD
             size = rows * ld * s.value.ty.dtype.itemsize
             out[name] = (offset, ld)
-            uses.append(SmemUse(f"keeping '{name}' in shared memory for the tensor-core products that read it", size, s.span))
+            how = " (128-byte swizzled rows, for wgmma)" if swizzled else ""
+            if swizzled:
+                self.swizzled_resident.add(name)
+            uses.append(SmemUse(f"keeping '{name}' in shared memory for the tensor-core products that read it{how}",
+                                size, s.span))
             offset += (size + 15) // 16 * 16
         return out, uses
 
@@ -478,15 +536,17 @@ class _Memory(Rewriter):
                     if other and gather is not None:
                         continue  # a gather read in registers loads directly (staging it measured slower)
                     rows, cols = load.ty.shape
-                    ld = cols + MATMUL_PAD
-                    stage = (rows * ld * load.ty.dtype.itemsize + 15) // 16 * 16
+                    swizzled = id(f) in mem.wgmma and not other and gather is None
+                    ld = cols if swizzled else cols + MATMUL_PAD
+                    stage = _round_up(rows * ld * load.ty.dtype.itemsize, SWIZZLE_ALIGN if swizzled else 16)
                     copy = None
                     if gather is not None:  # index tiles in the rows layout of a blocked copy of the tile
                         copy = mem.canon((rows, cols))
                         row_view = copy.axes(0).compact()  # a slot per row a thread copies
                         gather = replace(gather, items=tuple(
                             mem.assign(it, row_view) if it.ty.shape else it for it in gather.items))
-                    tiles.append(StreamTile(st.name, rows, cols, ld, 0, stage, gather, copy, regs=other))
+                    tiles.append(StreamTile(st.name, rows, cols, ld, 0, stage, gather, copy, regs=other,
+                                            swizzled=swizzled))
                 # a ring over the target's shared memory (alone, or with the rest: `shrink`, see
                 # _kernel_memory) gets 2 stages, then drops the tiles read into registers (they load directly)
                 ring = lambda ts, n: offset + n * sum(t.stage_bytes for t in ts)  # noqa: E731
@@ -505,7 +565,8 @@ class _Memory(Rewriter):
         size, names = 0, []
         for key, tiles in out.items():
             at, placed = offset, []
-            for t in tiles:
+            # swizzled stages first: each a multiple of SWIZZLE_ALIGN bytes from an aligned `offset`
+            for t in sorted(tiles, key=lambda t: not t.swizzled):
                 placed.append(replace(t, offset=at))
                 at += t.stages * t.stage_bytes
                 names.append(t.name + (" (read into registers)" if t.regs else ""))
@@ -522,6 +583,8 @@ class _Memory(Rewriter):
         k = self.k
         self.resident, resident_uses = self.resident_tiles()
         base = sum((u.bytes + 15) // 16 * 16 for u in resident_uses)
+        if self.wgmma:  # swizzled stages start aligned (the gap is counted in `base`)
+            base = _round_up(base, SWIZZLE_ALIGN)
         self.streams, stream_uses = self.stream_tiles(base)
         resident_uses = resident_uses + stream_uses
         base += sum((u.bytes + 15) // 16 * 16 for u in stream_uses)
@@ -533,10 +596,14 @@ class _Memory(Rewriter):
         where = tuple(self.assign(e) for e in k.where)
         grid = tuple(self.assign(e) for e in k.grid)
         body = self.visit(k.body)
-        smem = base + max((u.bytes for u in self.uses), default=0)
+        swizzled = bool(self.swizzled_resident) or any(t.swizzled for ts in self.streams.values() for t in ts)
+        align = SWIZZLE_ALIGN if swizzled else 16
+        # codegen rounds the base of dynamic shared memory up to `align`: room for that
+        smem = base + max((u.bytes for u in self.uses), default=0) + (align if swizzled else 0)
         producers = max((p.producers for p in self.plans), default=0)
         info = KernelMemory(self.T, smem, self.limit, resident_uses + self.uses, dict(self.vars), producers,
-                            self.resident, base, _min_blocks(k, self.T + producers))
+                            self.resident, base, _min_blocks(k, self.T + producers),
+                            frozenset(self.swizzled_resident), align)
         out = replace(k, where=where, grid=grid, body=body, info=info)
         return self.check_budget(out) if check_budget else out
 
@@ -607,6 +674,31 @@ class _Memory(Rewriter):
             return None
         return Layout.of(mma_fragment((m, n), *grid))
 
+    def wgmma_obstacle(self, e: A.BinOp, lhs: A.Expr, b: A.Expr, frag: Layout) -> str | None:
+        """Why the product `e` (operands annotated: `lhs`; `b` the right operand's tile) of a wgmma loop
+        cannot run as wgmma after all, or None."""
+        from ..exprs import unparse
+
+        m = e.lhs.ty.shape[0]
+        if self.T != 32 * (m // 16) or frag.root.warps != (m // 16, 1):
+            return f"wgmma runs one warp per 16 rows: the {m}-row products need {m // 16} warps (the kernel has {self.T // 32})"
+        tiles = {t.name: t for t in self.streams.get(id(self.loop), ())}
+        what = b.id if isinstance(b, A.Name) else unparse(b)
+        if isinstance(b, A.Name) and b.id in tiles and not tiles[b.id].swizzled:
+            return f"'{what}' is also read into registers (its ring keeps padded rows for that)"
+        if not (isinstance(b, A.Name) and b.id in tiles):
+            return f"'{what}' is not streamed into shared memory by this loop (wgmma reads B from the ring)"
+        if isinstance(e.lhs, A.Name) and e.lhs.id in self.swizzled_resident:
+            return None
+        if isinstance(e.lhs, A.Name) and e.lhs.id in self.resident:
+            return f"'{e.lhs.id}' is kept in shared memory for products that do not run as wgmma too (padded rows)"
+        la = register_a(lhs).ty.layout
+        if not (isinstance(la.root, Fragment) and la == Layout.of(la.root) and la.root.warps == (m // 16, 1)
+                and la.root.shape[0] == m):
+            return (f"the left operand of '{unparse(e)}' is neither kept in shared memory nor in the product's "
+                    "row fragment in registers")
+        return None
+
     def assign(self, e: A.Expr, want: Layout | None = None) -> A.Expr:
         """Annotate `e` (and below) with space and layout; `want` is the view its consumer reads."""
         if e is None or isinstance(e, (A.Slice, A.NewAxis)):
@@ -664,6 +756,13 @@ class _Memory(Rewriter):
             frag = None if self.in_plan else self.mma_layout(e)
             if frag is not None:
                 r = e.rhs.obj if isinstance(e.rhs, A.Attr) and e.rhs.name == "T" else e.rhs
+                if self.loop is not None and id(self.loop) in self.wgmma:
+                    why = self.wgmma_obstacle(e, lhs, r, frag)
+                    if why:
+                        self.demote.setdefault(id(self.loop), why)
+                    layout = frag
+                    self.convert_if_needed(e, layout, want)
+                    return replace(e, lhs=lhs, rhs=rhs, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
                 if isinstance(r, A.Name) and r.id in self.streaming:  # b is already in shared memory
                     self.need(f"staging the left operand of '@' for mma.sync ({m}x{kk})", m * (kk + MATMUL_PAD) * item, e)
                 else:
@@ -764,9 +863,13 @@ class _Memory(Rewriter):
         if s.plan is None:
             stream = self.streams.get(id(s), ())
             outer, self.streaming = self.streaming, self.streaming | {t.name for t in stream}
+            outer_loop, self.loop = self.loop, s if s.mma is not None else self.loop
             body = self.visit(s.body)
-            self.streaming = outer
-            return replace(s, start=start, stop=stop, step=step, body=body, stream=stream)
+            self.streaming, self.loop = outer, outer_loop
+            mma = s.mma
+            if id(s) in self.demoted:
+                mma = StreamedMma("mma", self.demoted[id(s)])
+            return replace(s, start=start, stop=stop, step=step, body=body, stream=stream, mma=mma)
         p = s.plan
         for prod in p.products:
             if self.vars.get(prod.acc) is None:
@@ -780,6 +883,14 @@ class _Memory(Rewriter):
 
     def visit_If(self, s):
         return replace(s, cond=self.assign(s.cond), then=self.visit(s.then), orelse=self.visit(s.orelse))
+
+
+def register_a(lhs: A.Expr) -> A.Expr:
+    """The tile whose registers a wgmma product packs into its A operand: x for `x.to(bf16)` of an f32
+    tile (the packing conversion rounds, once), else the operand itself."""
+    if isinstance(lhs, A.Method) and lhs.name == "to" and lhs.obj.ty.dtype is DType.F32 and lhs.obj.ty.shape == lhs.ty.shape:
+        return lhs.obj
+    return lhs
 
 
 def stream_source(v: A.Expr) -> A.Expr | None:

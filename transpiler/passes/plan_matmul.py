@@ -22,7 +22,15 @@ slice starts), tile sizes, pipeline depth and the strategy the target affords:
   multiplies with `mma.sync.m16n8k16`.
 
 Loops that match neither keep the generic `@` (operands staged in shared memory, f32
-FMA). The accumulators of a planned loop live in tensor-core fragment layouts
+FMA).
+
+A `pipeline` loop that is not such a main loop (attention: `s = q @ k.T`, softmax, `acc = acc *
+alpha + p @ v`) carries a `StreamedMma` (`For.mma`) when its body has tensor-core products of
+register tiles: ``wgmma`` on sm_90a when every product can take it (64-row warpgroup tiles, one warp
+per 16 rows, B a tile of the loop that `infer_memory` streams into a 128-byte-swizzled ring, A kept in
+shared memory swizzled or already in the product's row fragment in registers), else ``mma``
+(mma.sync, with the reason in `why`). `infer_memory` checks what only it knows (which tiles are
+streamed or resident, layouts, threads) and demotes the loop to ``mma`` with its reason if one fails. The accumulators of a planned loop live in tensor-core fragment layouts
 (`layout.mma_fragment`) for their whole life, so epilogue code after the loop (bias,
 activation, casts) runs on them in registers.
 """
@@ -82,6 +90,16 @@ class MatmulPlan:
         return len(self.products)
 
 
+@dataclass(frozen=True)
+class StreamedMma:
+    """How the tensor-core products of register tiles in a `pipeline` loop (not a main loop) run:
+    ``wgmma`` (sm_90a, B from the loop's swizzled ring, A from shared memory or registers) or
+    ``mma`` (mma.sync m16n8k16 with ldmatrix), and why not wgmma (for `tilex explain`)."""
+
+    strategy: str  # "wgmma" | "mma"
+    why: str = ""
+
+
 def plan_matmul(program: A.Program, arch: str = "sm_90a") -> A.Program:
     return replace(program, kernels=tuple(_plan_kernel(k, arch) for k in program.kernels))
 
@@ -107,8 +125,58 @@ class _Planner(Rewriter):
         s = replace(s, body=body)
         products = self.products(s)
         if not products:
-            return s
+            return self.streamed(s) if s.pipelined else s
         return replace(s, plan=self.plan(s, products))
+
+    # ---- products of register tiles in a pipeline loop
+    def streamed(self, s: A.For) -> A.For:
+        """`s` with its StreamedMma, if its body multiplies tiles on tensor cores."""
+        found: list[A.BinOp] = []
+
+        class _Products(Walker):
+            def on_BinOp(self, e):
+                if e.op is A.BinOpKind.MATMUL and tensor_core_product(e):
+                    found.append(e)
+
+            def on_For(self, f):
+                return False  # an inner loop has its own plan
+        for st in s.body.stmts:
+            _Products().walk(st)
+        if not found:
+            return s
+        why = self.streamed_wgmma_obstacle(found)
+        return replace(s, mma=StreamedMma("mma", why) if why else StreamedMma("wgmma"))
+
+    def streamed_wgmma_obstacle(self, products: list[A.BinOp]) -> str | None:
+        """Why the products of a pipeline loop cannot run as wgmma (what the shapes and the target
+        decide; infer_memory checks the rest), or None."""
+        if self.arch not in WGMMA_ARCHS:
+            return f"wgmma needs sm_90a (target {self.arch})"
+        rows = {e.lhs.ty.shape[0] for e in products}
+        if len(rows) != 1:
+            return "the products have different row counts (one warp layout per loop)"
+        m = rows.pop()
+        warps = _define(self.k, "WARPS")
+        for e in products:
+            text = unparse(e)
+            (_, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
+            if m % 64 or m > 256:
+                return f"wgmma needs a multiple of 64 rows (one warpgroup per 64): '{text}' has {m}"
+            if n % 8 or n > 256:
+                return f"wgmma takes 8 to 256 result columns, a multiple of 8: '{text}' has {n}"
+            b = e.rhs.obj if isinstance(e.rhs, A.Attr) and e.rhs.name == "T" else e.rhs
+            if not isinstance(b, A.Name):
+                return f"the right operand of '{text}' is not a tile the loop loads (wgmma reads it from the ring)"
+            contiguous = b.ty.shape[1]  # `t.T` ([n, k]) and `t` ([k, n]) are both read as the rows of t
+            if contiguous % SWIZZLE_ELEMS:
+                return (f"wgmma reads '{b.id}' from 128-byte swizzled rows: its last dimension must be a "
+                        f"multiple of {SWIZZLE_ELEMS} (it is {contiguous})")
+            if isinstance(e.lhs, A.Name) and kk % SWIZZLE_ELEMS:
+                return (f"wgmma reads '{e.lhs.id}' from 128-byte swizzled rows: its last dimension must be a "
+                        f"multiple of {SWIZZLE_ELEMS} (it is {kk})")
+        if isinstance(warps, int) and warps != m // 16:
+            return f"wgmma runs one warp per 16 rows: the {m}-row products need WARPS={m // 16} (WARPS={warps})"
+        return None
 
     # ---- recognizing the loop
     def products(self, s: A.For) -> tuple[Product, ...] | None:
@@ -335,6 +403,13 @@ def _deepest_ring(stages: int, nbytes, limit: int) -> int:
     while stages > 2 and nbytes(stages) > limit:
         stages -= 1
     return stages
+
+
+def tensor_core_product(e: A.BinOp) -> bool:
+    """`a @ b` of register tiles that tensor cores can multiply: 2-byte floats of one dtype, f32 result, K % 16 == 0."""
+    dt = e.lhs.ty.dtype
+    return (dt in TENSOR_CORE_DTYPES and e.rhs.ty.dtype is dt and e.ty.dtype is DType.F32
+            and len(e.lhs.ty.shape) == 2 and e.lhs.ty.shape[1] % 16 == 0)
 
 
 def has_tile(e) -> bool:
