@@ -67,14 +67,15 @@ PY
     timeout 120 python3 examples/llm/run.py --config qwen2.5-14b --random-weights --prompt-ids "$P" --max-new-tokens 4 --profile \
         > "$OUT/run_profile_fuse.log" 2>&1; grep -A14 "^decode:" "$OUT/run_profile_fuse.log" ;;
   next)
-    # prepared without a GPU (end of session 12): the review's fixes (streamed loops count in 64 bits; rings that do
-    # not fit get 2 stages, then stop streaming register-read tiles; chunked softmax starts at -FLT_MAX) were only
-    # compiled, so first every GPU test but the LLM ones; then attention and the row kernels to see nothing moved
-    # (predicted: prefill 167-168 TFLOP/s, decode ~0.117 ms, rows as in RESULTS.md session 12 within noise)
-    timeout -s ABRT 400 python3 -m pytest -q -rf -p no:cacheprovider -m "gpu and not slow" tests --ignore=tests/test_llm_gpu.py \
-        -o faulthandler_timeout=200 > "$OUT/pytest_gpu.log" 2>&1; echo "rc=$?"; tail -4 "$OUT/pytest_gpu.log"
-    timeout 80 python3 benchmarks/bench_attention.py --quick --no-sweep 2>&1 | grep -E "tilex|flash  |cudnn  "
-    timeout 100 python3 benchmarks/bench_stdlib.py --only rms_norm,fused_add_rms_norm,layer_norm,softmax 2>&1 | tail -7 ;;
+    # prefill-wgmma (prepared without a GPU, only compiled: nvcc sm_90a, 214 registers, no spills at BM=128 BN=64
+    # D=128): attention_prefill's streamed loops run wgmma (q resident and k/v rings in 128-byte swizzled rows by
+    # cp.async, S = Q K^T from descriptors, O += P V with P from registers; each product waited for before the
+    # softmax, no ping-pong yet). First the attention GPU tests (every wgmma tiling vs float64, odd S, GQA, causal
+    # and not, D 64/128, f16; the mma.sync fallbacks), then the benchmark. Prediction: prefill causal B4 Hq40 Hkv8
+    # S4096 D128 bf16 from 168 to ~260 TFLOP/s (range 210-320; 0.52x -> ~0.8x of SDPA flash's 320)
+    timeout -s ABRT 330 python3 -m pytest -q -rf -p no:cacheprovider -m gpu tests/test_stdlib_attention_gpu.py \
+        -o faulthandler_timeout=150 > "$OUT/pytest_gpu.log" 2>&1; echo "rc=$?"; tail -6 "$OUT/pytest_gpu.log"
+    timeout 100 python3 benchmarks/bench_attention.py --quick --no-sweep 2>&1 | tee "$OUT/bench_attention.log" | tail -10 ;;
   ab)  # predictions: prefill-ffma +3-5%, stream-one-body +3-8% (prefill), softmax-exp2 4096x32000 0.242 -> 0.15-0.18 ms,
         # decode-s3 B16 ctx4096 0.1166 -> 0.100-0.105 ms in a graph, embedding-stream 0.0722 -> ~0.066 ms
     AB_TIMEOUT=140 AB_TAIL=12 bash benchmarks/ab_branches.sh run \

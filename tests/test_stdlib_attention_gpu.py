@@ -123,6 +123,44 @@ def test_prefill_cupy_and_interpreter_agree():
 
 # ------------------------------------------------------------------------------- decode
 
+# wgmma in the streamed loops (sm_90a; mma.sync elsewhere): the tilings it takes, odd lengths, GQA,
+# against a float64 reference on the same bf16 inputs (tests/test_streamed_wgmma.py pins the code)
+WGMMA_CONFIGS = [dict(BM=128, BN=64, WARPS=8), dict(BM=128, BN=128, WARPS=8), dict(BM=64, BN=64, WARPS=4),
+                 dict(BM=128, BN=64, WARPS=8, STAGES=3)]
+WGMMA_SHAPES = [(1, 8, 2, 1, 128), (2, 4, 1, 77, 64), (1, 5, 5, 1000, 128), (1, 8, 2, 1000, 64), (2, 6, 2, 333, 128)]
+
+
+def f64_ref(q, k, v, causal, scale=None):
+    g = q.shape[1] // k.shape[1]
+    q, k, v = q.double(), k.repeat_interleave(g, dim=1).double(), v.repeat_interleave(g, dim=1).double()
+    s = (q @ k.transpose(-1, -2)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    if causal:
+        n = q.shape[2]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("cfg", WGMMA_CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize("case", WGMMA_SHAPES, ids=lambda c: "B{}_Hq{}_Hkv{}_S{}_D{}".format(*c))
+def test_prefill_wgmma_tilings_vs_float64(case, cfg, causal):
+    b, hq, hkv, s, d = case
+    gen = torch.Generator(device="cuda").manual_seed(s * 7 + d)
+    q, k, v = rnd((b, hq, s, d), "bf16", gen), rnd((b, hkv, s, d), "bf16", gen), rnd((b, hkv, s, d), "bf16", gen)
+    out = torch.full((b, hq, s, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+    o = S.attention_prefill(q, k, v, causal=causal, out=out, config=cfg)
+    assert rel(o, f64_ref(q, k, v, causal)) <= TOL["bf16"]
+
+
+def test_prefill_f16_wgmma_large_values():
+    """f16 operands on wgmma, with scores large enough that the running max moves often."""
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    b, hq, hkv, s, d = 1, 8, 2, 700, 128
+    q, k, v = rnd((b, hq, s, d), "f16", gen, 3.0), rnd((b, hkv, s, d), "f16", gen, 3.0), rnd((b, hkv, s, d), "f16", gen)
+    o = S.attention_prefill(q, k, v, causal=True)
+    assert rel(o, f64_ref(q, k, v, True)) <= 5e-3
+
+
 def paged(lens, hkv, d, bs, dt, gen):
     """Contiguous K/V [B, Hkv, Lmax, D] and the same tokens in a shuffled paged cache."""
     b, lmax = len(lens), max(max(lens), 1)
