@@ -684,6 +684,8 @@ class _Memory(Rewriter):
             return f"wgmma runs one warp per 16 rows: the {m}-row products need {m // 16} warps (the kernel has {self.T // 32})"
         tiles = {t.name: t for t in self.streams.get(id(self.loop), ())}
         what = b.id if isinstance(b, A.Name) else unparse(b)
+        if isinstance(b, A.Name) and b.id in tiles and tiles[b.id].gather is not None:
+            return f"'{what}' is gathered (its ring keeps padded rows: swizzled gathers are not implemented)"
         if isinstance(b, A.Name) and b.id in tiles and not tiles[b.id].swizzled:
             return f"'{what}' is also read into registers (its ring keeps padded rows for that)"
         if not (isinstance(b, A.Name) and b.id in tiles):

@@ -406,10 +406,12 @@ def _deepest_ring(stages: int, nbytes, limit: int) -> int:
 
 
 def tensor_core_product(e: A.BinOp) -> bool:
-    """`a @ b` of register tiles that tensor cores can multiply: 2-byte floats of one dtype, f32 result, K % 16 == 0."""
+    """`a @ b` of register tiles that tensor cores can multiply: 2-byte floats of one dtype, f32 result, M, N
+    and K multiples of 16 (infer_memory.mma_layout also needs a warp grid for the block's warps)."""
     dt = e.lhs.ty.dtype
     return (dt in TENSOR_CORE_DTYPES and e.rhs.ty.dtype is dt and e.ty.dtype is DType.F32
-            and len(e.lhs.ty.shape) == 2 and e.lhs.ty.shape[1] % 16 == 0)
+            and len(e.lhs.ty.shape) == 2 and len(e.rhs.ty.shape) == 2
+            and e.lhs.ty.shape[0] % 16 == 0 and e.lhs.ty.shape[1] % 16 == 0 and e.rhs.ty.shape[1] % 16 == 0)
 
 
 def has_tile(e) -> bool:
