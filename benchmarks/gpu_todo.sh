@@ -67,14 +67,15 @@ PY
     timeout 120 python3 examples/llm/run.py --config qwen2.5-14b --random-weights --prompt-ids "$P" --max-new-tokens 4 --profile \
         > "$OUT/run_profile_fuse.log" 2>&1; grep -A14 "^decode:" "$OUT/run_profile_fuse.log" ;;
   next)
-    # prepared without a GPU (end of session 12): the review's fixes (streamed loops count in 64 bits; rings that do
-    # not fit get 2 stages, then stop streaming register-read tiles; chunked softmax starts at -FLT_MAX) were only
-    # compiled, so first every GPU test but the LLM ones; then attention and the row kernels to see nothing moved
-    # (predicted: prefill 167-168 TFLOP/s, decode ~0.117 ms, rows as in RESULTS.md session 12 within noise)
+    # session 13: softmax-exp2 merged, one loop body for streamed loops with products (A/B this session: prefill
+    # 165 -> 200 TFLOP/s, softmax 4096x32000 0.248 -> 0.189 ms); every GPU test but the LLM ones, then the
+    # benches (predicted: prefill ~200 TFLOP/s, decode ~0.118 ms graph, layer_norm back to ~0.087 ms)
     timeout -s ABRT 400 python3 -m pytest -q -rf -p no:cacheprovider -m "gpu and not slow" tests --ignore=tests/test_llm_gpu.py \
         -o faulthandler_timeout=200 > "$OUT/pytest_gpu.log" 2>&1; echo "rc=$?"; tail -4 "$OUT/pytest_gpu.log"
-    timeout 80 python3 benchmarks/bench_attention.py --quick --no-sweep 2>&1 | grep -E "tilex|flash  |cudnn  "
-    timeout 100 python3 benchmarks/bench_stdlib.py --only rms_norm,fused_add_rms_norm,layer_norm,softmax 2>&1 | tail -7 ;;
+    timeout 80 python3 benchmarks/bench_attention.py --quick --no-sweep --json "$OUT/bench_attention.json" 2>&1 | grep -E "tilex|flash  |cudnn  "
+    timeout 200 python3 benchmarks/bench_stdlib.py --json "$OUT/bench_stdlib.json" 2>&1 | grep -E '^\| [a-z]'
+    # softmax 4096x32000 with the whole row in registers (one read of x, not two): predicted 0.189 -> ~0.145 ms
+    timeout 100 python3 benchmarks/sweep_rows.py --only softmax --whole --json "$OUT/sweep_whole.json" 2>&1 | tail -8 ;;
   ab)  # predictions: prefill-ffma +3-5%, stream-one-body +3-8% (prefill), softmax-exp2 4096x32000 0.242 -> 0.15-0.18 ms,
         # decode-s3 B16 ctx4096 0.1166 -> 0.100-0.105 ms in a graph, embedding-stream 0.0722 -> ~0.066 ms
     AB_TIMEOUT=140 AB_TAIL=12 bash benchmarks/ab_branches.sh run \
