@@ -2,7 +2,7 @@
 SMs x MIN_BLOCKS programs), pipeline stages, and the non-persistent grid (one row per program),
 each checked against PyTorch and timed with torch eager and torch.compile in the same process.
 
-    python benchmarks/sweep_rows.py [--only rms_norm,softmax] [--json OUT.json]
+    python benchmarks/sweep_rows.py [--only rms_norm,softmax] [--whole] [--json OUT.json]
 
 Times are medians of CUDA-graph replays (bench_stdlib.bench); % of copy uses the minimum bytes
 (inputs read once, outputs written once) over a 1 GiB device copy measured in this run.
@@ -43,6 +43,22 @@ def configs(n: int, one_pass: bool, per_thread=(8, 16), blocks=(2, 3, 4), stages
     return out
 
 
+def whole_row_configs(n: int, per_thread=(32, 64), stages=(2, 3)):
+    """One-pass candidates for rows longer than row_config's one_pass_max: the whole row is one
+    step, held in registers (32 or 64 elements per thread), one block per SM (its ring of a whole
+    bf16 row per stage takes most of shared memory)."""
+    block = L.next_pow2(n)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    out = []
+    for per in per_thread:
+        warps = max(1, min(32, block // (32 * per)))
+        for st in stages:
+            if st * block * 2 <= 200 * 1024:
+                out.append((f"whole W{warps} 1/SM S{st}", dict(BLOCK=block, R=1, ONE_PASS=True, WARPS=warps,
+                                                              MIN_BLOCKS=1, PROGRAMS=sms, STAGES=st)))
+    return out
+
+
 def cases():
     g = torch.Generator(device="cuda").manual_seed(0)
 
@@ -78,6 +94,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--whole", action="store_true",
+                    help="rows past one_pass_max: only the whole-row candidates and the wrapper's own config")
     args = ap.parse_args()
     only = {s for s in args.only.split(",") if s}
     copy = copy_bandwidth()
@@ -93,7 +111,15 @@ def main() -> int:
         print(f"\n{name} {m}x{n}: torch {t_eager:.4f} ms, compile {t_comp:.4f} ms "
               f"({nbytes / t_comp / 1e6 / copy:.1%} of copy)", flush=True)
         one = n <= 16384
-        for label, cfg in configs(n, one):
+        wide = whole_row_configs(n) if name == "softmax" and not one else []
+        if args.whole and not wide:
+            continue
+        cands = configs(n, one) + wide
+        if args.whole:
+            mine = L.row_config(n, m, torch.cuda.get_device_properties(0).multi_processor_count,
+                                threads_per_sm=768, stages=3)
+            cands = [("wrapper (chunked)", mine)] + wide
+        for label, cfg in cands:
             try:
                 mod = L.load(name, kernel=name, T="bf16", **cfg)
             except Exception as e:  # noqa: BLE001 - a config that does not compile is reported, not fatal

@@ -40,8 +40,9 @@ def test_streamed_when_only_an_mma_operand(stages):
     fs, cuda = [f for k in t.program.kernels for f in loops(k)], t.cuda
     assert [s.name for s in fs[0].stream] == ["kt"] and not fs[0].stream[0].regs
     assert "tilex_tile_to_smem<64, 64, 72, " in cuda and f"tilex_cp_async_wait<{stages - 2}>" in cuda
-    assert cuda.count("kt = k[n0 : n0 + 64, 0 : 64]  (streamed above)") == stages  # the body once per stage
-    assert cuda.count("tilex_tile_to_smem<") == 2 * stages - 1  # S - 1 before the loop, one per stage
+    assert cuda.count("kt = k[n0 : n0 + 64, 0 : 64]  (streamed above)") == 1  # one body; tx_stage picks the stage
+    assert "int tx_stage = 0;" in cuda
+    assert cuda.count("tilex_tile_to_smem<") == stages  # S - 1 before the loop, one in it
     assert t.program.kernels[0].info.smem_bytes >= stages * 64 * 72 * 2
 
 
@@ -170,7 +171,7 @@ def test_gathered_tile_is_streamed_with_its_indices_substituted():
     # the index tiles were substituted by their definitions (evaluated one iteration ahead in the copy)
     from tilex.exprs import unparse
     assert "blk" not in unparse(t.gather) and "table[" in unparse(t.gather)
-    assert cuda.count("tilex_gather_chunk16<tilex_bf16>(") == 6  # the first copy, then one per stage; k and v
+    assert cuda.count("tilex_gather_chunk16<tilex_bf16>(") == 4  # the first copy, then one in the loop; k and v
     assert "kt = kc[blk, row, 0 : 64]  (streamed above)" in cuda
     # one table load per row a thread copies (64 rows of 8 chunks over 128 threads: 4 rows each), not per chunk
     assert "[4];  // table[arange(n0, n0 + 64) // 16]" in cuda
@@ -269,6 +270,7 @@ def test_streamed_loop_counts_in_64_bits():
     _, cuda = _loops(ROWS.replace("stages = 2", "stages = 3"))
     assert "const long long tx_lo = " in cuda and "for (long long tx_it = tx_lo;" in cuda
     assert "const int r = (int)tx_cur;" in cuda
+    assert "tx_stage" not in cuda  # no product: the body once per stage, its addresses constants
 
 
 def test_explain_lists_streamed_loops():

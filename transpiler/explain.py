@@ -14,7 +14,7 @@ from typing import Any, Iterator
 from . import ast as A
 from .exprs import unparse, unparse_stmt
 
-__all__ = ["dump_ir", "explain", "walk_exprs", "walk_stmts"]
+__all__ = ["dump_ir", "explain", "has_matmul", "has_product", "walk_exprs", "walk_stmts"]
 
 
 # ---------------------------------------------------------------- traversal
@@ -55,14 +55,15 @@ def walk_stmts(block: A.Block | None, depth: int = 0) -> Iterator[tuple[A.Stmt, 
 
 
 # ---------------------------------------------------------------- small renderers
+def has_product(block: A.Block | None) -> bool:
+    """True if any expression in `block`, nested blocks included, is an `@`."""
+    return any(isinstance(e, A.BinOp) and e.op is A.BinOpKind.MATMUL
+               for s, _ in walk_stmts(block) for top in stmt_exprs(s) for e in walk_exprs(top))
+
+
 def has_matmul(kernel: A.Kernel) -> bool:
     """True if any expression of the kernel is an `@` (its outputs then get matmul tolerances)."""
-    for s, _ in walk_stmts(kernel.body):
-        for top in stmt_exprs(s):
-            for e in walk_exprs(top):
-                if isinstance(e, A.BinOp) and e.op is A.BinOpKind.MATMUL:
-                    return True
-    return False
+    return has_product(kernel.body)
 
 
 def _space(ty) -> str | None:
