@@ -195,6 +195,28 @@ def test_row_config():
     assert c["R"] > 1 and c["BLOCK"] == 128 and c["PROGRAMS"] == 100 * c["MIN_BLOCKS"]
 
 
+def test_softmax_config_whole_rows():
+    """2-byte rows up to 32768 are one whole-row step (64 per thread); f32 and longer rows are chunked."""
+    from tilex.stdlib.activations import softmax_config
+    c = softmax_config(32000, 4096, "bf16", 132)
+    assert c == dict(BLOCK=32768, R=1, ONE_PASS=True, WARPS=16, MIN_BLOCKS=1, PROGRAMS=132, STAGES=2)
+    assert softmax_config(20000, 8, "f16", 132)["ONE_PASS"] is True
+    assert softmax_config(32000, 4096, "f32", 132)["ONE_PASS"] is False
+    assert softmax_config(40000, 4096, "bf16", 132) == L.row_config(40000, 4096, 132, threads_per_sm=768, stages=3)
+    assert softmax_config(4096, 4096, "bf16", 132) == L.row_config(4096, 4096, 132)
+
+
+def test_whole_row_softmax_on_the_interpreter():
+    """The whole-row configuration (BLOCK past N, columns masked) against float64, on 3 rows of 20000."""
+    rng = np.random.default_rng(7)
+    x = rnd(rng, (3, 20000), "bf16")
+    xs = (f64(x) * 4).astype(BF16)
+    y = np.full(xs.shape, np.nan, BF16)
+    L.run(L.load("softmax", T="bf16", BLOCK=32768, R=1, ONE_PASS=True, WARPS=16, MIN_BLOCKS=1, PROGRAMS=2, STAGES=2),
+          "softmax", xs, y)
+    assert rel(y, ref_softmax(xs)) <= TOL["bf16"]
+
+
 # ----------------------------------------------------------------------------- activations
 
 @pytest.mark.parametrize("dt", DTYPES)
