@@ -74,8 +74,11 @@ PY
     # and not, D 64/128, f16; the mma.sync fallbacks), then the benchmark. Prediction: prefill causal B4 Hq40 Hkv8
     # S4096 D128 bf16 from 168 to ~280 TFLOP/s (range 220-380; 0.52x -> ~0.9x of SDPA flash's 320). Last, the
     # prefill tilings (which BM/BN/WARPS suits wgmma best; BN=128 is at 255 registers). Under 8 minutes in all.
-    timeout -s ABRT 280 python3 -m pytest -q -rf -p no:cacheprovider -m gpu tests/test_stdlib_attention_gpu.py \
+    timeout -s ABRT 240 python3 -m pytest -q -rf -p no:cacheprovider -m gpu tests/test_stdlib_attention_gpu.py \
         -o faulthandler_timeout=150 > "$OUT/pytest_gpu.log" 2>&1; echo "rc=$?"; tail -6 "$OUT/pytest_gpu.log"
+    # softmax's whole-row path (main 6d06de0): its GPU tests, then the bench row (predicted ~0.173 ms for 4096x32000)
+    timeout 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_stdlib_gpu.py -k softmax 2>&1 | tail -2
+    timeout 60 python3 benchmarks/bench_stdlib.py --only softmax 2>&1 | grep -E '^\| softmax'
     timeout 80 python3 benchmarks/bench_attention.py --quick --no-sweep 2>&1 | tee "$OUT/bench_attention.log" | tail -10
     timeout 100 python3 benchmarks/bench_attention.py --quick --only prefill 2>&1 | tee "$OUT/bench_attention_sweep.log" \
         | grep -E "tilex|flash|best" ;;

@@ -64,8 +64,8 @@ def test_attention_prefill_runs_wgmma_on_sm90a(defines):
     assert "ldmatrix" not in body and "tilex_mma16816" not in body and "stage [" not in body
     # p is packed from f32 once (no separate rounding pass into a bf16 copy)
     assert "tilex_round_bf16" not in body
-    # two products, in the body emitted once per ring stage (2), of each of the two loops
-    assert body.count("tilex_wgmma_wait<0>();") == 8 * defines.get("STAGES", 2) // 2
+    # two products in each of the two loops, whose bodies (with a product) are emitted once
+    assert body.count("tilex_wgmma_wait<0>();") == 4 and "int tx_stage = 0;" in body
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
