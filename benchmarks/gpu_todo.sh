@@ -4,7 +4,7 @@
 #   OUT=out bash benchmarks/gpu_todo.sh tests     # every GPU test but the LLM ones, stack dumps on a hang
 #   OUT=out bash benchmarks/gpu_todo.sh bench     # decode GEMM paths, attention, library (argmax/sample rows), matmul
 #   OUT=out bash benchmarks/gpu_todo.sh llm       # LLM GPU tests, Qwen2.5-14B check, LLM benchmark vs transformers, 8B checks
-#   OUT=out bash benchmarks/gpu_todo.sh profile   # ncu on the kernels that miss their targets
+#   OUT=out bash benchmarks/gpu_todo.sh profile   # ncu on the kernels that miss their targets (prof_next.py)
 #   OUT=out bash benchmarks/gpu_todo.sh tune      # `tilex tune` over the memory-bound library kernels' tile parameters
 #   OUT=out bash benchmarks/gpu_todo.sh fuse      # the decode fusions' GPU tests, then decode with and without them
 #   OUT=out bash benchmarks/gpu_todo.sh next      # experiments prepared without a GPU (predictions in the case)
@@ -27,20 +27,11 @@ case "${1:-}" in
     timeout 140 python3 benchmarks/bench_matmul.py --json "$OUT/bench_matmul.json" 2>&1 | tee "$OUT/bench_matmul.log" | tail -13 ;;
   llm)
     OUT=$OUT bash benchmarks/gpu_llm_final.sh ;;
-  profile)
-    cat > /tmp/prof.py <<'PY'
-import torch
-from tilex.stdlib import attention_prefill, linear
-x, w = torch.randn(4096, 5120, device="cuda", dtype=torch.bfloat16), torch.randn(5120, 5120, device="cuda", dtype=torch.bfloat16)
-w2 = torch.randn(27648, 5120, device="cuda", dtype=torch.bfloat16)
-q = torch.randn(4, 40, 4096, 128, device="cuda", dtype=torch.bfloat16)
-k = torch.randn(4, 8, 4096, 128, device="cuda", dtype=torch.bfloat16)
-for _ in range(3):
-    linear(x, w); linear(x[:1], w2); attention_prefill(q, k, k)
-torch.cuda.synchronize()
-PY
-    timeout 500 ncu --clock-control none --set detailed -k regex:"linear|attention" -c 6 -o "$OUT/prof" python3 /tmp/prof.py 2>&1 | tail -5
-    ncu --import "$OUT/prof.ncu-rep" --page details 2>/dev/null | grep -E "linear|attention|Duration|Throughput|Registers|Achieved Occupancy|Warp Cycles" | head -80 ;;
+  profile)  # ncu of the kernels that miss their targets (benchmarks/prof_next.py: one launch each after warm-up)
+    timeout 500 ncu --clock-control none --set detailed -k regex:"attention|layer_norm|rope|softmax" -c 6 \
+        -o "$OUT/prof" python3 benchmarks/prof_next.py 2>&1 | tail -3
+    ncu --import "$OUT/prof.ncu-rep" --page details 2>/dev/null | grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issue Slots Busy" | head -80
+    ncu --import "$OUT/prof.ncu-rep" --page raw --csv --metrics smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio 2>/dev/null | cut -c1-400 | head -12 ;;
   tune)  # bf16, the bench_stdlib.py shapes; tables in $OUT/tune_*.log. MIN_BLOCKS = 2048 / threads: full occupancy
     t() { local name=$1; shift; timeout 150 tilex tune --no-store --rep 50 --reference first "$@" \
             > "$OUT/tune_$name.log" 2>&1; echo "== $name rc=$?"; tail -${TAIL:-14} "$OUT/tune_$name.log"; }
