@@ -90,6 +90,33 @@ def test_attention_prefill_obstacles(defines, why):
     assert "wgmma" not in cuda
 
 
+def test_accumulators_past_the_register_budget_stay_on_mma_sync():
+    """BM=256 over 16 warps leaves 128 registers per thread: accumulators of 128 + 32 columns / 2 plus the
+    rest do not fit (ptxas aborted with C7602 here); the plan says so instead of emitting wgmma."""
+    from tilex.pipeline import compile_program  # the plan: the mma.sync fallback then needs too much shared memory
+    k = compile_program(PREFILL, "f.tile", Options(arch="sm_90a", defines=dict(D=64, BM=256, WARPS=16, BN=256)),
+                        stop_after="plan_matmul").kernels[0]
+    fs = [f for f in loops(k) if f.pipelined]
+    assert [f.mma.strategy for f in fs] == ["mma", "mma"]
+    assert fs[0].mma.why == ("the products' accumulators take 160 registers per thread: with ~32 more they exceed "
+                             "the 128 a thread of 16 warps can have")
+
+
+def test_a_loop_with_products_in_an_inner_loop_stays_on_mma_sync():
+    """An inner pipeline loop's product reads this loop's ring tile: the inner product is planned with the
+    inner loop, so the outer ring must keep the padded rows mma.sync reads (wgmma packed A wrongly here)."""
+    inner = TOY.replace("        acc = acc + s.to(bf16) @ kt\n",
+                        "        acc = acc + s.to(bf16) @ kt\n"
+                        "        for j in pipeline(0, 2, 1, stages = 2) {\n"
+                        "            xt = q[m0 : m0 + BM, 0 : BN]\n"
+                        "            acc = acc + xt @ kt\n"
+                        "        }\n")
+    fs, k, cuda = _compile(inner)
+    assert fs[0].mma.strategy == "mma"
+    assert fs[0].mma.why == "an inner loop multiplies tiles ('xt @ kt'): wgmma only when the products are this loop's"
+    assert "wgmma" not in cuda and not any(t.swizzled for f in fs for t in f.stream)
+
+
 def test_f32_attention_has_no_tensor_core_products():
     fs, _, _ = _compile(L.source("attention_prefill", (("T", "f32"),)), D=64)
     assert all(f.mma is None for f in fs)

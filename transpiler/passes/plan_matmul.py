@@ -132,19 +132,28 @@ class _Planner(Rewriter):
     def streamed(self, s: A.For) -> A.For:
         """`s` with its StreamedMma, if its body multiplies tiles on tensor cores."""
         found: list[A.BinOp] = []
+        nested: list[A.BinOp] = []
 
         class _Products(Walker):
+            def __init__(self, into):
+                self.into = into
+
             def on_BinOp(self, e):
                 if e.op is A.BinOpKind.MATMUL and tensor_core_product(e):
-                    found.append(e)
+                    self.into.append(e)
 
             def on_For(self, f):
-                return False  # an inner loop has its own plan
+                _Products(nested).walk(f.body)  # an inner loop has its own plan
+                return False
         for st in s.body.stmts:
-            _Products().walk(st)
+            _Products(found).walk(st)
         if not found:
             return s
         why = self.streamed_wgmma_obstacle(found)
+        if why is None and nested:
+            # an inner loop's products are planned with that loop, not checked against this loop's
+            # swizzled ring, and mma.sync cannot read swizzled rows
+            why = f"an inner loop multiplies tiles ('{unparse(nested[0])}'): wgmma only when the products are this loop's"
         return replace(s, mma=StreamedMma("mma", why) if why else StreamedMma("wgmma"))
 
     def streamed_wgmma_obstacle(self, products: list[A.BinOp]) -> str | None:
@@ -176,6 +185,13 @@ class _Planner(Rewriter):
                         f"multiple of {SWIZZLE_ELEMS} (it is {kk})")
         if isinstance(warps, int) and warps != m // 16:
             return f"wgmma runs one warp per 16 rows: the {m}-row products need WARPS={m // 16} (WARPS={warps})"
+        # each product's f32 accumulator takes n / 2 registers per thread, live through the loop; ptxas
+        # aborts (C7602) when they and ~32 more for addresses and the softmax exceed the per-thread budget
+        accs = sum(e.rhs.ty.shape[1] // 2 for e in products)
+        budget = min(255, 65536 // (32 * (warps if isinstance(warps, int) else m // 16)))
+        if accs + 32 > budget:
+            return (f"the products' accumulators take {accs} registers per thread: with ~32 more they exceed "
+                    f"the {budget} a thread of {m // 16} warps can have")
         return None
 
     # ---- recognizing the loop
