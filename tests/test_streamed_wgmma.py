@@ -154,6 +154,9 @@ def test_explain_lists_how_the_products_run(tmp_path):
     out = CliRunner().invoke(app, ["explain", str(f), "-D", "D=128"]).output
     assert "kt (128-byte swizzled), vt (128-byte swizzled) by cp.async" in out
     assert "products:    line 47: wgmma (sm_90a), one warpgroup per 64 rows" in out
+    # the register A operand is reported where it is (registers), the resident q in shared memory
+    rows = {ln.split("│")[2].strip(): ln.split("│")[5].strip() for ln in out.splitlines() if ln.count("│") > 6}
+    assert rows["p.to(bf16)"] == "registers" and rows["qt"] == "shared", rows
     out = CliRunner().invoke(app, ["explain", str(f), "-D", "D=64", "-D", "BM=64", "-D", "WARPS=4", "--arch", "sm_86"]).output
     assert "products:    line 47: mma.sync m16n8k16 (not wgmma: wgmma needs sm_90a (target sm_86))" in out
 

@@ -762,6 +762,8 @@ class _Memory(Rewriter):
                     why = self.wgmma_obstacle(e, lhs, r, frag)
                     if why:
                         self.demote.setdefault(id(self.loop), why)
+                    elif not (isinstance(e.lhs, A.Name) and e.lhs.id in self.swizzled_resident):
+                        lhs = replace(lhs, ty=replace(lhs.ty, space=MemSpace.REGISTERS))  # wgmma reads A from registers
                     layout = frag
                     self.convert_if_needed(e, layout, want)
                     return replace(e, lhs=lhs, rhs=rhs, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
