@@ -9,6 +9,7 @@
 # On the device (no .git there), after installing lark as gpu_todo.sh's callers do:
 #   bash benchmarks/ab_branches.sh run "python3 benchmarks/bench_attention.py --quick --no-sweep --only prefill"
 # Each variant's output goes to ${OUT:-out}/ab_<name>.log, with its last lines printed under a header.
+# AB_ONLY="name1 name2" runs only those patches (the base always runs).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DIR=.ab-patches
@@ -33,6 +34,7 @@ case "${1:-}" in
     for p in "$DIR"/*.patch; do
       [ -e "$p" ] || continue
       name=$(basename "$p" .patch); copy=/tmp/ab_$name
+      if [ -n "${AB_ONLY:-}" ] && ! [[ " $AB_ONLY " == *" $name "* ]]; then continue; fi
       rm -rf "$copy"; cp -r "$root" "$copy"; rm -rf "$copy/.tilex-cache"
       if (cd "$copy" && patch -p1 -s < "$root/$p"); then variant "$name" "$copy"; else echo "== $name: patch failed"; fi
     done

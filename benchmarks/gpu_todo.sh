@@ -8,7 +8,7 @@
 #   OUT=out bash benchmarks/gpu_todo.sh tune      # `tilex tune` over the memory-bound library kernels' tile parameters
 #   OUT=out bash benchmarks/gpu_todo.sh fuse      # the decode fusions' GPU tests, then decode with and without them
 #   OUT=out bash benchmarks/gpu_todo.sh next      # experiments prepared without a GPU (predictions in the case)
-#   OUT=out bash benchmarks/gpu_todo.sh ab        # the prepared branches against this tree, one device call
+#   OUT=out bash benchmarks/gpu_todo.sh ab-attn   # the prepared attention branches against this tree (ab-rows: row kernels)
 #                                                 # (first, here: bash benchmarks/ab_branches.sh prepare BRANCH...;
 #                                                 #  carry .whl and .ab-patches)
 set -uo pipefail
@@ -57,26 +57,22 @@ case "${1:-}" in
     done
     timeout 120 python3 examples/llm/run.py --config qwen2.5-14b --random-weights --prompt-ids "$P" --max-new-tokens 4 --profile \
         > "$OUT/run_profile_fuse.log" 2>&1; grep -A14 "^decode:" "$OUT/run_profile_fuse.log" ;;
-  next)
-    # prefill-wgmma (prepared without a GPU, only compiled: nvcc sm_90a, 214 registers, no spills at BM=128 BN=64
-    # D=128): attention_prefill's streamed loops run wgmma (q resident and k/v rings in 128-byte swizzled rows by
-    # cp.async, S = Q K^T from descriptors, O += P V with P from registers; each product waited for before the
-    # softmax, no ping-pong yet). First the attention GPU tests (every wgmma tiling vs float64, odd S, GQA, causal
-    # and not, D 64/128, f16; the mma.sync fallbacks), then the benchmark. Prediction: prefill causal B4 Hq40 Hkv8
-    # S4096 D128 bf16 from 168 to ~280 TFLOP/s (range 220-380; 0.52x -> ~0.9x of SDPA flash's 320). Last, the
-    # prefill tilings (which BM/BN/WARPS suits wgmma best; BN=128 is at 255 registers). Under 8 minutes in all.
-    timeout -s ABRT 240 python3 -m pytest -q -rf -p no:cacheprovider -m gpu tests/test_stdlib_attention_gpu.py \
-        -o faulthandler_timeout=150 > "$OUT/pytest_gpu.log" 2>&1; echo "rc=$?"; tail -6 "$OUT/pytest_gpu.log"
-    # softmax's whole-row path (main 6d06de0): its GPU tests, then the bench row (predicted ~0.173 ms for 4096x32000)
-    timeout 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_stdlib_gpu.py -k softmax 2>&1 | tail -2
-    timeout 60 python3 benchmarks/bench_stdlib.py --only softmax 2>&1 | grep -E '^\| softmax'
-    timeout 80 python3 benchmarks/bench_attention.py --quick --no-sweep 2>&1 | tee "$OUT/bench_attention.log" | tail -10
-    timeout 100 python3 benchmarks/bench_attention.py --quick --only prefill 2>&1 | tee "$OUT/bench_attention_sweep.log" \
-        | grep -E "tilex|flash|best" ;;
-  ab)  # predictions: prefill-ffma +3-5%, stream-one-body +3-8% (prefill), softmax-exp2 4096x32000 0.242 -> 0.15-0.18 ms,
-        # decode-s3 B16 ctx4096 0.1166 -> 0.100-0.105 ms in a graph, embedding-stream 0.0722 -> ~0.066 ms
-    AB_TIMEOUT=140 AB_TAIL=12 bash benchmarks/ab_branches.sh run \
-      "python3 benchmarks/bench_attention.py --quick --no-sweep 2>&1 | grep -E 'tilex|flash  '; \
-       python3 benchmarks/bench_stdlib.py --no-compile --only softmax,rms_norm,layer_norm,embedding 2>&1 | grep -E '^\| [a-z]'" ;;
+  next)  # session 14, first call: every branch prepared in session 13 against main, in two groups (~8 min)
+    # (here first: bash benchmarks/ab_branches.sh prepare prefill-lean prefill-overlap prefill-overlap-c \
+    #   copy-fast-path ln-lean rms-lean rope-stream [prefill-tma]; carry .whl and .ab-patches)
+    OUT=$OUT bash benchmarks/gpu_todo.sh ab-attn; OUT=$OUT bash benchmarks/gpu_todo.sh ab-rows ;;
+  ab-attn)  # predictions (prefill causal B4 Hq40 Hkv8 S4096 D128, main 261.6 TFLOP/s; SASS hot instructions per
+            # key-loop iteration, unmasked/masked, main 581/670): prefill-lean 459/556 -> 280-300; prefill-overlap
+            # 515/555 with PV overlapped -> ~285 (260-320); prefill-overlap-c 500/549 -> overlap +0-2%;
+            # copy-fast-path -> 270-285; prefill-tma (if prepared) -> see its commit
+    AB_ONLY="prefill-lean prefill-overlap prefill-overlap-c copy-fast-path prefill-tma" AB_TIMEOUT=90 AB_TAIL=3 \
+      bash benchmarks/ab_branches.sh run \
+      "python3 benchmarks/bench_attention.py --quick --no-sweep --only prefill 2>&1 | grep -E 'tilex|flash  '" ;;
+  ab-rows)  # predictions (bench_stdlib, main: layer_norm 0.0873 ms, rms_norm 0.0759, fused_add 0.1455, rope 0.1027):
+            # ln-lean layer_norm 0.078-0.082; rms-lean rms_norm 0.072-0.075, fused_add 0.138-0.145;
+            # rope-stream rope 0.097-0.103; copy-fast-path all within noise
+    AB_ONLY="ln-lean rms-lean rope-stream copy-fast-path" AB_TIMEOUT=90 AB_TAIL=7 bash benchmarks/ab_branches.sh run \
+      "python3 benchmarks/bench_stdlib.py --no-compile --only layer_norm,rms_norm,fused_add_rms_norm,rope 2>&1 | grep -E '^\| [a-z]'" ;;
+
   *) echo "usage: $0 tests|bench|llm|profile|tune|fuse|next|ab"; exit 2 ;;
 esac
