@@ -57,15 +57,17 @@ case "${1:-}" in
     done
     timeout 120 python3 examples/llm/run.py --config qwen2.5-14b --random-weights --prompt-ids "$P" --max-new-tokens 4 --profile \
         > "$OUT/run_profile_fuse.log" 2>&1; grep -A14 "^decode:" "$OUT/run_profile_fuse.log" ;;
-  next)  # session 14, first call: every branch prepared in session 13 against main, in two groups (~8 min)
+  next)  # session 14, first call: every branch prepared in session 13 against main, in two groups (~9 min;
+         # run `ab-attn` and `ab-rows` as two calls if the limit is tight)
     # (here first: bash benchmarks/ab_branches.sh prepare prefill-lean prefill-overlap prefill-overlap-c \
-    #   copy-fast-path ln-lean rms-lean rope-stream [prefill-tma]; carry .whl and .ab-patches)
+    #   copy-fast-path prefill-tma prefill-tma-lean ln-lean rms-lean rope-stream [decode-lean]; carry .whl, .ab-patches)
     OUT=$OUT bash benchmarks/gpu_todo.sh ab-attn; OUT=$OUT bash benchmarks/gpu_todo.sh ab-rows ;;
   ab-attn)  # predictions (prefill causal B4 Hq40 Hkv8 S4096 D128, main 261.6 TFLOP/s; SASS hot instructions per
             # key-loop iteration, unmasked/masked, main 581/670): prefill-lean 459/556 -> 280-300; prefill-overlap
             # 515/555 with PV overlapped -> ~285 (260-320); prefill-overlap-c 500/549 -> overlap +0-2%;
-            # copy-fast-path -> 270-285; prefill-tma (if prepared) -> see its commit
-    AB_ONLY="prefill-lean prefill-overlap prefill-overlap-c copy-fast-path prefill-tma" AB_TIMEOUT=90 AB_TAIL=3 \
+            # copy-fast-path -> 270-285; prefill-tma (456/541, 133 registers, K/V by TMA) -> ~310 (280-340);
+            # prefill-tma-lean (426/506) -> prefill-tma + a few %
+    AB_ONLY="prefill-lean prefill-overlap prefill-overlap-c copy-fast-path prefill-tma prefill-tma-lean" AB_TIMEOUT=90 AB_TAIL=3 \
       bash benchmarks/ab_branches.sh run \
       "python3 benchmarks/bench_attention.py --quick --no-sweep --only prefill 2>&1 | grep -E 'tilex|flash  '" ;;
   ab-rows)  # predictions (bench_stdlib, main: layer_norm 0.0873 ms, rms_norm 0.0759, fused_add 0.1455, rope 0.1027):
