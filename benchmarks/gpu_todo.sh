@@ -61,7 +61,8 @@ case "${1:-}" in
          # run `ab-attn` and `ab-rows` as two calls if the limit is tight)
     # (here first: bash benchmarks/ab_branches.sh prepare prefill-lean prefill-overlap prefill-overlap-c \
     #   copy-fast-path prefill-tma prefill-tma-lean ln-lean rms-lean rope-stream [decode-lean]; carry .whl, .ab-patches)
-    OUT=$OUT bash benchmarks/gpu_todo.sh ab-attn; OUT=$OUT bash benchmarks/gpu_todo.sh ab-rows ;;
+    OUT=$OUT bash benchmarks/gpu_todo.sh ab-attn; OUT=$OUT bash benchmarks/gpu_todo.sh ab-decode
+    OUT=$OUT bash benchmarks/gpu_todo.sh ab-rows ;;
   ab-attn)  # predictions (prefill causal B4 Hq40 Hkv8 S4096 D128, main 261.6 TFLOP/s; SASS hot instructions per
             # key-loop iteration, unmasked/masked, main 581/670): prefill-lean 459/556 -> 280-300; prefill-overlap
             # 515/555 with PV overlapped -> ~285 (260-320); prefill-overlap-c 500/549 -> overlap +0-2%;
@@ -70,6 +71,11 @@ case "${1:-}" in
     AB_ONLY="prefill-lean prefill-overlap prefill-overlap-c copy-fast-path prefill-tma prefill-tma-lean" AB_TIMEOUT=90 AB_TAIL=3 \
       bash benchmarks/ab_branches.sh run \
       "python3 benchmarks/bench_attention.py --quick --no-sweep --only prefill 2>&1 | grep -E 'tilex|flash  '" ;;
+  ab-decode)  # decode-lean (gathered K and V share one table read and one address per row, lean cp.async path;
+              # x // 2^k and x % 2^k as shift and mask): SASS per iteration 1236 -> 495; predicted B16 ctx4096
+              # 0.118 -> ~0.097 ms in a graph (~2.75 TB/s)
+    AB_ONLY="decode-lean" AB_TIMEOUT=90 AB_TAIL=3 bash benchmarks/ab_branches.sh run \
+      "python3 benchmarks/bench_attention.py --quick --no-sweep --only decode 2>&1 | grep -E 'tilex|flash  '" ;;
   ab-rows)  # predictions (bench_stdlib, main: layer_norm 0.0873 ms, rms_norm 0.0759, fused_add 0.1455, rope 0.1027):
             # ln-lean layer_norm 0.078-0.082; rms-lean rms_norm 0.072-0.075, fused_add 0.138-0.145;
             # rope-stream rope 0.097-0.103; copy-fast-path all within noise
