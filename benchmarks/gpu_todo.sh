@@ -57,18 +57,22 @@ case "${1:-}" in
     done
     timeout 120 python3 examples/llm/run.py --config qwen2.5-14b --random-weights --prompt-ids "$P" --max-new-tokens 4 --profile \
         > "$OUT/run_profile_fuse.log" 2>&1; grep -A14 "^decode:" "$OUT/run_profile_fuse.log" ;;
-  next)  # session 14, first call: every branch prepared in session 13 against main, in two groups (~9 min;
-         # run `ab-attn` and `ab-rows` as two calls if the limit is tight)
-    # (here first: bash benchmarks/ab_branches.sh prepare prefill-lean prefill-overlap prefill-overlap-c \
-    #   copy-fast-path prefill-tma prefill-tma-lean ln-lean rms-lean rope-stream [decode-lean]; carry .whl, .ab-patches)
+  next)  # session 14: every branch prepared in session 13 against main (~13 minutes in all: as two calls)
+    # (here first: bash benchmarks/ab_branches.sh prepare prefill-lean prefill-overlap prefill-overlap-c copy-fast-path \
+    #   prefill-tma prefill-tma-lean prefill-tma-pp prefill-tma-pp2 ln-lean rms-lean rope-stream decode-lean;
+    #   carry .whl and .ab-patches). ab-attn alone is ~7 minutes: run it as its own call, then ab-decode + ab-rows
     OUT=$OUT bash benchmarks/gpu_todo.sh ab-attn; OUT=$OUT bash benchmarks/gpu_todo.sh ab-decode
     OUT=$OUT bash benchmarks/gpu_todo.sh ab-rows ;;
   ab-attn)  # predictions (prefill causal B4 Hq40 Hkv8 S4096 D128, main 261.6 TFLOP/s; SASS hot instructions per
             # key-loop iteration, unmasked/masked, main 581/670): prefill-lean 459/556 -> 280-300; prefill-overlap
             # 515/555 with PV overlapped -> ~285 (260-320); prefill-overlap-c 500/549 -> overlap +0-2%;
             # copy-fast-path -> 270-285; prefill-tma (456/541, 133 registers, K/V by TMA) -> ~310 (280-340);
-            # prefill-tma-lean (426/506) -> prefill-tma + a few %
-    AB_ONLY="prefill-lean prefill-overlap prefill-overlap-c copy-fast-path prefill-tma prefill-tma-lean" AB_TIMEOUT=90 AB_TAIL=3 \
+            # prefill-tma-lean (426/506) -> prefill-tma + a few %; prefill-tma-pp (stages freed by per-warpgroup
+            # "empty" mbarriers, no CTA barrier in the loop; 440/529) -> ~320 (285-345); prefill-tma-pp2 (the two
+            # warpgroups take turns on the tensor cores, named barriers) -> pp + 0-8%. TMA/mbarrier variants can
+            # hang on a phase bug: the A/B's timeout catches it (then run their GPU tests under faulthandler)
+    AB_ONLY="prefill-lean prefill-overlap prefill-overlap-c copy-fast-path prefill-tma prefill-tma-lean prefill-tma-pp prefill-tma-pp2" \
+      AB_TIMEOUT=90 AB_TAIL=3 \
       bash benchmarks/ab_branches.sh run \
       "python3 benchmarks/bench_attention.py --quick --no-sweep --only prefill 2>&1 | grep -E 'tilex|flash  '" ;;
   ab-decode)  # decode-lean (gathered K and V share one table read and one address per row, lean cp.async path;
