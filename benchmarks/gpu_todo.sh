@@ -59,7 +59,7 @@ case "${1:-}" in
         > "$OUT/run_profile_fuse.log" 2>&1; grep -A14 "^decode:" "$OUT/run_profile_fuse.log" ;;
   next)  # session 14: every branch prepared in session 13 against main (~13 minutes in all: as two calls)
     # (here first: bash benchmarks/ab_branches.sh prepare prefill-lean prefill-overlap prefill-overlap-c copy-fast-path \
-    #   prefill-tma prefill-tma-lean prefill-tma-pp prefill-tma-pp2 ln-lean rms-lean rope-stream decode-lean;
+    #   prefill-tma prefill-tma-lean prefill-tma-pp prefill-tma-pp2 ln-lean rms-lean rope-stream decode-lean silu-fast;
     #   carry .whl and .ab-patches). ab-attn alone is ~7 minutes: run it as its own call, then ab-decode + ab-rows
     OUT=$OUT bash benchmarks/gpu_todo.sh ab-attn; OUT=$OUT bash benchmarks/gpu_todo.sh ab-decode
     OUT=$OUT bash benchmarks/gpu_todo.sh ab-rows ;;
@@ -82,9 +82,9 @@ case "${1:-}" in
       "python3 benchmarks/bench_attention.py --quick --no-sweep --only decode 2>&1 | grep -E 'tilex|flash  '" ;;
   ab-rows)  # predictions (bench_stdlib, main: layer_norm 0.0873 ms, rms_norm 0.0759, fused_add 0.1455, rope 0.1027):
             # ln-lean layer_norm 0.078-0.082; rms-lean rms_norm 0.072-0.075, fused_add 0.138-0.145;
-            # rope-stream rope 0.097-0.103; copy-fast-path all within noise
-    AB_ONLY="ln-lean rms-lean rope-stream copy-fast-path" AB_TIMEOUT=90 AB_TAIL=7 bash benchmarks/ab_branches.sh run \
-      "python3 benchmarks/bench_stdlib.py --no-compile --only layer_norm,rms_norm,fused_add_rms_norm,rope 2>&1 | grep -E '^\| [a-z]'" ;;
+            # rope-stream rope 0.097-0.103; copy-fast-path all within noise; silu-fast silu_and_mul 0.0902 -> 0.084-0.088
+    AB_ONLY="ln-lean rms-lean rope-stream copy-fast-path silu-fast" AB_TIMEOUT=90 AB_TAIL=8 bash benchmarks/ab_branches.sh run \
+      "python3 benchmarks/bench_stdlib.py --no-compile --only layer_norm,rms_norm,fused_add_rms_norm,rope,silu_and_mul 2>&1 | grep -E '^\| [a-z]'" ;;
 
   *) echo "usage: $0 tests|bench|llm|profile|tune|fuse|next|ab"; exit 2 ;;
 esac
