@@ -944,6 +944,8 @@ def tma_obstacle(k: A.Kernel, t: "StreamTile", load: A.Index) -> str | None:
     from ..exprs import unparse
 
     name = load.base.id
+    if DType(next(p for p in k.params if p.name == name).type.dtype).itemsize != 2:
+        return f"'{name}' is not a 2-byte float (the ring's byte counts assume bf16/f16)"
     if t.gather is not None or not t.swizzled:
         return f"'{t.name}' is {'gathered' if t.gather is not None else 'not a 128-byte swizzled wgmma operand'}"
     if len(load.items) > TMA_MAX_RANK:
