@@ -161,6 +161,43 @@ def test_prefill_f16_wgmma_large_values():
     assert rel(o, f64_ref(q, k, v, True)) <= 5e-3
 
 
+def _misaligned(t):
+    """The same values in a view that starts 2 bytes past a 16-byte boundary (contiguous, odd element offset)."""
+    buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+    view = buf[1:].view(t.shape)
+    view.copy_(t)
+    assert view.data_ptr() % 16 == 2 and view.is_contiguous()
+    return view
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_prefill_misaligned_kv_views(causal):
+    """K/V views that TMA cannot read in place (sm_90a): the wrapper copies them; elsewhere cp.async copes."""
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    b, hq, hkv, s, d = 2, 8, 2, 333, 128
+    q, k, v = rnd((b, hq, s, d), "bf16", gen), rnd((b, hkv, s, d), "bf16", gen), rnd((b, hkv, s, d), "bf16", gen)
+    o = S.attention_prefill(q, _misaligned(k), _misaligned(v), causal=causal)
+    assert rel(o, f64_ref(q, k, v, causal)) <= TOL["bf16"]
+
+
+def test_prefill_kernel_rejects_a_misaligned_tma_operand():
+    """The kernel itself (no wrapper) on sm_90a: a clear LaunchError, not a fault."""
+    from tilex.diagnostics import LaunchError
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("TMA rings are sm_90a's")
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    b, h, s, d = 1, 2, 128, 128
+    q, k, v = (rnd((b, s, h, d), "bf16", gen) for _ in range(3))
+    o = torch.empty_like(q)
+    mod = L.load("attention_prefill", T="bf16", D=d, CAUSAL=True)
+    with pytest.raises(LaunchError, match=r"argument 'k': a pipeline loop reads it with TMA, which needs a 16-byte aligned"):
+        L.run(mod, "attention_prefill", q, _misaligned(k), v, o, scale=0.1)
+    L.run(mod, "attention_prefill", q, k, v, o, scale=d ** -0.5)  # aligned: runs
+    ref = f64_ref(*(t.transpose(1, 2) for t in (q, k, v)), True).transpose(1, 2)
+    assert rel(o, ref) <= TOL["bf16"]
+
+
 def paged(lens, hkv, d, bs, dt, gen):
     """Contiguous K/V [B, Hkv, Lmax, D] and the same tokens in a shuffled paged cache."""
     b, lmax = len(lens), max(max(lens), 1)

@@ -59,7 +59,8 @@ def test_attention_prefill_runs_wgmma_on_sm90a(defines):
     assert f"tilex_wgmma_m64n{bn}k16_bf16_k(" in body and f"tilex_wgmma_m64n{d}k16_bf16_rs_mn(" in body
     assert f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.bf16.bf16" in cuda
     assert re.search(r"\{%\d+, %\d+, %\d+, %\d+\}, %\d+, p, 1, 1, 1;", cuda)  # register A, transposed B
-    assert "tilex_tile_to_smem_sw128<" in body and "tilex_tile_to_smem<" not in body
+    # the k/v rings are filled by TMA (tests/test_streamed_tma.py), the resident q is stored swizzled and fenced
+    assert "tilex_tma_box(" in body and "tilex_tile_to_smem" not in body
     assert "tilex_sw128<" in body and "tilex_fence_async_smem();" in body
     assert "ldmatrix" not in body and "tilex_mma16816" not in body and "stage [" not in body
     # p is packed from f32 once (no separate rounding pass into a bf16 copy)
@@ -152,7 +153,7 @@ def test_explain_lists_how_the_products_run(tmp_path):
     f = tmp_path / "attention_prefill.tile"
     f.write_text(PREFILL)
     out = CliRunner().invoke(app, ["explain", str(f), "-D", "D=128"]).output
-    assert "kt (128-byte swizzled), vt (128-byte swizzled) by cp.async" in out
+    assert "kt (128-byte swizzled), vt (128-byte swizzled) by TMA" in out
     assert "products:    line 47: wgmma (sm_90a), one warpgroup per 64 rows" in out
     # the register A operand is reported where it is (registers), the resident q in shared memory
     rows = {ln.split("│")[2].strip(): ln.split("│")[5].strip() for ln in out.splitlines() if ln.count("│") > 6}

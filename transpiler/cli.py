@@ -682,7 +682,9 @@ def _print_explain(data: list[dict]) -> None:
                               for n in loop["tiles"])
             if loop["tiles"]:
                 fewer = f" of {loop['asked']} asked: the ring did not fit" if loop["stages"] != loop["asked"] else ""
-                con.print(f"  streamed:    line {loop['line']}: {names} by cp.async, {loop['stages']} stages{fewer}, "
+                by = ("TMA" if loop.get("tma") else "cp.async"
+                      + (f" (not TMA: {loop['tma_note']})" if loop.get("tma_note") else ""))
+                con.print(f"  streamed:    line {loop['line']}: {names} by {by}, {loop['stages']} stages{fewer}, "
                           f"{loop['stages'] - 1} iteration{'s' if loop['stages'] > 2 else ''} ahead", markup=False)
             if loop.get("products"):
                 how = {"wgmma": "wgmma (sm_90a), one warpgroup per 64 rows",

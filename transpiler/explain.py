@@ -271,8 +271,9 @@ def _matmul_loops(k: A.Kernel) -> list[dict]:
 def _streamed_loops(k: A.Kernel) -> list[dict]:
     """The pipeline loops that stream tiles into shared memory (infer_memory's StreamTile) or multiply tiles
     on tensor cores: which tiles, how many stages, which are read from there into registers, which are in
-    128-byte swizzled rows, the bytes of one stage of each, and how the products run (plan_matmul's
-    StreamedMma: "wgmma" or "mma", and why not wgmma)."""
+    128-byte swizzled rows, the bytes of one stage of each, whether TMA fills the ring (else cp.async; in a
+    wgmma loop, why not TMA) and how the products run (plan_matmul's StreamedMma: "wgmma" or "mma", and why
+    not wgmma)."""
     out = []
     for s, _ in walk_stmts(k.body):
         stream = getattr(s, "stream", ())
@@ -283,6 +284,8 @@ def _streamed_loops(k: A.Kernel) -> list[dict]:
                         "gathered": [t.name for t in stream if t.gather is not None],
                         "swizzled": [t.name for t in stream if t.swizzled],
                         "stage_bytes": [t.stage_bytes for t in stream],
+                        "tma": bool(stream) and all(t.tma_box for t in stream),
+                        "tma_note": next((t.tma_why for t in stream if t.tma_why), None),
                         "products": None if mma is None else mma.strategy,
                         "products_note": None if mma is None else (mma.why or None)})
     return out

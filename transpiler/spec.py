@@ -32,13 +32,17 @@ class ConstraintSpec:
 
 @dataclass(frozen=True)
 class TmaMap:
-    """A 2-D TMA descriptor the host encodes at launch: boxes of [box_rows, box_cols] of a row-major 2-D tensor,
-    128-byte swizzled, zero fill outside the tensor; passed by value after the symbols."""
+    """A TMA descriptor the host encodes at launch, 128-byte swizzled, zero fill outside the tensor; passed by
+    value after the symbols. Without `box`: a 2-D map of a row-major 2-D tensor with [box_rows, box_cols] boxes
+    (a wgmma main loop). With `box`: an N-D map mirroring the tensor's dims (innermost first, the byte
+    strides of a row-major tensor) with that box, innermost first (a streamed loop's ring,
+    runtime/tma.py `geometry`)."""
 
     param: str  # kernel parameter name
     tensor: str  # the tensor parameter it describes
     box_rows: int
     box_cols: int = 64
+    box: tuple = ()
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from .emit import Emitter, reg
 
 # helper files in the order they must appear (later ones use earlier ones)
 HELPER_ORDER = ["tilex_types.cuh", "tilex_fp8.cuh", "tilex_math.cuh", "tilex_reduce.cuh", "tilex_mem.cuh",
-                "tilex_mma.cuh", "tilex_gather.cuh", "tilex_stream.cuh", "tilex_sm90.cuh"]
+                "tilex_mma.cuh", "tilex_gather.cuh", "tilex_stream.cuh", "tilex_sm90.cuh",
+                "tilex_tma.cuh"]
 
 
 @lru_cache(maxsize=None)
@@ -59,6 +60,7 @@ def generate(program: A.Program, options, specs: dict, host: bool = False) -> tu
     kernels = []
     for k in program.kernels:
         em = Emitter(k, source_name)
+        em.setup()
         em.block(k.body)
         helpers |= em.helpers
         functions.update(em.functions)
@@ -97,7 +99,9 @@ def _host(program: A.Program, specs: dict, ctx: dict) -> str:
         params = {p.name: p for p in spec.params}
         tma = [dict(param=m.param, tensor=m.tensor, box_rows=m.box_rows, box_cols=m.box_cols,
                     type={"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"}[params[m.tensor].dtype],
-                    item=2, rows=params[m.tensor].dims[0], cols=params[m.tensor].dims[1]) for m in spec.tma]
+                    item=2, rows=params[m.tensor].dims[0], cols=params[m.tensor].dims[1],
+                    # an N-D map (a streamed loop's ring): the tensor's dims outermost first, the box innermost first
+                    box=list(m.box), dims=[f"(long long){d}" for d in params[m.tensor].dims]) for m in spec.tma]
         cons = []
         for c, spec in zip(k.where, specs[k.name].constraints):
             cons.append(dict(c=to_c(c), text=spec.text))
@@ -109,4 +113,5 @@ def _host(program: A.Program, specs: dict, ctx: dict) -> str:
         ))
     return _env().get_template("host.cu.j2").render(version=ctx["version"], source_name=ctx["source_name"],
                                                     uses_tma=any(k["tma"] for k in kernels),
+                                                    uses_tma_nd=any(m["box"] for k in kernels for m in k["tma"]),
                                                     source_hash=ctx["source_hash"], kernels=kernels)

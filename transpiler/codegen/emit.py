@@ -215,7 +215,9 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         self.helpers.add("tilex_mma.cuh")
         fewer = f", {S} used: the ring did not fit" if S != s.stages else ""
         how = "the body once, tx_stage is this iteration's" if one_body else "the body once per stage"
-        self.emit(f"// pipeline(stages={s.stages}{fewer}): {', '.join(names)} go to shared memory by cp.async {S - 1} "
+        by = "TMA (one thread, completion on the stage's mbarrier)" if s.stream and all(t.tma_box for t in s.stream) \
+            else "cp.async"
+        self.emit(f"// pipeline(stages={s.stages}{fewer}): {', '.join(names)} go to shared memory by {by} {S - 1} "
                   f"iteration{'s' if S > 2 else ''} ahead ({S} stages, {how}); the rest of the body runs in order")
 
         def at(t, stage: int | str) -> str:
@@ -235,6 +237,30 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
             self.emit("tilex_cp_async_commit();")
 
         wgmma = s.mma is not None and s.mma.strategy == "wgmma"
+        # TMA (sm_90a, every tile of a wgmma loop qualifies: infer_memory.tma_obstacle): thread 0 issues each
+        # iteration's boxes S - 1 iterations ahead, they complete on the stage's mbarrier (tx_bars, set up at
+        # kernel start), and every thread waits on it; tx_phase bit s is the parity of stage s's next fill
+        tma = bool(s.stream) and all(t.tma_box for t in s.stream)
+        if tma:
+            assert wgmma and one_body, "TMA rings are for wgmma loops, whose bodies are emitted once"
+            self.helpers.add("tilex_tma.cuh")
+            tx_bytes = sum(t.rows * t.cols * 2 for t in s.stream)
+
+            def copy(stage: int | str, ahead: str) -> None:  # noqa: F811 - the TMA form of copy()
+                """Iteration `ahead`'s boxes into `stage`, by thread 0, if it is one of the loop's."""
+                self.emit(f"if (threadIdx.x == 0 && {ahead} < tx_hi) {{")
+                self.depth += 1
+                self.emit(f"const int {s.var} = (int)({ahead});")
+                bar = f"tx_bars + ({stage})"
+                self.emit(f"tilex_mbar_expect_tx({bar}, {tx_bytes});  // every box's bytes, zeros outside the tensor included")
+                for t in s.stream:
+                    self.stream_tma(loads[t.name], t, at(t, stage), bar)
+                self.depth -= 1
+                self.emit("}")
+
+            def wait(stage: str) -> None:
+                self.emit(f"tilex_mbar_wait(tx_bars + {stage}, (tx_phase >> {stage}) & 1u);  // this iteration's tiles have landed")
+                self.emit(f"tx_phase ^= 1u << {stage};")
         if wgmma:
             self.helpers.add("tilex_sm90.cuh")
             swz = [t.name for t in s.stream if t.swizzled]
@@ -242,7 +268,14 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
 
         def iteration(stage: int | str, next_stage: int | str) -> None:
             """One iteration at `stage` (tx_cur), refilling `next_stage` (S - 1 iterations ahead)."""
-            if S == 2:  # the next copy goes out first; a barrier after the body frees this stage
+            if tma and S == 2:  # the mbarrier wait makes the stage visible to every thread: no barrier before the body
+                copy(next_stage, "tx_cur + tx_step")
+                wait(stage)
+            elif tma:
+                wait(stage)
+                self.emit(self.barrier + "  // the previous iteration is done with its stage (wgmma waited)")
+                copy(next_stage, f"tx_cur + {S - 1} * tx_step")
+            elif S == 2:  # the next copy goes out first; a barrier after the body frees this stage
                 copy(next_stage, "tx_cur + tx_step")
                 self.emit("tilex_cp_async_wait<1>();  // this iteration's tiles have landed")
                 if wgmma:
@@ -282,6 +315,13 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         self.emit(f"const long long tx_lo = {start}, tx_hi = {stop}, tx_step = {step};")
         for stage in range(S - 1):
             copy(stage, "tx_lo" + (f" + {stage} * tx_step" if stage else ""))
+        if tma:
+            # A stage is refilled only after the barrier that follows every thread's last read of it (each
+            # product waits for its wgmmas), so one thread may overwrite it; TMA writes and wgmma reads are both
+            # async-proxy accesses, so they need no proxy fence. This barrier orders the shared memory written
+            # before the loop (the resident tiles, fenced for wgmma) before the first iteration, which has none.
+            if S == 2:
+                self.emit(self.barrier + "  // what was written before the loop is visible to every thread")
         if one_body:
             self.emit("int tx_stage = 0;")
             self.emit("for (long long tx_cur = tx_lo; tx_cur < tx_hi; tx_cur += tx_step) {")
@@ -303,7 +343,8 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
                 self.emit("}")
         self.depth -= 1
         self.emit("}")
-        self.emit("tilex_cp_async_wait<0>();")
+        if not tma:  # every TMA copy issued was waited for by its iteration
+            self.emit("tilex_cp_async_wait<0>();")
         if S > 2:
             self.emit(self.barrier + "  // the ring's memory is free for what follows")
         self.depth -= 1
@@ -352,6 +393,53 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
                   f"reinterpret_cast<{S}*>({dst}), {name} + (tx_ok ? {base} : 0), (long long)({r0}), (long long)({c0}), "
                   f"tx_ok ? (long long){self.dim(name, rax)} : 0, (long long){self.dim(name, cax)}, "
                   f"(long long){self.stride(name, rax) or 1}); }}")
+
+    def stream_tma(self, e: A.Index, t, dst: str, bar: str) -> None:
+        """TMA boxes of the [rows, cols] tile `e` (slices on one axis and the tensor's last) into its
+        128-byte swizzled stage at `dst`: one box of [rows, 64] per 64-column atom (t.tma_box in the tensor's
+        dims, innermost first), landing ROWS * 128 bytes apart as tilex_sw128 lays them out. TMA fills what
+        lies outside the tensor (rows past its end, an out-of-range scalar index) with zeros, the language's
+        rule for a load. A tensor with a dim of 0 is encoded with that dim as 1 (runtime/tma.py): its boxes
+        are then sent wholly before the row axis's start, so nothing is read."""
+        name, axes = self.index_axes(e)
+        m = self.tma_map(name, t.rows, t.tma_box)
+        empty = [f"{self.dim(name, ax)} > 0" for ax, _ in axes if not isinstance(self.tensors[name].type.dims[ax], A.IntLit)]
+        coords = []  # outermost first
+        for ax, item in axes:
+            if isinstance(item, A.Slice):
+                coords.append(f"(int)({self.scalar(item.start) if item.start is not None else '0'})")
+            else:
+                coords.append(f"(int)({self.scalar(item)})")
+        last = len(axes) - 1
+        row = next(ax for ax, item in axes if isinstance(item, A.Slice) and ax != last)
+        if empty:
+            coords[row] = f"({' && '.join(empty)}) ? {coords[row]} : {-t.rows}"
+        self.emit("{")
+        self.depth += 1
+        self.emit(f"const int tx_r = {coords[row]};")
+        coords[row] = "tx_r"
+        for j in range(t.cols // 64):
+            c = list(coords)
+            c[last] = f"{coords[last]} + {64 * j}" if j else coords[last]
+            self.emit(f"tilex_tma_box({dst} + {j * t.rows * 128}, &{m}, {', '.join(reversed(c))}, {bar});")
+        self.depth -= 1
+        self.emit("}")
+
+    def setup(self) -> None:
+        """Kernel-start code: the mbarriers of TMA-filled streamed rings (one per stage, shared by the
+        loops, which run one after another), initialized once by thread 0."""
+        n = getattr(self.k.info, "mbar_count", 0)
+        if not n:
+            return
+        self.helpers |= {"tilex_sm90.cuh", "tilex_tma.cuh"}
+        self.emit(f"// mbarriers of the TMA-filled rings: stage s completes when its boxes' bytes have landed")
+        self.emit(f"unsigned long long* const tx_bars = reinterpret_cast<unsigned long long*>(tilex_smem + {self.k.info.mbar_offset});")
+        self.emit("unsigned tx_phase = 0;  // bit s: the parity of stage s's next fill")
+        self.emit("if (threadIdx.x == 0) {")
+        self.emit(f"  for (int tx_i = 0; tx_i < {n}; ++tx_i) tilex_mbar_init(tx_bars + tx_i, 1);")
+        self.emit("  tilex_mbar_fence_init();")
+        self.emit("}")
+        self.emit(self.barrier)
 
     def gather_copy(self, e: A.Index, t, dst: str) -> None:
         """cp.async of the gathered [rows, cols] tile `e` (index tiles on the leading axes, a slice of

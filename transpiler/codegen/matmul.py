@@ -14,6 +14,7 @@ from __future__ import annotations
 from .. import ast as A
 from ..exprs import unparse, unparse_stmt
 from ..layout import Fragment, Layout
+from ..passes.infer_memory import stream_source
 from ..passes.plan_matmul import SWIZZLE_ELEMS, MatmulPlan, has_tile, mma_stage
 from ..spec import TmaMap
 from ..targets import MATMUL_PAD
@@ -29,19 +30,26 @@ def kernel_tma_maps(k) -> tuple[TmaMap, ...]:
     """The TMA descriptors kernel `k`'s wgmma loops read, in parameter order (one per tensor and box)."""
     from ..passes.base import Walker
 
-    found: list[tuple[str, int]] = []
+    found: list[tuple[str, int, tuple]] = []
 
     class _Find(Walker):
         def on_For(self, s):
             if s.plan is not None and s.plan.strategy == "wgmma":
                 p = s.plan
-                found.append((p.products[0].a.tensor, p.bm))
+                found.append((p.products[0].a.tensor, p.bm, ()))
                 for prod in p.products:
-                    found.append((prod.b.tensor, p.bn if prod.b.kmajor else p.bk))
+                    found.append((prod.b.tensor, p.bn if prod.b.kmajor else p.bk, ()))
+            for t in getattr(s, "stream", ()) or ():  # a streamed loop's TMA-filled ring: an N-D map per tile
+                if t.tma_box:
+                    found.append((stream_source(_assigned(s, t.name)).base.id, t.rows, t.tma_box))
 
     _Find().walk(k.body)
     unique = list(dict.fromkeys(found))
-    return tuple(TmaMap(f"tx_map{i}", t, rows, SWIZZLE_ELEMS) for i, (t, rows) in enumerate(unique))
+    return tuple(TmaMap(f"tx_map{i}", t, rows, SWIZZLE_ELEMS, box) for i, (t, rows, box) in enumerate(unique))
+
+
+def _assigned(loop, name: str):
+    return next(st.value for st in loop.body.stmts if isinstance(st, A.Assign) and st.name == name)
 
 
 def wgmma_wrapper(n: int, dt: DType, tnsp_b: bool, parts: int = 1, a_regs: bool = False) -> tuple[str, str]:
@@ -267,8 +275,8 @@ class MatmulEmission:
         self.depth -= 1
         self.emit("}")
 
-    def tma_map(self, tensor: str, box_rows: int) -> str:
-        return next(m.param for m in self.tma_maps if m.tensor == tensor and m.box_rows == box_rows)
+    def tma_map(self, tensor: str, box_rows: int, box: tuple = ()) -> str:
+        return next(m.param for m in self.tma_maps if m.tensor == tensor and m.box_rows == box_rows and m.box == box)
 
     # ---- matmul (v0: operands staged in shared memory, f32 FMA at the result layout)
     def stage(self, arr: str, layout: Layout, dst: str, ld: int, transpose: bool, S: str,

@@ -68,6 +68,11 @@ class StreamTile:
     regs: bool = False
     stages: int = 2  # the ring's depth: the loop's `stages`, or 2 when that does not fit
     swizzled: bool = False  # 128-byte swizzled rows (a wgmma operand; `ld` is then `cols`, no padding)
+    # filled by TMA (sm_90a, a wgmma loop whose every tile qualifies, see tma_obstacle): the box of one
+    # 64-column atom in the tensor's dims, innermost first ((64, 1, rows, 1) for `k[b, n0 : n0 + BN, h, 0 : D]`);
+    # () when the ring is filled by cp.async, with the reason in `tma_why` (a wgmma loop's tiles only)
+    tma_box: tuple = ()
+    tma_why: str = ""
 
 
 @dataclass
@@ -83,6 +88,10 @@ class KernelMemory:
     min_blocks: int = 0  # blocks per SM asked of ptxas (`__launch_bounds__` second argument); 0: no request
     swizzled: frozenset = frozenset()  # resident tiles stored in 128-byte swizzled rows (wgmma A operands)
     align: int = 16  # alignment of the shared-memory base codegen establishes (SWIZZLE_ALIGN with swizzled tiles)
+    # the mbarriers of the TMA-filled rings (one per stage, shared by the loops, which run one after another):
+    # byte offset and count; initialized once at kernel start
+    mbar_offset: int = 0
+    mbar_count: int = 0
 
     @property
     def launch_threads(self) -> int:
@@ -269,6 +278,7 @@ class _Memory(Rewriter):
         self.in_plan = False
         self.streaming: frozenset = frozenset()  # names streamed into shared memory by the enclosing loops
         self.streams: dict = {}
+        self.mbar = (0, 0)  # the TMA rings' mbarriers: (byte offset, count)
         self.limit = smem_limit(arch)
         self.vars: dict[str, Layout | None] = {}
         self.uses: list[SmemUse] = []
@@ -511,7 +521,7 @@ class _Memory(Rewriter):
                 if not (f.pipelined and f.stages >= 2 and f.plan is None):
                     return None
                 changing = assigned(f.body)
-                tiles = []
+                tiles, ld_of = [], {}
                 for at, st in enumerate(f.body.stmts):
                     gather = None
                     load = stream_source(st.value) if isinstance(st, A.Assign) else None
@@ -547,6 +557,11 @@ class _Memory(Rewriter):
                             mem.assign(it, row_view) if it.ty.shape else it for it in gather.items))
                     tiles.append(StreamTile(st.name, rows, cols, ld, 0, stage, gather, copy, regs=other,
                                             swizzled=swizzled))
+                    ld_of[st.name] = load
+                if id(f) in mem.wgmma and tiles:
+                    why = next((w for w in (tma_obstacle(mem.k, t, ld_of[t.name]) for t in tiles) if w), None)
+                    tiles = [replace(t, tma_box=() if why else tma_box(ld_of[t.name], t.rows), tma_why=why or "")
+                             for t in tiles]
                 # a ring over the target's shared memory (alone, or with the rest: `shrink`, see
                 # _kernel_memory) gets 2 stages, then drops the tiles read into registers (they load directly)
                 ring = lambda ts, n: offset + n * sum(t.stage_bytes for t in ts)  # noqa: E731
@@ -574,8 +589,14 @@ class _Memory(Rewriter):
             size = max(size, at - offset)
         if not size:
             return out, []
+        # the TMA-filled rings' mbarriers (one per stage) follow the largest ring: no loop's tiles overlap them
+        tma_stages = max((ts[0].stages for ts in out.values() if ts[0].tma_box), default=0)
+        self.mbar = (offset + size, tma_stages)
+        size += _round_up(8 * tma_stages, 16)
         stages = sorted({tiles[0].stages for tiles in out.values()})
-        what = (f"streaming {', '.join(dict.fromkeys(names))} into shared memory by cp.async "
+        how = ("TMA" if all(ts[0].tma_box for ts in out.values()) else "cp.async" if not tma_stages
+               else "TMA or cp.async")
+        what = (f"streaming {', '.join(dict.fromkeys(names))} into shared memory by {how} "
                 f"({' or '.join(map(str, stages))} stages each)")
         return out, [SmemUse(what, size, spans[0])]
 
@@ -603,7 +624,7 @@ class _Memory(Rewriter):
         producers = max((p.producers for p in self.plans), default=0)
         info = KernelMemory(self.T, smem, self.limit, resident_uses + self.uses, dict(self.vars), producers,
                             self.resident, base, _min_blocks(k, self.T + producers),
-                            frozenset(self.swizzled_resident), align)
+                            frozenset(self.swizzled_resident), align, *self.mbar)
         out = replace(k, where=where, grid=grid, body=body, info=info)
         return self.check_budget(out) if check_budget else out
 
@@ -895,6 +916,59 @@ def register_a(lhs: A.Expr) -> A.Expr:
     if isinstance(lhs, A.Method) and lhs.name == "to" and lhs.obj.ty.dtype is DType.F32 and lhs.obj.ty.shape == lhs.ty.shape:
         return lhs.obj
     return lhs
+
+
+# TMA (cp.async.bulk.tensor, tiled mode) limits that the compiler checks (the runtime checks the rest:
+# a 16-byte aligned base, strides below 2^40): at most 5 dims, box dims of at most 256, and with
+# SWIZZLE_128B an inner box of at most 128 bytes (64 2-byte elements: one swizzle atom per box)
+TMA_MAX_RANK = 5
+TMA_MAX_BOX = 256
+
+
+def tma_box(load: A.Index, rows: int) -> tuple:
+    """The box of one 64-column atom of the streamed tile `load` (slices on one axis and the last, scalar
+    indices elsewhere) in the tensor's dims, innermost first: 64 on the last axis, `rows` on the sliced
+    row axis, 1 on the others. It lands in shared memory as [rows, 64] elements, 128 bytes a row."""
+    last = len(load.items) - 1
+    row = next(a for a, it in enumerate(load.items) if isinstance(it, A.Slice) and a != last)
+    return tuple(64 if a == last else rows if a == row else 1 for a in reversed(range(last + 1)))
+
+
+def tma_obstacle(k: A.Kernel, t: "StreamTile", load: A.Index) -> str | None:
+    """Why the ring of streamed tile `t` (`load`, in a wgmma loop) cannot be filled by TMA, or None.
+
+    TMA needs: a swizzled plain slice (no gather, not read into registers), at most TMA_MAX_RANK dims,
+    columns in whole 64-element atoms, rows a multiple of 8 (whole swizzle patterns) and at most
+    TMA_MAX_BOX, a row pitch provably a multiple of 16 bytes (so is every stride of a row-major tensor),
+    and 32-bit indices (TMA coordinates are int32; out-of-range ones read zeros, as the language does)."""
+    from ..exprs import unparse
+
+    name = load.base.id
+    if DType(next(p for p in k.params if p.name == name).type.dtype).itemsize != 2:
+        return f"'{name}' is not a 2-byte float (the ring's byte counts assume bf16/f16)"
+    if t.gather is not None or not t.swizzled:
+        return f"'{t.name}' is {'gathered' if t.gather is not None else 'not a 128-byte swizzled wgmma operand'}"
+    if len(load.items) > TMA_MAX_RANK:
+        return f"'{name}' has {len(load.items)} dims (TMA maps have at most {TMA_MAX_RANK})"
+    if t.cols % 64:
+        return f"'{t.name}' has {t.cols} columns, not whole 64-column atoms"
+    if t.rows % 8 or t.rows > TMA_MAX_BOX:
+        return f"'{t.name}' has {t.rows} rows (a TMA box takes a multiple of 8, at most {TMA_MAX_BOX})"
+    p = next(p for p in k.params if p.name == name)
+    last = p.type.dims[-1]
+    per = 16 // DType(p.type.dtype).itemsize
+    if isinstance(last, A.IntLit):
+        ok = last.value % per == 0
+    else:
+        ok = k.facts is not None and k.facts.divisor(last.id) % per == 0
+    if not ok:
+        return (f"the row pitch of '{name}' is not known to be a multiple of 16 bytes "
+                f"(add `where {unparse(last)} % {per} == 0`)")
+    for it in load.items:
+        for e in ((it.start,) if isinstance(it, A.Slice) else (it,)):
+            if e is not None and e.ty.dtype is not DType.I32:
+                return f"an index of '{name}' is {e.ty.dtype.value}, TMA coordinates are 32-bit"
+    return None
 
 
 def stream_source(v: A.Expr) -> A.Expr | None:

@@ -68,6 +68,9 @@ def kernel_arguments(spec: KernelSpec, bound: BoundArgs) -> list:
         for m in spec.tma:
             p = params[m.tensor]
             ptr = int(_pointer(bound.arrays[m.tensor]))
+            if m.box:  # a streamed loop's ring: an N-D map of the whole tensor
+                out.append(_nd_map(tma, m, p, ptr, bound))
+                continue
             rows, cols = (bound.symbols[d] if isinstance(d, str) else d for d in p.dims)
             if rows == 0 or cols == 0:  # an empty operand (K = 0): the loop makes no trips, the map is never read
                 out.append(np.void(bytes(128)))
@@ -75,6 +78,18 @@ def kernel_arguments(spec: KernelSpec, bound: BoundArgs) -> list:
             tma.check_alignment(m.tensor, ptr, p.dtype, cols)
             out.append(tma.encode(ptr, p.dtype, rows, cols, m.box_rows, m.box_cols))
     return out
+
+
+def _nd_map(tma, m, p, ptr: int, bound: BoundArgs) -> np.void:
+    """The N-D TMA map `m` of tensor parameter `p` at `ptr`. An empty tensor (a dim of 0) is encoded with that
+    dim as 1 at a stand-in address: the kernel sends every box outside the map then, so nothing is read."""
+    dims = tuple(bound.symbols[d] if isinstance(d, str) else d for d in p.dims)
+    if 0 in dims:
+        ptr = 256
+    why = tma.nd_obstacle(m.tensor, ptr, p.dtype, dims, m.box)
+    if why:
+        raise LaunchError(why)
+    return tma.encode_nd(ptr, p.dtype, dims, m.box)
 
 
 def _as_cupy_stream(stream: Any, device: int | None):

@@ -107,13 +107,28 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     o = _out(out, q, tuple(int(n) for n in q.shape), dt)
     if b * hq * s == 0:
         return o
-    q4, k4, v4, o4 = L.contiguous(q), L.contiguous(k), L.contiguous(v), o
+    q4, k4, v4, o4 = L.contiguous(q), _aligned16(L.contiguous(k)), _aligned16(L.contiguous(v)), o
     if not tokens:  # [B, H, S, D] is [B * H, S, 1, D] token-major: one head per batch row
         q4, k4, v4, o4 = (L.reshape(x, (int(x.shape[0]) * int(x.shape[1]), s, 1, d)) for x in (q4, k4, v4, o4))
     cfg = dict(prefill_config(d, s), **(config or {}))
     mod = _prefill_module(cfg, config or {}, T=dt, D=d, CAUSAL=bool(causal))
     L.run(mod, "attention_prefill", q4, k4, v4, o4, scale=_scale(scale, d))
     return o
+
+
+def _aligned16(x):
+    """`x`, or a copy of it when its data does not start on a 16-byte boundary (a view at an odd element
+    offset of a buffer): on sm_90a the prefill kernel reads k and v by TMA, which takes 16-byte aligned
+    addresses only (the kernel launch raises LaunchError on others)."""
+    from ..runtime.launch import _pointer
+
+    try:
+        ptr = int(_pointer(x))
+    except Exception:  # not a device array (the interpreter's NumPy arrays): nothing to align
+        return x
+    if ptr % 16 == 0:
+        return x
+    return x.clone() if hasattr(x, "clone") else x.copy()
 
 
 def decode_splits(batch: int, kv_heads: int, max_blocks: int, block_size: int, sm_count: int = 132) -> int:
