@@ -517,6 +517,12 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
                 expr = f"({a} {C_BINOP[e.op]} {b})"
             elif e.op is B.DIV:
                 expr = f"({a} / {b})"
+            elif e.op in (B.FLOORDIV, B.MOD) and cdt in (DType.I32, DType.I64) and _power_of_two(e.rhs):
+                # by a power of two (two's complement): floor division is the arithmetic shift, the
+                # floor modulo (the sign of the divisor, nonnegative) the low bits
+                n = e.rhs.value
+                expr = (f"({a} >> {n.bit_length() - 1})" if e.op is B.FLOORDIV
+                        else f"({a} & {n - 1}{'LL' if cdt is DType.I64 else ''})")
             elif e.op is B.FLOORDIV:
                 self.helpers.add("tilex_math.cuh")
                 expr = f"tilex_floordiv<{reg(cdt)}>({a}, {b})"
@@ -569,6 +575,11 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
 
     def round(self, expr: str, dt: DType) -> str:
         return f"{ROUND[dt]}({expr})" if dt in ROUND else expr
+
+def _power_of_two(e: A.Expr) -> bool:
+    """True if `e` is an integer literal 2^k (k >= 0) that fits in 32 bits."""
+    return isinstance(e, A.IntLit) and 0 < e.value < 2**31 and e.value & (e.value - 1) == 0
+
 
 def _accumulated_product(e: A.Expr):
     """(product, addend) when `e` is `c + a @ b` or `a @ b + c` with f32 tiles of one layout, else None."""
