@@ -449,7 +449,10 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         col = f"const long long tx_col = tx_c0 + ({layout.coord(1, 'tx_s')});"
         self.emit("if (tx_whole) {  // each chunk one cp.async (zero-filled, reading nothing, for a row outside the tensor)")
         self.depth += 1
-        # byte addresses: the first tensor's, the row's uniform part included; the others' at a fixed distance
+        # byte addresses: the first tensor's, the row's uniform part included; the others' at a fixed distance.
+        # The distance is an unsigned 64-bit difference of addresses (exact modulo 2**64, no pointer arithmetic
+        # across allocations), and it is the same for every row because the gather key requires identical dims
+        # and the tensors are contiguous, so their strides are equal
         self.emit(f"const unsigned long long tx_a0 = {addr(names[0])} + (unsigned long long)({'tx_u + ' if uni_oks else ''}"
                   f"tx_c0) * {size};")
         for k, n in enumerate(names[1:], 1):
