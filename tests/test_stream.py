@@ -173,8 +173,29 @@ def test_gathered_tile_is_streamed_with_its_indices_substituted():
     assert "blk" not in unparse(t.gather) and "table[" in unparse(t.gather)
     assert cuda.count("tilex_gather_chunk16<tilex_bf16>(") == 4  # the first copy, then one in the loop; k and v
     assert "kt = kc[blk, row, 0 : 64]  (streamed above)" in cuda
-    # one table load per row a thread copies (64 rows of 8 chunks over 128 threads: 4 rows each), not per chunk
-    assert "[4];  // table[arange(n0, n0 + 64) // 16]" in cuda
+    # one table load per row a thread copies (64 rows of 8 chunks over 128 threads: 4 rows each), not per
+    # chunk, and one for k and v together (same indices, same dims): in the first copy and in the loop's
+    # (the third is the body's own `blk`, unread once kt and vt are streamed: nvcc drops it)
+    assert cuda.count("[4];  // table[arange(n0, n0 + 64) // 16]") == 3
+    assert cuda.count("// kt, vt: gathered rows, indices and offset once per row for all") == 2
+    # whole aligned rows: one cp.async per chunk and tensor, zero-filled for rows outside, from one address
+    # (32 x 32 -> 64-bit multiply-adds of the indices by the strides in bytes, checked to fit in 32 bits)
+    assert "(unsigned long long)tx_kc_s0 * 2 <= 0xffffffffull" in cuda
+    assert "const unsigned long long tx_d1 = reinterpret_cast<unsigned long long>(vc) - reinterpret_cast<unsigned long long>(kc);" in cuda
+    assert cuda.count("tilex_cp_async16_zfill(") == 4 + 1  # k and v in two copies, and the helper
+    assert "reinterpret_cast<const void*>(tx_a + tx_d1), tx_ok);" in cuda
+    # row % BS and row // BS by a power of two: a mask and a shift
+    assert "& 15)" in cuda and ">> 4)" in cuda and "tilex_floormod<int>(" not in cuda.split("extern \"C\"")[1]
+
+
+def test_gathers_of_different_rows_or_geometry_copy_separately():
+    # vt reads other rows (row + 0 vs a different expression): its indices are its own
+    loops, cuda = _loops(GATHER.replace("vt = vc[blk, row, 0 : 64]", "vt = vc[blk, (row + 1) % BS, 0 : 64]"))
+    assert [t.name for t in loops[0].stream] == ["kt", "vt"]
+    assert cuda.count("// kt: gathered rows") == 2 and cuda.count("// vt: gathered rows") == 2
+    # a tensor of other dims: its strides and bounds differ
+    loops, cuda = _loops(GATHER.replace("vc: bf16[NB, BS, 64]", "vc: bf16[NV, BS, 64]"))
+    assert cuda.count("// kt: gathered rows") == 2 and cuda.count("// vt: gathered rows") == 2
 
 
 def test_gather_not_streamed_when_an_index_is_loop_carried():
@@ -231,8 +252,11 @@ def test_gather_with_a_negative_column_start_masks_columns_below_zero():
         "{after}", "").replace("table: out i32[MAXB]", "table: i32[MAXB]")
     loops, cuda = _loops(src)
     assert [t.name for t in loops[0].stream] == ["kt"]
-    # the helper gets the column and the row length: cp.async only for whole chunks at col >= 0
-    assert "tilex_gather_chunk16<tilex_bf16>(" in cuda and ", tx_i2, (long long)64);" in cuda
+    # one cp.async per chunk only when the slice is whole and aligned (decided once per copy); else the
+    # helper gets the column and the row length: cp.async only for whole chunks at col >= 0
+    assert "const long long tx_c0 = (long long)(s);" in cuda
+    assert "const bool tx_whole = tx_c0 >= 0 && (tx_c0 & 7) == 0 && tx_c0 + 64 <= (long long)64 " in cuda
+    assert "tilex_gather_chunk16<tilex_bf16>(" in cuda and ", tx_col, (long long)64);" in cuda
     assert "col >= 0 && col + 8 <= ncols" in cuda
 
 
