@@ -195,6 +195,21 @@ def test_row_config():
     assert c["R"] > 1 and c["BLOCK"] == 128 and c["PROGRAMS"] == 100 * c["MIN_BLOCKS"]
 
 
+def test_layer_norm_exact_rows_on_the_interpreter():
+    """EXACT (N == BLOCK) drops the column mask; the constraint refuses it for a shorter row."""
+    from tilex.diagnostics import LaunchError
+    rng = np.random.default_rng(11)
+    x, w, b = rnd(rng, (5, 64), "bf16"), rnd(rng, 64, "bf16"), rnd(rng, 64, "bf16")
+    x = (f64(x) + 3.0).astype(BF16)  # a mean far from 0: the variance is taken around it
+    y = np.full(x.shape, np.nan, BF16)
+    cfg = dict(T="bf16", BLOCK=64, R=2, ONE_PASS=True, WARPS=1, PROGRAMS=2, EXACT=True)
+    L.run(L.load("layer_norm", **cfg), "layer_norm", x, w, b, y, eps=1e-5)
+    assert rel(y, ref_ln(x, w, b, 1e-5)) <= TOL["bf16"]
+    with pytest.raises(LaunchError, match="N == BLOCK"):
+        L.run(L.load("layer_norm", **cfg), "layer_norm", x[:, :60].copy(), w[:60].copy(), b[:60].copy(),
+              y[:, :60].copy(), eps=1e-5)
+
+
 def test_softmax_config_whole_rows():
     """2-byte rows up to 32768 are one whole-row step (64 per thread); f32 and longer rows are chunked."""
     from tilex.stdlib.activations import softmax_config

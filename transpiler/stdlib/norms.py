@@ -87,6 +87,7 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
     y = L.empty(x2, (m, n))
     # 3 stages spill registers at BLOCK = 16384 (one block of 1024 threads per SM): 2 there
     cfg = L.row_config(n, m, L.sm_count(x2), threads_per_sm=768, stages=3 if n <= 8192 else 2)
+    cfg["EXACT"] = cfg["ONE_PASS"] and cfg["BLOCK"] == n  # rows exactly BLOCK wide need no column mask
     mod = L.load("layer_norm", T=dt, **cfg)
     L.run(mod, "layer_norm", x2, w, b, y, eps=float(eps))
     return L.reshape(y, tuple(x.shape))
