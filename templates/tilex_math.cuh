@@ -2,8 +2,11 @@
 // 2**x as one MUFU.EX2: ex2.approx (2 ulp, as exp2f) with subnormal results flushed to 0 (exp2f's
 // non-ftz form costs a range test and two multiplies around the MUFU to produce them)
 __device__ __forceinline__ float tilex_exp2(float x) { float r; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
-__device__ __forceinline__ float tilex_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float tilex_silu(float x) { return x / (1.0f + expf(-x)); }
+// sigmoid and silu as MUFU.EX2 and MUFU.RCP (ex2.approx.ftz, rcp.approx.ftz: a few ulp, results below 2^-126
+// flush to 0) where expf and an IEEE division take ~20 instructions and a slow-path branch per element
+__device__ __forceinline__ float tilex_rcp_approx(float x) { float r; asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
+__device__ __forceinline__ float tilex_sigmoid(float x) { return tilex_rcp_approx(1.0f + tilex_exp2(-1.4426950408889634f * x)); }
+__device__ __forceinline__ float tilex_silu(float x) { return x * tilex_sigmoid(x); }
 __device__ __forceinline__ float tilex_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float tilex_gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
 // i32/i64 + - * and negation wrap around (two's complement), as the language defines:
