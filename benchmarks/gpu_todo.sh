@@ -7,8 +7,7 @@
 #   OUT=out bash benchmarks/gpu_todo.sh profile   # ncu on the kernels that miss their targets (prof_next.py)
 #   OUT=out bash benchmarks/gpu_todo.sh tune      # `tilex tune` over the memory-bound library kernels' tile parameters
 #   OUT=out bash benchmarks/gpu_todo.sh fuse      # the decode fusions' GPU tests, then decode with and without them
-#   OUT=out bash benchmarks/gpu_todo.sh next      # experiments prepared without a GPU (predictions in the case)
-#   OUT=out bash benchmarks/gpu_todo.sh ab-attn   # the prepared attention branches against this tree (ab-rows: row kernels)
+#   OUT=out bash benchmarks/gpu_todo.sh ab-rows   # prepared library branches against this tree (bench_stdlib rows)
 #                                                 # (first, here: bash benchmarks/ab_branches.sh prepare BRANCH...;
 #                                                 #  carry .whl and .ab-patches)
 set -uo pipefail
@@ -57,34 +56,9 @@ case "${1:-}" in
     done
     timeout 120 python3 examples/llm/run.py --config qwen2.5-14b --random-weights --prompt-ids "$P" --max-new-tokens 4 --profile \
         > "$OUT/run_profile_fuse.log" 2>&1; grep -A14 "^decode:" "$OUT/run_profile_fuse.log" ;;
-  next)  # session 14: every branch prepared in session 13 against main (~13 minutes in all: as two calls)
-    # (here first: bash benchmarks/ab_branches.sh prepare prefill-lean prefill-overlap prefill-overlap-c copy-fast-path \
-    #   prefill-tma prefill-tma-lean prefill-tma-pp prefill-tma-pp2 ln-lean rms-lean rope-stream decode-lean silu-fast;
-    #   carry .whl and .ab-patches). ab-attn alone is ~7 minutes: run it as its own call, then ab-decode + ab-rows
-    OUT=$OUT bash benchmarks/gpu_todo.sh ab-attn; OUT=$OUT bash benchmarks/gpu_todo.sh ab-decode
-    OUT=$OUT bash benchmarks/gpu_todo.sh ab-rows ;;
-  ab-attn)  # predictions (prefill causal B4 Hq40 Hkv8 S4096 D128, main 261.6 TFLOP/s; SASS hot instructions per
-            # key-loop iteration, unmasked/masked, main 581/670): prefill-lean 459/556 -> 280-300; prefill-overlap
-            # 515/555 with PV overlapped -> ~285 (260-320); prefill-overlap-c 500/549 -> overlap +0-2%;
-            # copy-fast-path -> 270-285; prefill-tma (456/541, 133 registers, K/V by TMA) -> ~310 (280-340);
-            # prefill-tma-lean (426/506) -> prefill-tma + a few %; prefill-tma-pp (stages freed by per-warpgroup
-            # "empty" mbarriers, no CTA barrier in the loop; 440/529) -> ~320 (285-345); prefill-tma-pp2 (the two
-            # warpgroups take turns on the tensor cores, named barriers) -> pp + 0-8%. TMA/mbarrier variants can
-            # hang on a phase bug: the A/B's timeout catches it (then run their GPU tests under faulthandler)
-    AB_ONLY="prefill-lean prefill-overlap prefill-overlap-c copy-fast-path prefill-tma prefill-tma-lean prefill-tma-pp prefill-tma-pp2" \
-      AB_TIMEOUT=90 AB_TAIL=3 \
-      bash benchmarks/ab_branches.sh run \
-      "python3 benchmarks/bench_attention.py --quick --no-sweep --only prefill 2>&1 | grep -E 'tilex|flash  '" ;;
-  ab-decode)  # decode-lean (gathered K and V share one table read and one address per row, lean cp.async path;
-              # x // 2^k and x % 2^k as shift and mask): SASS per iteration 1236 -> 495; predicted B16 ctx4096
-              # 0.118 -> ~0.097 ms in a graph (~2.75 TB/s)
-    AB_ONLY="decode-lean" AB_TIMEOUT=90 AB_TAIL=3 bash benchmarks/ab_branches.sh run \
-      "python3 benchmarks/bench_attention.py --quick --no-sweep --only decode 2>&1 | grep -E 'tilex|flash  '" ;;
-  ab-rows)  # predictions (bench_stdlib, main: layer_norm 0.0873 ms, rms_norm 0.0759, fused_add 0.1455, rope 0.1027):
-            # ln-lean layer_norm 0.078-0.082; rms-lean rms_norm 0.072-0.075, fused_add 0.138-0.145;
-            # rope-stream rope 0.097-0.103; copy-fast-path all within noise; silu-fast silu_and_mul 0.0902 -> 0.084-0.088
-    AB_ONLY="ln-lean rms-lean rope-stream copy-fast-path silu-fast" AB_TIMEOUT=90 AB_TAIL=8 bash benchmarks/ab_branches.sh run \
-      "python3 benchmarks/bench_stdlib.py --no-compile --only layer_norm,rms_norm,fused_add_rms_norm,rope,silu_and_mul 2>&1 | grep -E '^\| [a-z]'" ;;
-
-  *) echo "usage: $0 tests|bench|llm|profile|tune|fuse|next|ab"; exit 2 ;;
+  ab-rows)  # prepared library branches against this tree (here first: bash benchmarks/ab_branches.sh prepare BRANCH...;
+            # carry .whl and .ab-patches); each branch's prediction is in its commit message and RESULTS.md
+    AB_TIMEOUT=120 AB_TAIL=16 bash benchmarks/ab_branches.sh run \
+      "python3 benchmarks/bench_stdlib.py --no-compile --only ${AB_KERNELS:-softmax,rms_norm,fused_add_rms_norm,layer_norm,rope,gelu_and_mul,embedding,kv_cache_write} 2>&1 | grep -E '^\| [a-z]'" ;;
+  *) echo "usage: $0 tests|bench|llm|profile|tune|fuse|ab-rows"; exit 2 ;;
 esac
