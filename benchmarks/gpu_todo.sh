@@ -59,6 +59,6 @@ case "${1:-}" in
   ab-rows)  # prepared library branches against this tree (here first: bash benchmarks/ab_branches.sh prepare BRANCH...;
             # carry .whl and .ab-patches); each branch's prediction is in its commit message and RESULTS.md
     AB_TIMEOUT=150 AB_TAIL=22 bash benchmarks/ab_branches.sh run \
-      "python3 benchmarks/bench_stdlib.py --no-compile --only ${AB_KERNELS:-softmax,rms_norm,fused_add_rms_norm,layer_norm,rope,silu_and_mul,gelu_and_mul(tanh),embedding,kv_cache_write} 2>&1 | grep -E '^\| [a-z]'; python3 benchmarks/bench_matmul.py --quick 2>&1 | grep -E '^\| [0-9a-z]'" ;;
+      "python3 benchmarks/bench_stdlib.py --no-compile --only '${AB_KERNELS:-softmax,rms_norm,fused_add_rms_norm,layer_norm,rope,silu_and_mul,gelu_and_mul(tanh),embedding,kv_cache_write}' 2>&1 | grep -E '^\| [a-z]'; python3 benchmarks/bench_matmul.py --quick 2>&1 | grep -E '^\| [0-9a-z]'" ;;
   *) echo "usage: $0 tests|bench|llm|profile|tune|fuse|ab-rows"; exit 2 ;;
 esac
