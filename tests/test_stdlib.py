@@ -346,39 +346,6 @@ def test_embedding_rows_per_program(block, rows, warps):
     np.testing.assert_array_equal(f64(y), want)
 
 
-@pytest.mark.parametrize("block,rows,warps", [(16, 2, 1), (32, 4, 1), (1024, 2, 4)])
-def test_kv_cache_write_rows_per_program(block, rows, warps):
-    """ROWS tokens per program: S = 7 not a multiple of ROWS (the extra tokens read slot -1 and write
-    nothing), HD = 24 not a multiple of BLOCK, slots -1 and past the cache skipped, other slots kept."""
-    rng = np.random.default_rng(block + rows)
-    s, hd, ns = 7, 24, 10
-    k, v = rnd(rng, (s, hd), "bf16"), rnd(rng, (s, hd), "bf16")
-    kc, vc = rnd(rng, (ns, hd), "bf16"), rnd(rng, (ns, hd), "bf16")
-    slots = np.array([3, -1, 9, 10, 0, -5, 7], np.int64)
-    want_k, want_v = f64(kc).copy(), f64(vc).copy()
-    for t, sl in enumerate(slots):
-        if 0 <= sl < ns:
-            want_k[sl], want_v[sl] = f64(k[t]), f64(v[t])
-    L.run(L.load("kv_cache_write", T="bf16", I="i64", BLOCK=block, ROWS=rows, WARPS=warps), "kv_cache_write",
-          k, v, kc, vc, slots)
-    np.testing.assert_array_equal(f64(kc), want_k)
-    np.testing.assert_array_equal(f64(vc), want_v)
-
-
-def test_embedding_and_kv_cache_write_configs():
-    """Up to 4 independent 16-byte loads per thread (k and v count for kv_cache_write), fewer
-    rows when the tokens would not give 4 programs per SM."""
-    from tilex.stdlib.embedding import embedding_config
-    from tilex.stdlib.kvcache import kv_cache_write_config
-
-    assert embedding_config(16384, 4096) == (2048, 4, 8)
-    assert embedding_config(16384, 128) == (128, 8, 1)
-    assert embedding_config(7, 4096) == (2048, 1, 8)
-    assert kv_cache_write_config(16384, 8 * 128) == (1024, 2, 4)
-    assert kv_cache_write_config(64, 8 * 128) == (1024, 1, 4)
-    assert kv_cache_write_config(16384, 2 * 64) == (128, 4, 1)
-
-
 # ----------------------------------------------------------------------------- argmax, sampling
 
 @pytest.mark.parametrize("dt", DTYPES)
@@ -539,7 +506,7 @@ KERNELS = {  # file -> (kernel restriction or None, placeholders, extra defines 
     "gelu_and_mul": [{"TANH": True}],
     "rope": [{}, {"HB": 8, "WARPS": 2}],
     "embedding": [{"ROWS": 4}, {"BLOCK": 2048, "ROWS": 4, "WARPS": 8}],
-    "kv_cache_write": [{}, {"ROWS": 2}],
+    "kv_cache_write": [{}],
     "qkv_rope_cache": [{}, {"HAS_BIAS": False, "HALF": 32}],
     "splitk_add_rms_norm": [{}, {"BLOCK": 1024, "WARPS": 4}],
     "argmax": [{}],

@@ -34,25 +34,9 @@ def kv_cache_write(k, v, k_cache, v_cache, slot_mapping):
             raise ValueError(f"{name}: the cache is written in place and must be contiguous")
     if s and h * d and nb * bs:
         hd = h * d
-        block, rows, warps = kv_cache_write_config(s, hd)
-        mod = L.load("kv_cache_write", T=dt, I=idt, BLOCK=block, ROWS=rows, WARPS=warps)
-        # the caches as [slots, H*D]: a slot is a row number (no division in the kernel)
+        block = min(2048, max(8, L.next_pow2(hd)))
+        warps = max(1, min(8, block // 256))
+        mod = L.load("kv_cache_write", T=dt, I=idt, BLOCK=block, WARPS=warps)
         L.run(mod, "kv_cache_write", L.reshape(L.contiguous(k), (s, hd)), L.reshape(L.contiguous(v), (s, hd)),
-              L.reshape(k_cache, (nb * bs, hd)), L.reshape(v_cache, (nb * bs, hd)), L.contiguous(slot_mapping))
+              L.reshape(k_cache, (nb, bs, hd)), L.reshape(v_cache, (nb, bs, hd)), L.contiguous(slot_mapping))
     return k_cache, v_cache
-
-
-def kv_cache_write_config(s: int, hd: int) -> tuple[int, int, int]:
-    """(BLOCK, ROWS, WARPS) for s tokens of hd = Hkv * D columns: ROWS tokens per program, up to 4
-    16-byte chunks of k and v per thread (2 * ROWS * BLOCK <= 4 * 8 * 32 * WARPS elements),
-    while at least 4 programs per SM remain (132 SMs: 528).
-
-    Hkv=8 D=128: BLOCK=1024 ROWS=2 WARPS=4 (previously ROWS=1: the k and v loads waited for the slot
-    and ran one after the other; H200 0.0373 ms at T=16384). A guess to sweep: ROWS=1,2,4,8.
-    """
-    block = min(2048, max(8, L.next_pow2(hd)))
-    warps = max(1, min(8, block // 256))
-    rows = 1
-    while rows < 8 and 2 * 2 * rows * block <= 1024 * warps and s >= rows * 2 * 528:
-        rows *= 2
-    return block, rows, warps
