@@ -333,6 +333,19 @@ def test_kv_cache_write(dt, s, h, d, nb, bs):
         np.testing.assert_array_equal(f64(vc), want_v)
 
 
+@pytest.mark.parametrize("block,rows,warps", [(16, 4, 1), (64, 2, 1), (2048, 4, 8)])
+def test_embedding_rows_per_program(block, rows, warps):
+    """[ROWS, BLOCK] gathers: S = 7 not a multiple of ROWS (the last program's extra tokens store
+    nothing), D = 40 not a multiple of BLOCK, ids out of range (-1, V) give rows of zeros."""
+    rng = np.random.default_rng(block + rows)
+    table = rnd(rng, (5, 40), "bf16")
+    ids = np.array([4, -1, 0, 5, 2, 2, 3], np.int64)
+    y = np.full((7, 40), np.nan, BF16)
+    L.run(L.load("embedding", T="bf16", I="i64", BLOCK=block, ROWS=rows, WARPS=warps), "embedding", ids, table, y)
+    want = np.where(((ids >= 0) & (ids < 5))[:, None], f64(table)[np.clip(ids, 0, 4)], 0.0)
+    np.testing.assert_array_equal(f64(y), want)
+
+
 # ----------------------------------------------------------------------------- argmax, sampling
 
 @pytest.mark.parametrize("dt", DTYPES)
@@ -492,7 +505,7 @@ KERNELS = {  # file -> (kernel restriction or None, placeholders, extra defines 
     "silu_and_mul": [{}, {"MIN_BLOCKS": 8}],
     "gelu_and_mul": [{"TANH": True}],
     "rope": [{}, {"HB": 8, "WARPS": 2}],
-    "embedding": [{"ROWS": 4}],
+    "embedding": [{"ROWS": 4}, {"BLOCK": 2048, "ROWS": 4, "WARPS": 8}],
     "kv_cache_write": [{}],
     "qkv_rope_cache": [{}, {"HAS_BIAS": False, "HALF": 32}],
     "splitk_add_rms_norm": [{}, {"BLOCK": 1024, "WARPS": 4}],

@@ -306,3 +306,50 @@ def test_explain_lists_streamed_loops():
     t = translate(L.source("attention_prefill", ()), "a.tile", Options(arch="sm_80", defines=dict(STAGES=3)))
     loops = explain(t.program)[0]["streamed_loops"]
     assert [(x["tiles"], x["stages"], x["asked"], x["into_registers"]) for x in loops] == [(["kt", "vt"], 2, 3, [])] * 2
+
+
+# In place: the loop rewrites the rows it reads. Streaming is safe when every store to the tensor is in
+# the loop (not nested in another) and ends, on the axis of the streamed rows, before the rows the next
+# iteration reads (a compile-time step): the copies ahead never read rows an earlier iteration writes.
+IN_PLACE = """
+kernel g<HB: int = 8>(x: out bf16[S, H, 64])
+    grid (S,)
+{
+    t = program_id(0)
+    for h in pipeline(0, H, HB, stages = 2) {
+        a = x[t, h : h + HB, 0 : 64].to(f32)
+        x[t, h : h + HB, 0 : 64] = (a * 2.0).to(bf16)
+    }
+}
+"""
+IN_PLACE_NOT_STREAMED = {
+    "writes the rows the next iteration reads": IN_PLACE.replace("x[t, h : h + HB, 0 : 64] =", "x[t, h + HB : h + 2 * HB, 0 : 64] ="),
+    "rows overlap the next iteration's": IN_PLACE.replace("pipeline(0, H, HB,", "pipeline(0, H, HB // 2,"),
+    "a row not relative to the loop": IN_PLACE.replace("x[t, h : h + HB, 0 : 64] =", "x[t, 0 : HB, 0 : 64] ="),
+    "a store after the loop": IN_PLACE.replace("    }\n}", "    }\n    x[t, 0 : HB, 0 : 64] = zeros(bf16[HB, 64])\n}"),
+    "inside another loop": IN_PLACE.replace("    for h in pipeline", "    for r in range(0, 2) {\n    for h in pipeline")
+                                   .replace("    }\n}", "    }\n    }\n}"),
+    "a step not known at compile time": IN_PLACE.replace("pipeline(0, H, HB,", "pipeline(0, H, H,")
+                                                .replace("h : h + HB", "h : h + 1").replace("[HB, 64]", "[1, 64]"),
+}
+
+
+def test_in_place_rows_are_streamed():
+    loops, cuda = _loops(IN_PLACE)
+    assert [t.name for t in loops[0].stream] == ["a"] and "tilex_tile_to_smem<8, 64, " in cuda
+
+
+@pytest.mark.parametrize("name", list(IN_PLACE_NOT_STREAMED))
+def test_in_place_not_streamed_when_a_copy_ahead_could_read_a_write(name):
+    loops, cuda = _loops(IN_PLACE_NOT_STREAMED[name])
+    assert all(f.stream == () for f in loops) and "tilex_tile_to_smem<" not in cuda
+
+
+def test_rope_inplace_streams_its_heads():
+    """rope_inplace rotates rows h : h + HB of q (k) in place; the next heads load while these rotate."""
+    src = L.source("rope", ())
+    t = translate(src, "rope.tile", Options(kernel="rope_inplace", defines=dict(HB=8, HALFB=64, WARPS=2)))
+    loops_ = [f for k in t.program.kernels for f in loops(k)]
+    assert [[s.name for s in f.stream] for f in loops_] == [["a", "b"], ["a", "b"]]
+    t = translate(src, "rope.tile", Options(kernel="rope_partial_inplace", defines=dict(HALF=32, HB=8, WARPS=1)))
+    assert [[s.name for s in f.stream] for k in t.program.kernels for f in loops(k)] == [["a", "b"], ["a", "b"]]

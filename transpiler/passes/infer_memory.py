@@ -181,6 +181,19 @@ def _threads(k: A.Kernel) -> int:
     return t
 
 
+def _all_stmts(node) -> list:
+    """Every statement under `node`, nested blocks included."""
+    out: list = []
+
+    class _S(Walker):
+        def walk(self, n):
+            if isinstance(n, A.Stmt):
+                out.append(n)
+            return super().walk(n)
+    _S().walk(node)
+    return out
+
+
 def _replace_names(e, table: dict):
     """`e` with every Name in `table` replaced by its expression (typed AST in, typed AST out)."""
     class _R(Rewriter):
@@ -352,7 +365,7 @@ class _Memory(Rewriter):
         planned (wgmma/mma ring) loops, it is assigned once at the top of the loop body from a
         2-byte-float tensor load `t[i, a : a + R, j, c : c + C]` (slices on one axis and the
         last, scalar indices elsewhere, no `other`, C % 8 == 0) of a tensor the kernel does not
-        write, whose indices use only the loop variable and names not assigned in the loop. Read
+        write (or writes only in this loop's rows, `rows_ahead_disjoint`), whose indices use only the loop variable and names not assigned in the loop. Read
         only as `x @ tile` or `x @ tile.T` products that run on mma.sync, it stays in shared
         memory; any other read makes it `regs` (read from shared memory into registers)."""
         if self.plans or self.arch not in MMA_ARCHS:
@@ -515,6 +528,66 @@ class _Memory(Rewriter):
             return mentions(node, name, skip_local=True)
 
         stored = stored_tensors(self.k.body)  # a copy one iteration ahead could read stale data
+        nested: set = set()  # ids of the loops inside another loop
+
+        class _Nested(Walker):
+            def __init__(self):
+                self.depth = 0
+
+            def on_For(self, f):
+                if self.depth:
+                    nested.add(id(f))
+                self.depth += 1
+                self.walk(f.body)
+                self.depth -= 1
+                return False
+        _Nested().walk(self.k.body)
+
+        def rows_ahead_disjoint(f, load) -> bool:
+            """Whether streaming `load` (of a tensor the kernel writes) one or more iterations ahead
+            is safe: the loop f is not inside another loop, has a positive compile-time step, every
+            store to the tensor is in f's body and writes, on the axis of the load's row slice
+            `var + d : var + d + R`, an extent `var + c : var + c + L` (or the element `var + c`)
+            that ends by `var + step + d`. A copy for iteration var + g (g >= step) then reads rows
+            from var + g + d on, past everything iterations up to var wrote (and rows no earlier
+            iteration writes later): it can never read a value before the store that makes it.
+            (rope_inplace: each iteration rotates rows h : h + HB in place, the next reads h + HB on.)"""
+            from ..exprs import affine, const_int
+            step = const_int(f.step)
+            if id(f) in nested or step is None or step <= 0:
+                return False
+            if any(isinstance(st, A.Assign) and st.name == f.var for st in _all_stmts(f.body)):
+                return False
+            name = load.base.id
+
+            def offset(e) -> int | None:  # c when e is `var + c`
+                a = affine(e)
+                return a.const if a.terms == ((f.var, 1),) else None
+
+            axis = next(a for a, it in enumerate(load.items) if isinstance(it, A.Slice))
+            sl = load.items[axis]
+            d = offset(sl.start) if sl.start is not None else None
+            if d is None:
+                return False
+            stores = [st for st in _all_stmts(self_k.body) if isinstance(st, A.Store) and name in stored_tensors(st)]
+            inside = {id(st) for st in _all_stmts(f.body)}
+            for st in stores:
+                t = st.target
+                if id(st) not in inside or not (isinstance(t.base, A.Name) and t.base.id == name):
+                    return False
+                if len(t.items) != len(load.items):
+                    return False
+                it = t.items[axis]
+                if isinstance(it, A.Slice):
+                    c = offset(it.start) if it.start is not None else None
+                    n = const_int(A.BinOp(A.BinOpKind.SUB, it.stop, it.start)) if it.stop is not None else None
+                else:
+                    c, n = offset(it), 1
+                if c is None or n is None or c + n > step + d:
+                    return False
+            return True
+
+        self_k = self.k
 
         class _Loops(Walker):
             def on_For(self, f):
@@ -531,7 +604,7 @@ class _Memory(Rewriter):
                         gather = gather_load(load, f, changing, at)
                         if gather is None:
                             continue
-                    if load.base.id in stored:
+                    if load.base.id in stored and (gather is not None or not rows_ahead_disjoint(f, load)):
                         continue
                     # a per-iteration value: assigned once, before any read in this body, and not
                     # read anywhere its value could come from outside an iteration
