@@ -6,11 +6,8 @@ __device__ __forceinline__ void tilex_load_chunk(R* dst, const S* __restrict__ b
   const S* p = base + off;
   constexpr int BYTES = VEC * (int)sizeof(S);
   if (BYTES % 16 == 0 && ok && first <= 0 && last >= VEC && (reinterpret_cast<unsigned long long>(p) & 15ull) == 0) {
-    S tmp[VEC];
 #pragma unroll
-    for (int q = 0; q < BYTES / 16; ++q) reinterpret_cast<uint4*>(tmp)[q] = __ldg(reinterpret_cast<const uint4*>(p) + q);
-#pragma unroll
-    for (int v = 0; v < VEC; ++v) dst[v] = (R)tilex_io<S>::get(tmp[v]);
+    for (int q = 0; q < BYTES / 16; ++q) tilex_unpack16<S, R>(dst + q * (16 / (int)sizeof(S)), __ldg(reinterpret_cast<const uint4*>(p) + q));
   } else {
 #pragma unroll
     for (int v = 0; v < VEC; ++v) dst[v] = (ok && v >= first && v < last) ? (R)tilex_io<S>::get(p[v]) : other;

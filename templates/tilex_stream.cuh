@@ -4,10 +4,7 @@
 template <int VEC, typename S, typename R>
 __device__ __forceinline__ void tilex_smem_chunk(R* dst, const S* p) {
   if (VEC * (int)sizeof(S) == 16) {
-    S tmp[VEC];
-    *reinterpret_cast<uint4*>(tmp) = *reinterpret_cast<const uint4*>(p);
-#pragma unroll
-    for (int v = 0; v < VEC; ++v) dst[v] = (R)tilex_io<S>::get(tmp[v]);
+    tilex_unpack16<S, R>(dst, *reinterpret_cast<const uint4*>(p));
   } else {
 #pragma unroll
     for (int v = 0; v < VEC; ++v) dst[v] = (R)tilex_io<S>::get(p[v]);

@@ -25,6 +25,26 @@ template <> struct tilex_io<double> { __device__ static double get(double x) { r
 template <> struct tilex_io<int> { __device__ static int get(int x) { return x; } __device__ static int put(int f) { return f; } };
 template <> struct tilex_io<long long> { __device__ static long long get(long long x) { return x; } __device__ static long long put(long long f) { return f; } };
 template <> struct tilex_io<bool> { __device__ static bool get(bool x) { return x; } __device__ static bool put(bool f) { return f; } };
+
+// a 16-byte vector of 16 / sizeof(S) storage elements -> registers. bf16 -> f32 from each 32-bit word
+// directly: the low element is word << 16, the high one word & 0xffff0000 (one instruction each, where
+// going through 16-bit values costs a byte permute more for every high element)
+template <typename S, typename R>
+__device__ __forceinline__ void tilex_unpack16(R* dst, const uint4& q) {
+  S tmp[16 / sizeof(S)];
+  *reinterpret_cast<uint4*>(tmp) = q;
+#pragma unroll
+  for (int v = 0; v < (int)(16 / sizeof(S)); ++v) dst[v] = (R)tilex_io<S>::get(tmp[v]);
+}
+template <>
+__device__ __forceinline__ void tilex_unpack16<tilex_bf16, float>(float* dst, const uint4& q) {
+  const unsigned w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    dst[2 * k] = __uint_as_float(w[k] << 16);
+    dst[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+  }
+}
 // tilex device helpers: math and integer semantics shared with the NumPy interpreter.
 // 2**x as one MUFU.EX2: ex2.approx (2 ulp, as exp2f) with subnormal results flushed to 0 (exp2f's
 // non-ftz form costs a range test and two multiplies around the MUFU to produce them)
@@ -65,11 +85,8 @@ __device__ __forceinline__ void tilex_load_chunk(R* dst, const S* __restrict__ b
   const S* p = base + off;
   constexpr int BYTES = VEC * (int)sizeof(S);
   if (BYTES % 16 == 0 && ok && first <= 0 && last >= VEC && (reinterpret_cast<unsigned long long>(p) & 15ull) == 0) {
-    S tmp[VEC];
 #pragma unroll
-    for (int q = 0; q < BYTES / 16; ++q) reinterpret_cast<uint4*>(tmp)[q] = __ldg(reinterpret_cast<const uint4*>(p) + q);
-#pragma unroll
-    for (int v = 0; v < VEC; ++v) dst[v] = (R)tilex_io<S>::get(tmp[v]);
+    for (int q = 0; q < BYTES / 16; ++q) tilex_unpack16<S, R>(dst + q * (16 / (int)sizeof(S)), __ldg(reinterpret_cast<const uint4*>(p) + q));
   } else {
 #pragma unroll
     for (int v = 0; v < VEC; ++v) dst[v] = (ok && v >= first && v < last) ? (R)tilex_io<S>::get(p[v]) : other;

@@ -623,6 +623,13 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
             self.emit(f"{reg(e.ty.dtype)} {name}[{layout.slots}];  // {unparse(e)}")
             self.access(e, layout, name, store=False)
             return self.read_array(name, layout, want, e.ty.dtype)
+        if (isinstance(e, A.Index) and isinstance(e.base, A.Call) and e.base.func == "arange"
+                and all(isinstance(i, A.NewAxis) or isinstance(i, A.Slice) and i.start is None and i.stop is None
+                        for i in e.items) and sum(isinstance(i, A.Slice) for i in e.items) == 1):
+            # a view of an arange (arange(a, b)[None, :]): its value at the slot's coordinate, not an array
+            self.helpers.add("tilex_math.cuh")
+            axis = next(j for j, i in enumerate(e.items) if isinstance(i, A.Slice))
+            return f"tilex_wadd<{reg(e.ty.dtype)}>({self.scalar(e.base.args[0])}, {want.coord(axis)})"
         if isinstance(e, (A.Index, A.Attr)):  # views of a tile: t[:, None], t.T
             base = e.base if isinstance(e, A.Index) else e.obj
             arr, _ = self.materialize(base)
