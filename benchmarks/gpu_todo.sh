@@ -5,6 +5,7 @@
 #   OUT=out bash benchmarks/gpu_todo.sh bench     # decode GEMM paths, attention, library (argmax/sample rows), matmul
 #   OUT=out bash benchmarks/gpu_todo.sh llm       # LLM GPU tests, Qwen2.5-14B check, LLM benchmark vs transformers, 8B checks
 #   OUT=out bash benchmarks/gpu_todo.sh profile   # ncu on the kernels that miss their targets (prof_next.py)
+#   OUT=out bash benchmarks/gpu_todo.sh profile-compile  # ncu of tilex vs torch.compile where compile is faster
 #   OUT=out bash benchmarks/gpu_todo.sh tune      # `tilex tune` over the memory-bound library kernels' tile parameters
 #   OUT=out bash benchmarks/gpu_todo.sh fuse      # the decode fusions' GPU tests, then decode with and without them
 #   OUT=out bash benchmarks/gpu_todo.sh ab-rows   # prepared library branches against this tree (bench_stdlib rows)
@@ -31,6 +32,12 @@ case "${1:-}" in
         -o "$OUT/prof" python3 benchmarks/prof_next.py 2>&1 | tail -3
     ncu --import "$OUT/prof.ncu-rep" --page details 2>/dev/null | grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issue Slots Busy" | head -80
     ncu --import "$OUT/prof.ncu-rep" --page raw --csv --metrics smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio 2>/dev/null | cut -c1-400 | head -12 ;;
+  profile-compile)  # ncu of tilex and torch.compile side by side on the rows where compile is faster
+                    # (benchmarks/prof_vs_compile.py: bench_stdlib's inputs, one launch each after warm-up)
+    timeout 500 ncu --clock-control none --set detailed -k regex:"embedding|fused_add|silu|gelu|rms_norm|triton" -c 16 \
+        -o "$OUT/prof_compile" python3 benchmarks/prof_vs_compile.py 2>&1 | tail -3
+    ncu --import "$OUT/prof_compile.ncu-rep" --page details 2>/dev/null | grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Block Size|Grid Size|Executed Ipc A|Warp Cycles Per Issued" | head -120
+    ncu --import "$OUT/prof_compile.ncu-rep" --page raw --csv --metrics smsp__inst_executed.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio 2>/dev/null | cut -c1-400 | head -20 ;;
   tune)  # bf16, the bench_stdlib.py shapes; tables in $OUT/tune_*.log. MIN_BLOCKS = 2048 / threads: full occupancy
     t() { local name=$1; shift; timeout 150 tilex tune --no-store --rep 50 --reference first "$@" \
             > "$OUT/tune_$name.log" 2>&1; echo "== $name rc=$?"; tail -${TAIL:-14} "$OUT/tune_$name.log"; }
@@ -60,5 +67,5 @@ case "${1:-}" in
             # carry .whl and .ab-patches); each branch's prediction is in its commit message and RESULTS.md
     AB_TIMEOUT=150 AB_TAIL=22 bash benchmarks/ab_branches.sh run \
       "python3 benchmarks/bench_stdlib.py --no-compile --only '${AB_KERNELS:-softmax,rms_norm,fused_add_rms_norm,layer_norm,rope,silu_and_mul,gelu_and_mul(tanh),embedding,kv_cache_write}' 2>&1 | grep -E '^\| [a-z]'; python3 benchmarks/bench_matmul.py --quick 2>&1 | grep -E '^\| [0-9a-z]'" ;;
-  *) echo "usage: $0 tests|bench|llm|profile|tune|fuse|ab-rows"; exit 2 ;;
+  *) echo "usage: $0 tests|bench|llm|profile|profile-compile|tune|fuse|ab-rows"; exit 2 ;;
 esac
