@@ -36,6 +36,8 @@ def configs(n: int, one_pass: bool, per_thread=(8, 16), blocks=(2, 3, 4), stages
         threads = 32 * warps
         base = dict(BLOCK=block, R=1, ONE_PASS=one_pass, WARPS=warps)
         out.append((f"W{warps} grid=all", dict(base, MIN_BLOCKS=0, PROGRAMS=HUGE, STAGES=2)))
+        # one row per program read straight into registers (no shared-memory ring), as torch.compile's kernels do
+        out.append((f"W{warps} grid=all S1", dict(base, MIN_BLOCKS=0, PROGRAMS=HUGE, STAGES=1)))
         for b in blocks:
             for st in stages:
                 if threads * b <= 2048:
