@@ -37,6 +37,11 @@ def unparse_stmt(s: A.Stmt) -> str:
     return f"<{type(s).__name__}>"
 
 
+def untransposed(e: A.Expr) -> A.Expr:
+    """`t` for the view `t.T`, else `e` itself (a product's right operand names the tile it reads)."""
+    return e.obj if isinstance(e, A.Attr) and e.name == "T" else e
+
+
 def mentions(e: A.Expr | None, name: str) -> bool:
     """True if the variable `name` occurs anywhere in `e`."""
     if e is None:

@@ -12,7 +12,7 @@ the loop's 128-byte-swizzled ring, A from a swizzled resident tile or from regis
 from __future__ import annotations
 
 from .. import ast as A
-from ..exprs import unparse, unparse_stmt
+from ..exprs import unparse, unparse_stmt, untransposed
 from ..layout import Fragment, Layout
 from ..passes.infer_memory import stream_source
 from ..passes.plan_matmul import SWIZZLE_ELEMS, MatmulPlan, has_tile, mma_stage
@@ -340,7 +340,7 @@ class MatmulEmission:
 
         `init` (a C expression of slot `tx_s` in the result's layout) starts the accumulator instead of
         zeros: `c + a @ b` accumulates onto c, so c and the product are never live side by side."""
-        rb0 = e.rhs.obj if isinstance(e.rhs, A.Attr) and e.rhs.name == "T" else e.rhs
+        rb0 = untransposed(e.rhs)
         if isinstance(rb0, A.Name) and rb0.id in self.wgmma_streams:
             return self.wgmma_product(e, rb0.id, init)
         resident = self.resident.get(e.lhs.id) if isinstance(e.lhs, A.Name) else None

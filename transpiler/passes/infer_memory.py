@@ -25,6 +25,7 @@ from typing import Any
 from .. import ast as A
 from ..builtins import FUNCTIONS
 from ..diagnostics import CompileError, Span
+from ..exprs import untransposed
 from ..layout import Fragment, Layout, canonical, mma_fragment, mma_warp_grid, reduction_plan
 from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, smem_limit
 from .plan_matmul import StreamedMma
@@ -483,7 +484,7 @@ class _Memory(Rewriter):
             class _U(Walker):
                 def on_BinOp(self, e):
                     if e.op is A.BinOpKind.MATMUL:
-                        r = e.rhs.obj if isinstance(e.rhs, A.Attr) and e.rhs.name == "T" else e.rhs
+                        r = untransposed(e.rhs)
                         if isinstance(r, A.Name) and r.id == name:
                             if mem.mma_layout(e) is not None:
                                 good[0] += 1
@@ -851,7 +852,7 @@ class _Memory(Rewriter):
             item = e.lhs.ty.dtype.itemsize
             frag = None if self.in_plan else self.mma_layout(e)
             if frag is not None:
-                r = e.rhs.obj if isinstance(e.rhs, A.Attr) and e.rhs.name == "T" else e.rhs
+                r = untransposed(e.rhs)
                 if self.loop is not None and id(self.loop) in self.wgmma:
                     why = self.wgmma_obstacle(e, lhs, r, frag)
                     if why:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 
 from .. import ast as A
 from ..diagnostics import CompileError
-from ..exprs import mentions, unparse
+from ..exprs import mentions, unparse, untransposed
 from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, WGMMA_ARCHS, smem_limit
 from ..types import DType
 from .base import Rewriter, Walker, names_in, stored_tensors
@@ -173,7 +173,7 @@ class _Planner(Rewriter):
                 return f"wgmma needs a multiple of 64 rows (one warpgroup per 64): '{text}' has {m}"
             if n % 8 or n > 256:
                 return f"wgmma takes 8 to 256 result columns, a multiple of 8: '{text}' has {n}"
-            b = e.rhs.obj if isinstance(e.rhs, A.Attr) and e.rhs.name == "T" else e.rhs
+            b = untransposed(e.rhs)
             if not isinstance(b, A.Name):
                 return f"the right operand of '{text}' is not a tile the loop loads (wgmma reads it from the ring)"
             contiguous = b.ty.shape[1]  # `t.T` ([n, k]) and `t` ([k, n]) are both read as the rows of t
