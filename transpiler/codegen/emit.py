@@ -275,24 +275,21 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
 
         def iteration(stage: int | str, next_stage: int | str) -> None:
             """One iteration at `stage` (tx_cur), refilling `next_stage` (S - 1 iterations ahead)."""
-            if tma and S == 2:  # the mbarrier wait makes the stage visible to every thread: no barrier before the body
+            # two stages: the next copy goes out first, and the body's trailing barrier frees this stage;
+            # more: this iteration's tiles are waited for, a barrier frees the previous stage, then its refill
+            if S == 2:
                 copy(next_stage, "tx_cur + tx_step")
+            if tma:  # the mbarrier wait makes the stage visible to every thread
                 wait(stage)
-            elif tma:
-                wait(stage)
-                self.emit(self.barrier + "  // the previous iteration is done with its stage (wgmma waited)")
-                copy(next_stage, f"tx_cur + {S - 1} * tx_step")
-            elif S == 2:  # the next copy goes out first; a barrier after the body frees this stage
-                copy(next_stage, "tx_cur + tx_step")
-                self.emit("tilex_cp_async_wait<1>();  // this iteration's tiles have landed")
-                if wgmma:
-                    self.emit("tilex_fence_async_smem();  // visible to wgmma (the async proxy) after the barrier")
-                self.emit(self.barrier + "  // for every thread")
+                if S > 2:
+                    self.emit(self.barrier + "  // the previous iteration is done with its stage (wgmma waited)")
             else:
-                self.emit(f"tilex_cp_async_wait<{S - 2}>();  // this iteration's tiles have landed")
+                self.emit(f"tilex_cp_async_wait<{1 if S == 2 else S - 2}>();  // this iteration's tiles have landed")
                 if wgmma:
                     self.emit("tilex_fence_async_smem();  // visible to wgmma (the async proxy) after the barrier")
-                self.emit(self.barrier + "  // for every thread, and the previous iteration is done with its stage")
+                self.emit(self.barrier + ("  // for every thread" if S == 2 else
+                                          "  // for every thread, and the previous iteration is done with its stage"))
+            if S > 2:
                 copy(next_stage, f"tx_cur + {S - 1} * tx_step")
             self.emit(f"const int {s.var} = (int)tx_cur;")
             outer, outer_wg = self.streaming, self.wgmma_streams
