@@ -8,6 +8,7 @@
 #   OUT=out bash benchmarks/gpu_todo.sh profile-compile  # ncu of tilex vs torch.compile where compile is faster
 #   OUT=out bash benchmarks/gpu_todo.sh tune      # `tilex tune` over the memory-bound library kernels' tile parameters
 #   OUT=out bash benchmarks/gpu_todo.sh fuse      # the decode fusions' GPU tests, then decode with and without them
+#   OUT=out bash benchmarks/gpu_todo.sh next      # session 15's first call: A/B of the prepared branches, then profile-compile
 #   OUT=out bash benchmarks/gpu_todo.sh ab-rows   # prepared library branches against this tree (bench_stdlib rows)
 #                                                 # (first, here: bash benchmarks/ab_branches.sh prepare BRANCH...;
 #                                                 #  carry .whl and .ab-patches)
@@ -63,9 +64,18 @@ case "${1:-}" in
     done
     timeout 120 python3 examples/llm/run.py --config qwen2.5-14b --random-weights --prompt-ids "$P" --max-new-tokens 4 --profile \
         > "$OUT/run_profile_fuse.log" 2>&1; grep -A14 "^decode:" "$OUT/run_profile_fuse.log" ;;
+  next)  # session 15, first call (~7 min): the branches prepared in session 14 without a GPU against main, then
+         # ncu of tilex vs torch.compile where compile is faster. Here first: bash benchmarks/ab_branches.sh prepare
+         # ln-lean5 ln-lean4 store-lean4; carry .whl and .ab-patches. Predictions (RESULTS.md, session 14, "prepared"):
+         # ln-lean5 layer_norm 0.078 -> 0.072-0.075 ms, rms_norm 0.074 -> 0.072-0.074, fused_add within noise;
+         # ln-lean4 layer_norm 0.073-0.076; store-lean4 softmax 0.148 -> 0.144-0.148, the norms within noise.
+         # Then, as their own calls: `tune` (sweep_rows.py now also tries one row per program straight into
+         # registers), the winners' GPU tests (`tests`), `bench`.
+    AB_KERNELS=softmax,rms_norm,fused_add_rms_norm,layer_norm OUT=$OUT bash benchmarks/gpu_todo.sh ab-rows
+    OUT=$OUT bash benchmarks/gpu_todo.sh profile-compile ;;
   ab-rows)  # prepared library branches against this tree (here first: bash benchmarks/ab_branches.sh prepare BRANCH...;
             # carry .whl and .ab-patches); each branch's prediction is in its commit message and RESULTS.md
     AB_TIMEOUT=150 AB_TAIL=22 bash benchmarks/ab_branches.sh run \
       "python3 benchmarks/bench_stdlib.py --no-compile --only '${AB_KERNELS:-softmax,rms_norm,fused_add_rms_norm,layer_norm,rope,silu_and_mul,gelu_and_mul(tanh),embedding,kv_cache_write}' 2>&1 | grep -E '^\| [a-z]'; python3 benchmarks/bench_matmul.py --quick 2>&1 | grep -E '^\| [0-9a-z]'" ;;
-  *) echo "usage: $0 tests|bench|llm|profile|profile-compile|tune|fuse|ab-rows"; exit 2 ;;
+  *) echo "usage: $0 tests|bench|llm|profile|profile-compile|tune|fuse|next|ab-rows"; exit 2 ;;
 esac
