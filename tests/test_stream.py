@@ -331,6 +331,20 @@ IN_PLACE_NOT_STREAMED = {
                                    .replace("    }\n}", "    }\n    }\n}"),
     "a step not known at compile time": IN_PLACE.replace("pipeline(0, H, HB,", "pipeline(0, H, H,")
                                                 .replace("h : h + HB", "h : h + 1").replace("[HB, 64]", "[1, 64]"),
+    # (review) the load is read from the stage copied ahead, before this iteration's stores ran: a store
+    # to the tensor ahead of the load in the body would be missed by it
+    "a store before the load": IN_PLACE.replace(
+        "        a = x[t, h : h + HB, 0 : 64].to(f32)\n",
+        "        x[t, h : h + HB, 0 : 64] = zeros(bf16[HB, 64])\n        a = x[t, h : h + HB, 0 : 64].to(f32)\n"),
+    "a conditional store before the load": IN_PLACE.replace(
+        "        a = x[t, h : h + HB, 0 : 64].to(f32)\n",
+        "        if t > 0 {\n            x[t, h : h + HB, 0 : 64] = zeros(bf16[HB, 64])\n        }\n"
+        "        a = x[t, h : h + HB, 0 : 64].to(f32)\n"),
+    # an inner loop that rebinds the loop variable: its `h` is not the rows of this iteration
+    "an inner loop rebinding the variable": IN_PLACE.replace(
+        "        x[t, h : h + HB, 0 : 64] = (a * 2.0).to(bf16)\n",
+        "        x[t, h : h + HB, 0 : 64] = (a * 2.0).to(bf16)\n"
+        "        for h in range(HB, HB + 1) {\n            x[t, h : h + HB, 0 : 64] = zeros(bf16[HB, 64])\n        }\n"),
 }
 
 
@@ -343,6 +357,15 @@ def test_in_place_rows_are_streamed():
 def test_in_place_not_streamed_when_a_copy_ahead_could_read_a_write(name):
     loops, cuda = _loops(IN_PLACE_NOT_STREAMED[name])
     assert all(f.stream == () for f in loops) and "tilex_tile_to_smem<" not in cuda
+
+
+def test_in_place_load_after_a_store_is_not_streamed():
+    """(review) a second load of the rows after this iteration's store reads what the store wrote: only the
+    first load (before any store) may come from the stage copied ahead."""
+    src = IN_PLACE.replace("    }\n}", "        b = x[t, h : h + HB, 0 : 64].to(f32)\n"
+                           "        x[t, h : h + HB, 0 : 64] = (b + 1.0).to(bf16)\n    }\n}")
+    loops, _ = _loops(src)
+    assert [t.name for t in loops[0].stream] == ["a"]
 
 
 def test_rope_inplace_streams_its_heads():

@@ -544,20 +544,24 @@ class _Memory(Rewriter):
                 return False
         _Nested().walk(self.k.body)
 
-        def rows_ahead_disjoint(f, load) -> bool:
+        def rows_ahead_disjoint(f, load, at: int) -> bool:
             """Whether streaming `load` (of a tensor the kernel writes) one or more iterations ahead
             is safe: the loop f is not inside another loop, has a positive compile-time step, every
             store to the tensor is in f's body and writes, on the axis of the load's row slice
             `var + d : var + d + R`, an extent `var + c : var + c + L` (or the element `var + c`)
             that ends by `var + step + d`. A copy for iteration var + g (g >= step) then reads rows
             from var + g + d on, past everything iterations up to var wrote (and rows no earlier
-            iteration writes later): it can never read a value before the store that makes it.
+            iteration writes later): it can never read a value before the store that makes it. Within an
+            iteration the load (the body's statement `at`) must come before every store to the tensor:
+            its tile is read from the stage copied ahead, not after this iteration's stores. No loop in the
+            body may rebind the loop variable (the row offsets are matched by name).
             (rope_inplace: each iteration rotates rows h : h + HB in place, the next reads h + HB on.)"""
             from ..exprs import affine, const_int
             step = const_int(f.step)
             if id(f) in nested or step is None or step <= 0:
                 return False
-            if any(isinstance(st, A.Assign) and st.name == f.var for st in _all_stmts(f.body)):
+            if any(isinstance(st, A.Assign) and st.name == f.var or isinstance(st, A.For) and st.var == f.var
+                   for st in _all_stmts(f.body)):
                 return False
             name = load.base.id
 
@@ -571,10 +575,11 @@ class _Memory(Rewriter):
             if d is None:
                 return False
             stores = [st for st in _all_stmts(self_k.body) if isinstance(st, A.Store) and name in stored_tensors(st)]
-            inside = {id(st) for st in _all_stmts(f.body)}
+            # the statements from the load on: a store to the tensor must be one of them or nested in one
+            after = {id(st) for top in f.body.stmts[at + 1:] for st in [top] + _all_stmts(top)}
             for st in stores:
                 t = st.target
-                if id(st) not in inside or not (isinstance(t.base, A.Name) and t.base.id == name):
+                if id(st) not in after or not (isinstance(t.base, A.Name) and t.base.id == name):
                     return False
                 if len(t.items) != len(load.items):
                     return False
@@ -605,7 +610,7 @@ class _Memory(Rewriter):
                         gather = gather_load(load, f, changing, at)
                         if gather is None:
                             continue
-                    if load.base.id in stored and (gather is not None or not rows_ahead_disjoint(f, load)):
+                    if load.base.id in stored and (gather is not None or not rows_ahead_disjoint(f, load, at)):
                         continue
                     # a per-iteration value: assigned once, before any read in this body, and not
                     # read anywhere its value could come from outside an iteration
