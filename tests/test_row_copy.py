@@ -53,3 +53,22 @@ def test_edge_shapes_compile(name, n, m, tmp_path, nvcc):
     r = subprocess.run([nvcc, "-cubin", "-arch=sm_90a", str(cu), "-o", str(tmp_path / "k.cubin")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_loads_of_written_tensors_skip_the_read_only_path():
+    """(review) __ldg (ld.global.nc) is only for data read-only for the kernel's lifetime: loads of a tensor the
+    kernel writes (fused_add_rms_norm_inplace's x and residual) take the coherent path, the others keep it."""
+    src = """
+kernel k<B: int = 64>(x: out bf16[N], y: bf16[N])
+    grid (cdiv(N, B),)
+{
+    i = program_id(0) * B
+    a = x[i : i + B].to(f32)
+    b = y[i : i + B].to(f32)
+    x[i : i + B] = (a + b).to(bf16)
+}
+"""
+    cuda = translate(src, "k.tile", Options(arch="sm_90a")).cuda
+    assert "tilex_load_chunk<8, tilex_bf16, float, false>(&" in cuda  # x: written by the kernel
+    assert "tilex_load_chunk<8, tilex_bf16, float>(&" in cuda  # y: read only
+    assert "NC ? __ldg(" in cuda

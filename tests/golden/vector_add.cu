@@ -80,13 +80,15 @@ __device__ __forceinline__ long long tilex_f2ll(float x) { return __float2ll_rz(
 // tilex device helpers: masked, vectorized global loads and stores.
 // Elements [first, last) of a VEC-element chunk are inside the tensor; the rest are skipped (loads give `other`).
 // Whole, 16-byte aligned chunks move as 16-byte vectors; edge chunks element by element.
-template <int VEC, typename S, typename R>
+// NC: whole chunks by the read-only (non-coherent) path, __ldg; only for a tensor the kernel does not write
+// (PTX allows ld.global.nc only for data read-only for the kernel's lifetime: a tensor it writes is read coherently)
+template <int VEC, typename S, typename R, bool NC = true>
 __device__ __forceinline__ void tilex_load_chunk(R* dst, const S* __restrict__ base, long long off, long long first, long long last, bool ok, R other) {
   const S* p = base + off;
   constexpr int BYTES = VEC * (int)sizeof(S);
   if (BYTES % 16 == 0 && ok && first <= 0 && last >= VEC && (reinterpret_cast<unsigned long long>(p) & 15ull) == 0) {
 #pragma unroll
-    for (int q = 0; q < BYTES / 16; ++q) tilex_unpack16<S, R>(dst + q * (16 / (int)sizeof(S)), __ldg(reinterpret_cast<const uint4*>(p) + q));
+    for (int q = 0; q < BYTES / 16; ++q) tilex_unpack16<S, R>(dst + q * (16 / (int)sizeof(S)), NC ? __ldg(reinterpret_cast<const uint4*>(p) + q) : reinterpret_cast<const uint4*>(p)[q]);
   } else {
 #pragma unroll
     for (int v = 0; v < VEC; ++v) dst[v] = (ok && v >= first && v < last) ? (R)tilex_io<S>::get(p[v]) : other;

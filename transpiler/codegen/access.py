@@ -78,7 +78,8 @@ class GlobalAccess:
                 call = f"tilex_store_chunk<{vec}, {S}, {R}>({name}, {off}, {first}, {last}, {ok}, &{arr}[tx_s]);"
             else:
                 other = self.other(e)
-                call = f"tilex_load_chunk<{vec}, {S}, {R}>(&{arr}[tx_s], {name}, {off}, {first}, {last}, {ok}, ({R})({other}));"
+                nc = ", false" if self.tensors[name].is_out else ""  # a tensor the kernel writes: no __ldg
+                call = f"tilex_load_chunk<{vec}, {S}, {R}{nc}>(&{arr}[tx_s], {name}, {off}, {first}, {last}, {ok}, ({R})({other}));"
             self.unrolled(layout.slots, " ".join(idx_lines + [call]), step=vec)
             return
         ok_all = " && ".join(oks + ([f"(unsigned long long){vec_axis[0]} < (unsigned long long){self.dim(name, vec_axis[1])}"] if vec_axis else [])) or "true"
