@@ -59,36 +59,3 @@ __device__ __forceinline__ void tilex_setmaxnreg_dec() { asm volatile("setmaxnre
 // Generic-proxy writes (st.shared, cp.async) to shared memory that wgmma then reads (the async proxy):
 // each writing thread fences after its writes, before the barrier that precedes the wgmma.
 __device__ __forceinline__ void tilex_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-// Element offset of (r, c) in a [ROWS, COLS] tile of 2-byte elements stored as COLS / 64 atoms of [ROWS, 64]
-// with 128-byte swizzle (16-byte chunk j of row r at chunk j ^ (r % 8)): the layout TMA's SWIZZLE_128B writes
-// and a wgmma descriptor with layout type 1 reads (the tile starts 1024-byte aligned).
-template <int ROWS>
-__device__ __forceinline__ int tilex_sw128(int r, int c) {
-  return (c >> 6) * (ROWS * 64) + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7);
-}
-
-// tilex_tile_to_smem into a 128-byte swizzled tile (COLS % 64 == 0): whole 16-byte chunks by cp.async,
-// edge chunks element by element, elements outside the tensor 0.
-template <int ROWS, int COLS, int THREADS, typename S>
-__device__ __forceinline__ void tilex_tile_to_smem_sw128(S* smem, const S* __restrict__ g, long long r0, long long c0,
-                                                         long long nrows, long long ncols, long long ld) {
-  static_assert(sizeof(S) == 2 && COLS % 64 == 0, "128-byte swizzled tiles hold 2-byte elements, 64 per row segment");
-  constexpr int CH = COLS / 8;
-#pragma unroll
-  for (int it = 0; it < (ROWS * CH + THREADS - 1) / THREADS; ++it) {
-    const int i = it * THREADS + threadIdx.x;
-    if ((ROWS * CH) % THREADS != 0 && i >= ROWS * CH) break;
-    const int r = i / CH, c = (i % CH) * 8;
-    const long long gr = r0 + r, gc = c0 + c;
-    S* dst = smem + tilex_sw128<ROWS>(r, c);
-    const bool row_ok = (unsigned long long)gr < (unsigned long long)nrows;
-    if (row_ok && gc >= 0 && gc + 8 <= ncols && ((reinterpret_cast<unsigned long long>(g + gr * ld + gc) & 15ull) == 0)) {
-      tilex_cp_async16(dst, g + gr * ld + gc);
-    } else {
-#pragma unroll 1
-      for (int v = 0; v < 8; ++v)
-        dst[v] = (row_ok && (unsigned long long)(gc + v) < (unsigned long long)ncols) ? g[gr * ld + gc + v] : S{};
-    }
-  }
-}

@@ -130,9 +130,18 @@ __device__ __forceinline__ void tilex_cp_async_commit() { asm volatile("cp.async
 template <int N>
 __device__ __forceinline__ void tilex_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
+// Element offset of (r, c) in a [ROWS, COLS] tile of 2-byte elements stored as COLS / 64 atoms of [ROWS, 64]
+// with 128-byte swizzle (16-byte chunk j of row r at chunk j ^ (r % 8)): the layout TMA's SWIZZLE_128B writes
+// and an sm_90a tensor-core shared-memory descriptor of layout type 1 reads (the tile starts 1024-byte aligned).
+template <int ROWS>
+__device__ __forceinline__ int tilex_sw128(int r, int c) {
+  return (c >> 6) * (ROWS * 64) + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7);
+}
+
 // Copy a ROWS x COLS tile at (r0, c0) of a row-major [nrows, ncols] tensor (row pitch `ld` elements)
-// into shared memory rows of LDS elements. Elements outside the tensor become 0.
-// Fast path (a thread copying 8 or more chunks per call: its setup, ~15 instructions and a few live
+// into shared memory: rows of LDS elements, or with SWIZZLE 128-byte swizzled rows of 2-byte elements
+// (tilex_sw128, COLS % 64 == 0: sm_90a tensor-core operands). Elements outside the tensor become 0.
+// Fast path (padded rows only; a thread copying 8 or more chunks per call: its setup, ~15 instructions and a few live
 // registers, is then paid once for many chunks; H200, 2026-11-30: softmax's whole 32768-wide rows, 8 chunks
 // per thread, ran 16% faster with it, while rms_norm, fused_add_rms_norm, layer_norm and rope, 2 chunks per
 // thread, ran 1-3% slower and two of them spilled): the tile's rows all inside the tensor, its row starts 16-byte aligned, its columns inside
@@ -141,16 +150,17 @@ __device__ __forceinline__ void tilex_cp_async_wait() { asm volatile("cp.async.w
 // reading nothing (ignore-src), without a branch. Otherwise (a tile over the tensor's last rows,
 // unaligned rows, a partial chunk): whole 16-byte chunks that are in bounds and aligned travel by
 // cp.async; edge chunks element by element.
-template <int ROWS, int COLS, int LDS, int THREADS, typename S>
-__device__ __forceinline__ void tilex_tile_to_smem(S* smem, const S* __restrict__ g, long long r0, long long c0,
-                                                   long long nrows, long long ncols, long long ld) {
+template <int ROWS, int COLS, int LDS, int THREADS, bool SWIZZLE, typename S>
+__device__ __forceinline__ void tilex_tile_copy(S* smem, const S* __restrict__ g, long long r0, long long c0,
+                                                long long nrows, long long ncols, long long ld) {
+  static_assert(!SWIZZLE || (sizeof(S) == 2 && COLS % 64 == 0), "128-byte swizzled tiles hold 2-byte elements, 64 per row segment");
   constexpr int CH = COLS / 8;
   constexpr int ITS = (ROWS * CH + THREADS - 1) / THREADS;
   const unsigned long long pitch = ROWS > 1 ? (unsigned long long)ld * sizeof(S) : 0ull;
   const long long left = ncols - c0;  // columns of each row from c0 to the tensor's end
   // the fast path also needs a thread's chunks to be (it * THREADS) / CH rows and ((it * THREADS) % CH) * 8
   // columns from its first: true when CH divides THREADS or THREADS divides CH
-  if (ITS >= 8 && (CH % THREADS == 0 || THREADS % CH == 0) && r0 >= 0 && r0 + ROWS <= nrows && c0 >= 0 && left > 0 &&
+  if (!SWIZZLE && ITS >= 8 && (CH % THREADS == 0 || THREADS % CH == 0) && r0 >= 0 && r0 + ROWS <= nrows && c0 >= 0 && left > 0 &&
       (left >= COLS || left % 8 == 0) && ((reinterpret_cast<unsigned long long>(g + r0 * ld + c0) | pitch) & 15ull) == 0 &&
       (ROWS == 1 || ld <= (0x7fffffffLL - COLS) / ROWS)) {
     const int tid = (int)threadIdx.x;
@@ -172,7 +182,7 @@ __device__ __forceinline__ void tilex_tile_to_smem(S* smem, const S* __restrict_
     if ((ROWS * CH) % THREADS != 0 && i >= ROWS * CH) break;
     const int r = i / CH, c = (i % CH) * 8;
     const long long gr = r0 + r, gc = c0 + c;
-    S* dst = smem + r * LDS + c;
+    S* dst = SWIZZLE ? smem + tilex_sw128<ROWS>(r, c) : smem + r * LDS + c;
     const bool row_ok = (unsigned long long)gr < (unsigned long long)nrows;
     if (row_ok && gc >= 0 && gc + 8 <= ncols && ((reinterpret_cast<unsigned long long>(g + gr * ld + gc) & 15ull) == 0)) {
       tilex_cp_async16(dst, g + gr * ld + gc);
@@ -182,6 +192,20 @@ __device__ __forceinline__ void tilex_tile_to_smem(S* smem, const S* __restrict_
         dst[v] = (row_ok && (unsigned long long)(gc + v) < (unsigned long long)ncols) ? g[gr * ld + gc + v] : S{};
     }
   }
+}
+
+// tilex_tile_copy into padded rows of LDS elements (what ldmatrix and the row kernels read)
+template <int ROWS, int COLS, int LDS, int THREADS, typename S>
+__device__ __forceinline__ void tilex_tile_to_smem(S* smem, const S* __restrict__ g, long long r0, long long c0,
+                                                   long long nrows, long long ncols, long long ld) {
+  tilex_tile_copy<ROWS, COLS, LDS, THREADS, false>(smem, g, r0, c0, nrows, ncols, ld);
+}
+
+// tilex_tile_copy into a 128-byte swizzled tile (tilex_sw128: sm_90a tensor-core operands)
+template <int ROWS, int COLS, int THREADS, typename S>
+__device__ __forceinline__ void tilex_tile_to_smem_sw128(S* smem, const S* __restrict__ g, long long r0, long long c0,
+                                                         long long nrows, long long ncols, long long ld) {
+  tilex_tile_copy<ROWS, COLS, 0, THREADS, true>(smem, g, r0, c0, nrows, ncols, ld);
 }
 
 __device__ __forceinline__ void tilex_ldmatrix_x4(unsigned (&r)[4], const void* p) {

@@ -118,7 +118,7 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
             swizzle = v.ty.shape[0] if s.name in self.swizzled else None
             self.stage(tmp, layout, f"reinterpret_cast<{S}*>(tilex_smem + {offset})", ld, False, S, swizzle)
             if swizzle:
-                self.helpers.add("tilex_sm90.cuh")
+                self.helpers |= {"tilex_mma.cuh", "tilex_sm90.cuh"}  # tilex_sw128; the proxy fence
                 self.emit("tilex_fence_async_smem();  // wgmma reads it (the async proxy) after the next barrier")
             self.depth -= 1
             self.emit("}")
@@ -378,8 +378,6 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         dt = e.ty.dtype
         S = storage(dt)
         terms, oks, sl = [], [], []
-        if t.swizzled:
-            self.helpers.add("tilex_sm90.cuh")
         copy = (f"tilex_tile_to_smem_sw128<{t.rows}, {t.cols}, {self.T}, {S}>" if t.swizzled
                 else f"tilex_tile_to_smem<{t.rows}, {t.cols}, {t.ld}, {self.T}, {S}>")
         for ax, item in axes:
