@@ -64,15 +64,22 @@ case "${1:-}" in
     done
     timeout 120 python3 examples/llm/run.py --config qwen2.5-14b --random-weights --prompt-ids "$P" --max-new-tokens 4 --profile \
         > "$OUT/run_profile_fuse.log" 2>&1; grep -A14 "^decode:" "$OUT/run_profile_fuse.log" ;;
-  next)  # session 15, first call (~7 min): the branches prepared in session 14 without a GPU against main, then
+  next)  # session 15, first call (~9 min; split profile-compile off if the limit is near): the branches prepared in session 14 without a GPU against main, then
          # ncu of tilex vs torch.compile where compile is faster. Here first: bash benchmarks/ab_branches.sh prepare
-         # ln-lean5 ln-lean4 store-lean4; carry .whl and .ab-patches. Predictions (RESULTS.md, session 14, "prepared"):
+         # ln-lean5 ln-lean4 store-lean4 prefill-tma-overlap; carry .whl and .ab-patches. Predictions (RESULTS.md, session 14, "prepared"):
          # ln-lean5 layer_norm 0.078 -> 0.072-0.075 ms, rms_norm 0.074 -> 0.072-0.074, fused_add within noise;
          # ln-lean4 layer_norm 0.073-0.076; store-lean4 softmax 0.148 -> 0.144-0.148, the norms within noise.
          # Then, as their own calls: `tune` (sweep_rows.py now also tries one row per program straight into
          # registers), the winners' GPU tests (`tests`), `bench`.
-    AB_KERNELS=softmax,rms_norm,fused_add_rms_norm,layer_norm OUT=$OUT bash benchmarks/gpu_todo.sh ab-rows
+    AB_ONLY="ln-lean5 ln-lean4 store-lean4" AB_KERNELS=softmax,rms_norm,fused_add_rms_norm,layer_norm \
+      OUT=$OUT bash benchmarks/gpu_todo.sh ab-rows
+    OUT=$OUT bash benchmarks/gpu_todo.sh ab-attn
     OUT=$OUT bash benchmarks/gpu_todo.sh profile-compile ;;
+  ab-attn)  # prefill-tma-overlap (deferred PV on the TMA ring; predicted 383.7 -> ~405 TFLOP/s, 395-425): the branch's
+            # attention GPU tests first (a wrong ring order shows as wrong values, a phase bug as the timeout), then prefill
+    export AB_ROOT=$PWD
+    AB_ONLY="${AB_ONLY:-prefill-tma-overlap}" AB_TIMEOUT=330 AB_TAIL=5 bash benchmarks/ab_branches.sh run \
+      "if [ \"\$PWD\" != \"\$AB_ROOT\" ]; then timeout -s ABRT 220 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_stdlib_attention_gpu.py -o faulthandler_timeout=150 2>&1 | tail -2; fi; python3 benchmarks/bench_attention.py --quick --no-sweep --only prefill 2>&1 | grep -E 'tilex|flash  '" ;;
   ab-rows)  # prepared library branches against this tree (here first: bash benchmarks/ab_branches.sh prepare BRANCH...;
             # carry .whl and .ab-patches); each branch's prediction is in its commit message and RESULTS.md
     AB_TIMEOUT=150 AB_TAIL=22 bash benchmarks/ab_branches.sh run \
