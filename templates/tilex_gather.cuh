@@ -1,8 +1,4 @@
 // tilex device helpers: gathered rows copied into shared memory by cp.async (needs tilex_mma.cuh).
-// One whole, 16-byte aligned chunk by cp.async; zero-filled, reading nothing (src-size 0), unless `ok`.
-__device__ __forceinline__ void tilex_cp_async16_zfill(void* dst, const void* src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(tilex_smem_u32(dst)), "l"(src), "r"(ok ? 16 : 0) : "memory");
-}
 // a * b + c by one 32 x 32 -> 64-bit multiply-add (IMAD.WIDE.U32: from C++ nvcc keeps a 64-bit multiply)
 __device__ __forceinline__ unsigned long long tilex_mad_wide(unsigned a, unsigned b, unsigned long long c) {
   unsigned long long d;

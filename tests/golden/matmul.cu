@@ -119,7 +119,8 @@ __device__ __forceinline__ void tilex_cp_async16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(tilex_smem_u32(smem)), "l"(gmem) : "memory");
 }
 
-// 16 bytes by cp.async when `ok`, else 16 zero bytes written by the copy (ignore-src: nothing is read)
+// 16 bytes by cp.async when `ok`, else 16 zero bytes written by the copy (ignore-src: nothing is read; the
+// streamed row copies and the gathered rows of tilex_gather.cuh)
 __device__ __forceinline__ void tilex_cp_async16_or_zero(void* smem, const void* gmem, bool ok) {
   asm volatile("{\n .reg .pred p;\n setp.eq.u32 p, %2, 0;\n cp.async.cg.shared.global [%0], [%1], 16, p;\n}\n"
                ::"r"(tilex_smem_u32(smem)), "l"(gmem), "r"((unsigned)ok) : "memory");

@@ -464,7 +464,7 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         starts aligned), the tensors 16-byte aligned, and the strides (in bytes) of the index-tile
         axes below 2^32. Then a chunk's byte address is one 32 x 32 -> 64-bit multiply-add per index
         tile onto a base that holds the scalar indices' offset and the column, the other tensors' at
-        a fixed distance, and each chunk is one cp.async, zero-filled (src-size 0, reading nothing)
+        a fixed distance, and each chunk is one cp.async, zero-filled (ignore-src, reading nothing)
         for a row outside the tensor, whose address stays inside it (its first out-of-range index
         counts as 0). Else (a tensor over 4 GiB per index step, a partial or unaligned slice) the
         offsets are 64-bit products and tilex_gather_chunk16 tests each chunk's columns and alignment."""
@@ -542,7 +542,7 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
             self.emit(f"const unsigned long long tx_d{k} = {addr(n)} - {addr(names[0])};")
         if small:
             self.emit(f"const unsigned {', '.join(f'{bs} = (unsigned)({st} * {size})' for bs, st in small)};")
-        fast = [f"tilex_cp_async16_zfill({smem(t, d)}, reinterpret_cast<const void*>(tx_a{f' + tx_d{k}' if k else ''}), tx_ok);"
+        fast = [f"tilex_cp_async16_or_zero({smem(t, d)}, reinterpret_cast<const void*>(tx_a{f' + tx_d{k}' if k else ''}), tx_ok);"
                 for k, (t, d) in enumerate(zip(ts, dsts))]
         acc = f"tx_a0 + (unsigned long long)({layout.coord(1, 'tx_s')}) * {size}"
         for w in reversed(wide):
