@@ -25,7 +25,8 @@ from typing import Any
 from .. import ast as A
 from ..builtins import FUNCTIONS
 from ..diagnostics import CompileError, Span
-from ..exprs import untransposed
+from ..explain import walk_stmts
+from ..exprs import affine, const_int, untransposed
 from ..layout import Fragment, Layout, canonical, mma_fragment, mma_warp_grid, reduction_plan
 from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, smem_limit
 from .plan_matmul import StreamedMma
@@ -180,19 +181,6 @@ def _threads(k: A.Kernel) -> int:
     while t < 256 and t * 8 < sizes.biggest:
         t *= 2
     return t
-
-
-def _all_stmts(node) -> list:
-    """Every statement under `node`, nested blocks included."""
-    out: list = []
-
-    class _S(Walker):
-        def walk(self, n):
-            if isinstance(n, A.Stmt):
-                out.append(n)
-            return super().walk(n)
-    _S().walk(node)
-    return out
 
 
 def _replace_names(e, table: dict):
@@ -556,12 +544,11 @@ class _Memory(Rewriter):
             its tile is read from the stage copied ahead, not after this iteration's stores. No loop in the
             body may rebind the loop variable (the row offsets are matched by name).
             (rope_inplace: each iteration rotates rows h : h + HB in place, the next reads h + HB on.)"""
-            from ..exprs import affine, const_int
             step = const_int(f.step)
             if id(f) in nested or step is None or step <= 0:
                 return False
             if any(isinstance(st, A.Assign) and st.name == f.var or isinstance(st, A.For) and st.var == f.var
-                   for st in _all_stmts(f.body)):
+                   for st, _ in walk_stmts(f.body)):
                 return False
             name = load.base.id
 
@@ -574,9 +561,9 @@ class _Memory(Rewriter):
             d = offset(sl.start) if sl.start is not None else None
             if d is None:
                 return False
-            stores = [st for st in _all_stmts(self_k.body) if isinstance(st, A.Store) and name in stored_tensors(st)]
+            stores = [st for st, _ in walk_stmts(self.k.body) if isinstance(st, A.Store) and name in stored_tensors(st)]
             # the statements from the load on: a store to the tensor must be one of them or nested in one
-            after = {id(st) for top in f.body.stmts[at + 1:] for st in [top] + _all_stmts(top)}
+            after = {id(st) for st, _ in walk_stmts(A.Block(f.body.stmts[at + 1:]))}
             for st in stores:
                 t = st.target
                 if id(st) not in after or not (isinstance(t.base, A.Name) and t.base.id == name):
@@ -592,8 +579,6 @@ class _Memory(Rewriter):
                 if c is None or n is None or c + n > step + d:
                     return False
             return True
-
-        self_k = self.k
 
         class _Loops(Walker):
             def on_For(self, f):
