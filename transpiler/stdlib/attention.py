@@ -122,13 +122,10 @@ def _aligned16(x):
     addresses only (the kernel launch raises LaunchError on others)."""
     from ..runtime.launch import _pointer
 
-    try:
-        ptr = int(_pointer(x))
-    except Exception:  # not a device array (the interpreter's NumPy arrays): nothing to align
+    kind = L.kind_of(x)
+    if kind == "numpy" or int(_pointer(x)) % 16 == 0:  # the interpreter's arrays have nothing to align
         return x
-    if ptr % 16 == 0:
-        return x
-    return x.clone() if hasattr(x, "clone") else x.copy()
+    return x.clone() if kind == "torch" else x.copy()
 
 
 def decode_splits(batch: int, kv_heads: int, max_blocks: int, block_size: int, sm_count: int = 132) -> int:
