@@ -132,6 +132,13 @@ def _defines(items: Optional[List[str]]) -> dict:
 
 
 _ARCH = re.compile(r"^sm_\d{2,3}[af]?$")
+ARCH_OPT = typer.Option("sm_90a", "--arch", metavar="ARCH", help="Target GPU architecture, e.g. sm_90a, sm_80.")
+
+
+def _check_arch(arch: str) -> None:
+    if not _ARCH.match(arch):
+        raise typer.BadParameter(f"{arch!r} is not an architecture such as sm_90a or sm_80",
+                                 param_hint="'--arch'")
 
 
 def _options(defines: dict, kernel: Optional[str] = None, arch: str = "sm_90a"):
@@ -196,8 +203,7 @@ def translate(
         None, "-o", "--output", metavar="OUT",
         help="Write the CUDA source to OUT (default: stdout)."),
     kernel: Optional[str] = KERNEL_OPT,
-    arch: str = typer.Option("sm_90a", "--arch", metavar="ARCH",
-                             help="Target GPU architecture, e.g. sm_90a, sm_80."),
+    arch: str = ARCH_OPT,
     define: Optional[List[str]] = DEFINE_OPT,
     host: bool = typer.Option(
         False, "--host",
@@ -218,9 +224,7 @@ def translate(
                                  param_hint="'--dump-after'")
     if dump_after is not None and host:
         raise typer.BadParameter("--host cannot be combined with --dump-after", param_hint="'--host'")
-    if not _ARCH.match(arch):
-        raise typer.BadParameter(f"{arch!r} is not an architecture such as sm_90a or sm_80",
-                                 param_hint="'--arch'")
+    _check_arch(arch)
     with _errors():
         name, source = _read_source(file)
         options = _options(defines, kernel, arch)
@@ -626,8 +630,7 @@ def explain(
     file: Path = FILE_ARG,
     kernel: Optional[str] = KERNEL_OPT,
     define: Optional[List[str]] = DEFINE_OPT,
-    arch: str = typer.Option("sm_90a", "--arch", metavar="ARCH",
-                             help="Target GPU architecture, e.g. sm_90a, sm_80."),
+    arch: str = ARCH_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print the same data as one JSON list (one object per kernel)."),
 ) -> None:
     """Show what each kernel becomes: symbols, params, constraints, launch grid, threads,
@@ -636,9 +639,7 @@ def explain(
     many stages) and how its products run (wgmma or mma.sync, why not wgmma), and every tile
     with its dtype, shape, memory space, layout and registers per thread."""
     defines = _defines(define)
-    if not _ARCH.match(arch):
-        raise typer.BadParameter(f"{arch!r} is not an architecture such as sm_90a or sm_80",
-                                 param_hint="'--arch'")
+    _check_arch(arch)
     with _errors(json_mode=as_json):
         from .explain import explain as do_explain
         from .pipeline import compile_program
