@@ -35,7 +35,7 @@ case "${1:-}" in
     ncu --import "$OUT/prof.ncu-rep" --page raw --csv --metrics smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio 2>/dev/null | cut -c1-400 | head -12 ;;
   profile-compile)  # ncu of tilex and torch.compile side by side on the rows where compile is faster
                     # (benchmarks/prof_vs_compile.py: bench_stdlib's inputs, one launch each after warm-up)
-    timeout 500 ncu --clock-control none --set detailed -k regex:"embedding|fused_add|silu|gelu|rms_norm|triton" -c 16 \
+    timeout 500 ncu --profile-from-start off --clock-control none --set detailed \
         -o "$OUT/prof_compile" python3 benchmarks/prof_vs_compile.py 2>&1 | tail -3
     ncu --import "$OUT/prof_compile.ncu-rep" --page details 2>/dev/null | grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Block Size|Grid Size|Executed Ipc A|Warp Cycles Per Issued" | head -120
     ncu --import "$OUT/prof_compile.ncu-rep" --page raw --csv --metrics smsp__inst_executed.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio 2>/dev/null | cut -c1-400 | head -20 ;;
