@@ -26,6 +26,7 @@ DEFAULT = "embedding,fused_add_rms_norm,silu_and_mul,gelu_and_mul(tanh),rms_norm
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=DEFAULT, help=f"comma-separated bench_stdlib row names (default {DEFAULT})")
+    ap.add_argument("--copy", action="store_true", help="also profile a 1 GiB device copy (the roofline's reference)")
     args = ap.parse_args()
     keep = set(args.only.split(","))
     rows = [c for c in cases(argparse.Namespace(only=args.only)) if c[0].split()[0] in keep]
@@ -38,6 +39,10 @@ def main() -> int:
         fn, inputs = comp
         cf = torch.compile(fn)
         fns.append((key, f_tilex, lambda cf=cf, inputs=inputs: cf(*inputs)))
+    if args.copy:  # the reference every row is measured against: a device copy of the bench's size
+        src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").random_()  # as bench_stdlib.copy_bandwidth
+        dst = torch.empty_like(src)
+        fns.append(("copy", lambda: dst.copy_(src), lambda: None))
     for _ in range(3):  # warm-up: tilex compiles and caches its kernels, inductor its Triton kernels
         for _key, ft, fc in fns:
             ft()
