@@ -7,9 +7,25 @@ template <int VEC, typename S, typename R, bool NC = true>
 __device__ __forceinline__ void tilex_load_chunk(R* dst, const S* __restrict__ base, long long off, long long first, long long last, bool ok, R other) {
   const S* p = base + off;
   constexpr int BYTES = VEC * (int)sizeof(S);
-  if (BYTES % 16 == 0 && ok && first <= 0 && last >= VEC && (reinterpret_cast<unsigned long long>(p) & 15ull) == 0) {
+  if constexpr (BYTES % 16 == 0) {
+    // Both paths fill the chunk's raw bits and one unpack follows them: the 16-byte load is a predicated
+    // instruction ahead of a rarely taken branch, not the body of a branch that also converts. The next
+    // chunk's (or the next tensor's) load then shares a basic block with this unpack and ptxas issues it
+    // first, so a thread's loads are in flight together instead of one round trip each.
+    uint4 raw[BYTES / 16];
+    const bool whole = ok && first <= 0 && last >= VEC && (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
+    if (whole) {
 #pragma unroll
-    for (int q = 0; q < BYTES / 16; ++q) tilex_unpack16<S, R>(dst + q * (16 / (int)sizeof(S)), NC ? __ldg(reinterpret_cast<const uint4*>(p) + q) : reinterpret_cast<const uint4*>(p)[q]);
+      for (int q = 0; q < BYTES / 16; ++q) raw[q] = NC ? __ldg(reinterpret_cast<const uint4*>(p) + q) : reinterpret_cast<const uint4*>(p)[q];
+    } else {
+      S tmp[VEC];  // `other` is already of the tensor's dtype (codegen casts it), so put() is exact
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) tmp[v] = (ok && v >= first && v < last) ? p[v] : tilex_io<S>::put(other);
+#pragma unroll
+      for (int q = 0; q < BYTES / 16; ++q) raw[q] = reinterpret_cast<const uint4*>(tmp)[q];
+    }
+#pragma unroll
+    for (int q = 0; q < BYTES / 16; ++q) tilex_unpack16<S, R>(dst + q * (16 / (int)sizeof(S)), raw[q]);
   } else {
 #pragma unroll
     for (int v = 0; v < VEC; ++v) dst[v] = (ok && v >= first && v < last) ? (R)tilex_io<S>::get(p[v]) : other;
