@@ -8,7 +8,7 @@
 #   OUT=out bash benchmarks/gpu_todo.sh profile-compile  # ncu of tilex vs torch.compile where compile is faster
 #   OUT=out bash benchmarks/gpu_todo.sh tune      # `tilex tune` over the memory-bound library kernels' tile parameters
 #   OUT=out bash benchmarks/gpu_todo.sh fuse      # the decode fusions' GPU tests, then decode with and without them
-#   OUT=out bash benchmarks/gpu_todo.sh next      # session 15's first call: A/B of the prepared branches, then profile-compile
+#   OUT=out bash benchmarks/gpu_todo.sh next      # A/B of the prepared row-kernel branches, then profile-compile
 #   OUT=out bash benchmarks/gpu_todo.sh ab-rows   # prepared library branches against this tree (bench_stdlib rows)
 #                                                 # (first, here: bash benchmarks/ab_branches.sh prepare BRANCH...;
 #                                                 #  carry .whl and .ab-patches)
@@ -64,19 +64,15 @@ case "${1:-}" in
     done
     timeout 120 python3 examples/llm/run.py --config qwen2.5-14b --random-weights --prompt-ids "$P" --max-new-tokens 4 --profile \
         > "$OUT/run_profile_fuse.log" 2>&1; grep -A14 "^decode:" "$OUT/run_profile_fuse.log" ;;
-  next)  # session 15, first call (~9 min; split profile-compile off if the limit is near): the branches prepared in session 14 without a GPU against main, then
-         # ncu of tilex vs torch.compile where compile is faster. Here first: bash benchmarks/ab_branches.sh prepare
-         # ln-lean5 ln-lean4 store-lean4 prefill-tma-overlap; carry .whl and .ab-patches. Predictions (RESULTS.md, session 14, "prepared"):
-         # ln-lean5 layer_norm 0.078 -> 0.072-0.075 ms, rms_norm 0.074 -> 0.072-0.074, fused_add within noise;
-         # ln-lean4 layer_norm 0.073-0.076; store-lean4 softmax 0.148 -> 0.144-0.148, the norms within noise.
-         # Then, as their own calls: `tune` (sweep_rows.py now also tries one row per program straight into
-         # registers), the winners' GPU tests (`tests`), `bench`.
-    AB_ONLY="ln-lean5 ln-lean4 store-lean4" AB_KERNELS=softmax,rms_norm,fused_add_rms_norm,layer_norm \
+  next)  # a session's first call (~9 min): the prepared row-kernel branches (.ab-patches, here first:
+         # bash benchmarks/ab_branches.sh prepare BRANCH...; AB_ONLY names them) against this tree, then ncu of
+         # tilex vs torch.compile. Write each branch's prediction into RESULTS.md before the call.
+    AB_ONLY="${AB_ONLY:-}" AB_KERNELS=softmax,rms_norm,fused_add_rms_norm,layer_norm \
       OUT=$OUT bash benchmarks/gpu_todo.sh ab-rows
-    OUT=$OUT bash benchmarks/gpu_todo.sh ab-attn
     OUT=$OUT bash benchmarks/gpu_todo.sh profile-compile ;;
-  ab-attn)  # prefill-tma-overlap (deferred PV on the TMA ring; predicted 383.7 -> ~405 TFLOP/s, 395-425): the branch's
-            # attention GPU tests first (a wrong ring order shows as wrong values, a phase bug as the timeout), then prefill
+  ab-attn)  # prepared attention branches (AB_ONLY, default prefill-tma-overlap: 373.9 vs main's 464.9 in session 15):
+            # each branch's attention GPU tests first (a wrong ring order shows as wrong values, a phase bug as the
+            # timeout), then prefill
     export AB_ROOT=$PWD
     AB_ONLY="${AB_ONLY:-prefill-tma-overlap}" AB_TIMEOUT=330 AB_TAIL=5 bash benchmarks/ab_branches.sh run \
       "if [ \"\$PWD\" != \"\$AB_ROOT\" ]; then timeout -s ABRT 220 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_stdlib_attention_gpu.py -o faulthandler_timeout=150 2>&1 | tail -2; fi; python3 benchmarks/bench_attention.py --quick --no-sweep --only prefill 2>&1 | grep -E 'tilex|flash  '" ;;
