@@ -95,6 +95,14 @@ kernel f(x: f32[N], w: f32[K, N], y: out f32[N, K], z: out f32[K])
     y[0 : 32, 0 : 16] = w.T[0 : 32, 0 : 16] + t[:, None]
 }
 """,
+    "narrow_scalar_params": """
+kernel f<BLOCK: int = 64>(x: bf16[N], y: out f32[G], fill: bf16, scale: f16)
+    grid (cdiv(N, BLOCK),)
+{
+    t = x[program_id(0) * BLOCK : program_id(0) * BLOCK + BLOCK, other = fill].to(f32)
+    y[program_id(0)] = sum(t) * scale.to(f32)
+}
+""",
     "matmul_f16_pipeline": """
 kernel f<WARPS: int = 8>(a: f16[M, K], b: f16[K, N], c: out f32[M, N])
     grid (cdiv(M, 64), cdiv(N, 64))

@@ -97,7 +97,7 @@ __device__ __forceinline__ void tilex_load_chunk(R* dst, const S* __restrict__ b
 #pragma unroll
       for (int q = 0; q < BYTES / 16; ++q) raw[q] = NC ? __ldg(reinterpret_cast<const uint4*>(p) + q) : reinterpret_cast<const uint4*>(p)[q];
     } else {
-      S tmp[VEC];  // `other` is already of the tensor's dtype (codegen casts it), so put() is exact
+      alignas(16) S tmp[VEC];  // `other` is of the tensor's dtype (codegen casts it; narrow scalar parameters are rounded on entry): put() is exact
 #pragma unroll
       for (int v = 0; v < VEC; ++v) tmp[v] = (ok && v >= first && v < last) ? p[v] : tilex_io<S>::put(other);
 #pragma unroll
@@ -116,7 +116,7 @@ __device__ __forceinline__ void tilex_store_chunk(S* __restrict__ base, long lon
   S* p = base + off;
   constexpr int BYTES = VEC * (int)sizeof(S);
   if (BYTES % 16 == 0 && ok && first <= 0 && last >= VEC && (reinterpret_cast<unsigned long long>(p) & 15ull) == 0) {
-    S tmp[VEC];
+    alignas(16) S tmp[VEC];
 #pragma unroll
     for (int v = 0; v < VEC; ++v) tmp[v] = tilex_io<S>::put(src[v]);
 #pragma unroll

@@ -17,6 +17,7 @@ from .. import __version__
 from .. import ast as A
 from ..exprs import to_c
 from ..types import DType
+from .c import ROUND
 from .emit import Emitter, reg
 
 # helper files in the order they must appear (later ones use earlier ones)
@@ -48,6 +49,14 @@ def _param_decl(p: A.Param) -> str:
     return f"{const}{dt.ctype}* __restrict__ {p.name}"
 
 
+def _kernel_param_decl(p: A.Param) -> str:
+    """A kernel's parameter: bf16/f16/fp8 scalars arrive as floats under another name (`Emitter.prologue`
+    rounds them to their dtype under their own name, as the interpreter does)."""
+    if p.type.dims is None and DType(p.type.dtype) in ROUND:
+        return f"const float tx_arg_{p.name}"
+    return _param_decl(p)
+
+
 def _param_type(p: A.Param) -> str:
     return _param_decl(p).rsplit(" ", 1)[0]
 
@@ -66,7 +75,7 @@ def generate(program: A.Program, options, specs: dict, host: bool = False) -> tu
         functions.update(em.functions)
         if _uses_fp8(k):
             helpers.add("tilex_fp8.cuh")
-        params = [_param_decl(p) for p in k.params] + [f"const int {s}" for s in k.symbols] \
+        params = [_kernel_param_decl(p) for p in k.params] + [f"const int {s}" for s in k.symbols] \
             + [f"const __grid_constant__ tilex_tmap {m.param}" for m in em.tma_maps]
         defines = ", ".join(f"{n}={v}" for n, v in k.defines)
         kernels.append(dict(

@@ -72,6 +72,9 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
     # ---- prologue: strides of every tensor parameter
     def prologue(self) -> list[str]:
         out = []
+        for p in self.k.params:  # narrow float scalars: the host passes a float, the value is the dtype's
+            if p.type.dims is None and DType(p.type.dtype) in ROUND:
+                out.append(f"const float {p.name} = {ROUND[DType(p.type.dtype)]}(tx_arg_{p.name});")
         for p in self.tensors.values():
             dims = [str(d.value) if isinstance(d, A.IntLit) else d.id for d in p.type.dims]
             stride = "1LL"

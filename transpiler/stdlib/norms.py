@@ -66,8 +66,11 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
     if cfg["ONE_PASS"]:
         # one step per program straight into registers (no shared-memory ring): x's and residual's loads
         # are in flight together. sweep_rows.py on an H200 (2026-11-30, bf16 16384x4096): 0.1313 ms
-        # (97% of copy; torch.compile 0.1357) against 0.143-0.146 for the persistent ring configs
-        cfg = dict(cfg, STAGES=1, MIN_BLOCKS=0, PROGRAMS=1 << 30)
+        # (97% of copy; torch.compile 0.1357) against 0.143-0.146 for the persistent ring configs.
+        # bf16 as measured, without a register cap (64 registers, 4 CTAs per SM either way, 283 SASS
+        # instructions per row against 299 capped); f16/f32 keep row_config's MIN_BLOCKS: uncapped, f32
+        # takes 70-73 registers (3 CTAs per SM at 8 warps, 1 at 16) and f16 spills at BLOCK 8192
+        cfg = dict(cfg, STAGES=1, PROGRAMS=1 << 30, **({"MIN_BLOCKS": 0} if dt == "bf16" else {}))
     y = L.empty(x2, (m, n))
     r_out = L.empty(x2, (m, n))
     mod = L.load("fused_add_rms_norm", kernel="fused_add_rms_norm", T=dt, **cfg)
