@@ -31,7 +31,7 @@ template <> struct tilex_io<bool> { __device__ static bool get(bool x) { return 
 // going through 16-bit values costs a byte permute more for every high element)
 template <typename S, typename R>
 __device__ __forceinline__ void tilex_unpack16(R* dst, const uint4& q) {
-  S tmp[16 / sizeof(S)];
+  alignas(16) S tmp[16 / sizeof(S)];
   *reinterpret_cast<uint4*>(tmp) = q;
 #pragma unroll
   for (int v = 0; v < (int)(16 / sizeof(S)); ++v) dst[v] = (R)tilex_io<S>::get(tmp[v]);

@@ -17,7 +17,7 @@ from .. import __version__
 from .. import ast as A
 from ..exprs import to_c
 from ..types import DType
-from .c import ROUND
+from .c import rounded_scalar
 from .emit import Emitter, reg
 
 # helper files in the order they must appear (later ones use earlier ones)
@@ -52,7 +52,7 @@ def _param_decl(p: A.Param) -> str:
 def _kernel_param_decl(p: A.Param) -> str:
     """A kernel's parameter: bf16/f16/fp8 scalars arrive as floats under another name (`Emitter.prologue`
     rounds them to their dtype under their own name, as the interpreter does)."""
-    if p.type.dims is None and DType(p.type.dtype) in ROUND:
+    if rounded_scalar(p):
         return f"const float tx_arg_{p.name}"
     return _param_decl(p)
 

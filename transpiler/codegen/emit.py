@@ -17,7 +17,7 @@ from ..passes.infer_dtypes import operand_dtype
 from ..passes.infer_memory import stream_source
 from ..types import DType
 from .access import GlobalAccess
-from .c import C_BINOP, ROUND, flit, reg, storage
+from .c import C_BINOP, ROUND, flit, reg, rounded_scalar, storage
 from .matmul import MatmulEmission, kernel_tma_maps
 from .reduce import Reductions, is_reduction
 
@@ -72,9 +72,9 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
     # ---- prologue: strides of every tensor parameter
     def prologue(self) -> list[str]:
         out = []
-        for p in self.k.params:  # narrow float scalars: the host passes a float, the value is the dtype's
-            if p.type.dims is None and DType(p.type.dtype) in ROUND:
-                out.append(f"const float {p.name} = {ROUND[DType(p.type.dtype)]}(tx_arg_{p.name});")
+        for p in self.k.params:
+            if rounded_scalar(p):
+                out.append(f"const float {p.name} = {self.round(f'tx_arg_{p.name}', DType(p.type.dtype))};")
         for p in self.tensors.values():
             dims = [str(d.value) if isinstance(d, A.IntLit) else d.id for d in p.type.dims]
             stride = "1LL"
@@ -437,7 +437,7 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         if not n:
             return
         self.helpers |= {"tilex_sm90.cuh", "tilex_tma.cuh"}
-        self.emit(f"// mbarriers of the TMA-filled rings: stage s completes when its boxes' bytes have landed")
+        self.emit("// mbarriers of the TMA-filled rings: stage s completes when its boxes' bytes have landed")
         self.emit(f"unsigned long long* const tx_bars = reinterpret_cast<unsigned long long*>(tilex_smem + {self.k.info.mbar_offset});")
         self.emit("unsigned tx_phase = 0;  // bit s: the parity of stage s's next fill")
         self.emit("if (threadIdx.x == 0) {")
@@ -756,6 +756,7 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
 
     def round(self, expr: str, dt: DType) -> str:
         return f"{ROUND[dt]}({expr})" if dt in ROUND else expr
+
 
 def _power_of_two(e: A.Expr) -> bool:
     """True if `e` is an integer literal 2^k (k >= 0) that fits in 32 bits."""

@@ -26,7 +26,7 @@ from .. import ast as A
 from ..builtins import FUNCTIONS
 from ..diagnostics import CompileError, Span
 from ..explain import walk_stmts
-from ..exprs import affine, const_int, untransposed
+from ..exprs import affine, const_int, unparse, untransposed
 from ..layout import Fragment, Layout, canonical, mma_fragment, mma_warp_grid, reduction_plan
 from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, smem_limit
 from .plan_matmul import StreamedMma
@@ -714,8 +714,6 @@ class _Memory(Rewriter):
     def convert_if_needed(self, e: A.Expr, have: Layout, want: Layout | None) -> None:
         """Account for the shared memory codegen uses to move `e` from `have` to `want`."""
         if want is not None and not have.compatible(want):
-            from ..exprs import unparse
-
             self.need(f"converting the layout of '{unparse(e)}'", numel(e.ty.shape) * compute_bytes(e.ty.dtype), e)
 
     # ---- layout choice
@@ -762,8 +760,6 @@ class _Memory(Rewriter):
     def wgmma_obstacle(self, e: A.BinOp, lhs: A.Expr, b: A.Expr, frag: Layout) -> str | None:
         """Why the product `e` (operands annotated: `lhs`; `b` the right operand's tile) of a wgmma loop
         cannot run as wgmma after all, or None."""
-        from ..exprs import unparse
-
         m = e.lhs.ty.shape[0]
         if self.T != 32 * (m // 16) or frag.root.warps != (m // 16, 1):
             return f"wgmma runs one warp per 16 rows: the {m}-row products need {m // 16} warps (the kernel has {self.T // 32})"
@@ -1005,10 +1001,9 @@ def tma_obstacle(k: A.Kernel, t: "StreamTile", load: A.Index) -> str | None:
     columns in whole 64-element atoms, rows a multiple of 8 (whole swizzle patterns) and at most
     TMA_MAX_BOX, a row pitch provably a multiple of 16 bytes (so is every stride of a row-major tensor),
     and 32-bit indices (TMA coordinates are int32; out-of-range ones read zeros, as the language does)."""
-    from ..exprs import unparse
-
     name = load.base.id
-    if DType(next(p for p in k.params if p.name == name).type.dtype).itemsize != 2:
+    p = next(p for p in k.params if p.name == name)
+    if DType(p.type.dtype).itemsize != 2:
         return f"'{name}' is not a 2-byte float (the ring's byte counts assume bf16/f16)"
     if t.gather is not None or not t.swizzled:
         return f"'{t.name}' is {'gathered' if t.gather is not None else 'not a 128-byte swizzled wgmma operand'}"
@@ -1018,7 +1013,6 @@ def tma_obstacle(k: A.Kernel, t: "StreamTile", load: A.Index) -> str | None:
         return f"'{t.name}' has {t.cols} columns, not whole 64-column atoms"
     if t.rows % 8 or t.rows > TMA_MAX_BOX:
         return f"'{t.name}' has {t.rows} rows (a TMA box takes a multiple of 8, at most {TMA_MAX_BOX})"
-    p = next(p for p in k.params if p.name == name)
     last = p.type.dims[-1]
     per = 16 // DType(p.type.dtype).itemsize
     if isinstance(last, A.IntLit):

@@ -47,22 +47,10 @@ def check_alignment(name: str, ptr: int, dtype: str, cols: int) -> None:
                           f"got {cols} elements of {dtype}")
 
 
-@lru_cache(maxsize=4096)
 def encode(ptr: int, dtype: str, rows: int, cols: int, box_rows: int, box_cols: int) -> np.void:
-    """The 128-byte CUtensorMap of a row-major [rows, cols] tensor at `ptr`, as a by-value kernel argument."""
-    buf = (ctypes.c_uint64 * 24)()  # 192 bytes: room to place 128 at a 64-byte boundary
-    base = ctypes.addressof(buf)
-    at = (base + 63) & ~63
-    dims = (ctypes.c_uint64 * 2)(cols, rows)
-    strides = (ctypes.c_uint64 * 1)(cols * _ITEMSIZE[dtype])
-    box = (ctypes.c_uint32 * 2)(box_cols, box_rows)
-    elem = (ctypes.c_uint32 * 2)(1, 1)
-    err = _encoder()(at, _DATA_TYPE[dtype], 2, ctypes.c_void_p(ptr), dims, strides, box, elem,
-                     0, _SWIZZLE_128B, _L2_PROMOTION_256B, 0)
-    if err != 0:
-        raise LaunchError(f"cuTensorMapEncodeTiled failed with CUresult {err} for a [{rows}, {cols}] {dtype} tensor "
-                          f"(box {box_rows}x{box_cols})")
-    return np.void(ctypes.string_at(at, 128))
+    """The 128-byte CUtensorMap of a row-major [rows, cols] tensor at `ptr` (rows, cols >= 1) read in
+    [box_rows, box_cols] boxes, as a by-value kernel argument: the 2-D case of `encode_nd`."""
+    return encode_nd(ptr, dtype, (rows, cols), (box_cols, box_rows))
 
 
 # cuTensorMapEncodeTiled's limits on a tiled map (CUDA driver API, "Tensor Map Object Management")
