@@ -12,8 +12,10 @@ python3 -m pytest -q --collect-only -p no:cacheprovider -m "$MARK" "${PATHS[@]}"
 echo "$(wc -l < "$OUT/gpu_ids.txt") GPU tests in $N shards"
 for i in $(seq 0 $((N - 1))); do
   awk -v n="$N" -v i="$i" 'NR % n == i' "$OUT/gpu_ids.txt" > "$OUT/gpu_ids_$i.txt"
+  mapfile -t ids < "$OUT/gpu_ids_$i.txt"  # one id per line (parametrized ids may hold spaces)
+  [ ${#ids[@]} -eq 0 ] && continue
   timeout -s ABRT "${SHARD_TIMEOUT:-500}" python3 -m pytest -q -rf -p no:cacheprovider -o faulthandler_timeout=240 \
-      $(cat "$OUT/gpu_ids_$i.txt") > "$OUT/pytest_shard_$i.log" 2>&1 &
+      "${ids[@]}" > "$OUT/pytest_shard_$i.log" 2>&1 &
 done
 wait
 for i in $(seq 0 $((N - 1))); do echo "shard $i: $(tail -1 "$OUT/pytest_shard_$i.log")"; done
