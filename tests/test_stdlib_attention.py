@@ -256,7 +256,8 @@ def test_decode_splits_heuristic():
     assert stdlib.attention.decode_splits(256, 8, 256, 16) == 1          # many programs already
     assert stdlib.attention.decode_splits(16, 8, 256, 16) == 2           # one wave of 2 blocks per SM
     assert stdlib.attention.decode_splits(1, 8, 2048, 16) == 33          # 264 programs
-    assert stdlib.attention.decode_splits(1, 8, 4, 16) == 2              # >= 32 tokens a share
+    assert stdlib.attention.decode_splits(1, 8, 9, 16) == 5              # >= 32 tokens a share
+    assert stdlib.attention.decode_splits(1, 8, 8, 16) == 1              # <= 128 tokens: one share
     assert stdlib.attention.decode_splits(1, 8, 2, 16) == 1
     assert stdlib.attention.decode_splits(64, 8, 12, 16) == 1            # 512 programs: two waves unsplit
     assert stdlib.attention.decode_splits(4, 8, 256, 16) == 8

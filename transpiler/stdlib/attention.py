@@ -12,6 +12,7 @@ from . import _launch as L
 HEAD_DIMS = (16, 32, 64, 128, 256)   # power-of-two head sizes (64 and 128 are the tuned ones)
 MAX_SPLITS = 64
 MIN_SHARE_TOKENS = 32  # two 16-token blocks
+SINGLE_SHARE_TOKENS = 128  # contexts this short are not split
 RESIDENT_PER_SM = 2  # attention_decode blocks that fit on an SM (shared memory of the streamed K/V ring)
 
 
@@ -29,8 +30,8 @@ def _scale(scale, d: int) -> float:
 def prefill_config(d: int, s: int) -> dict:
     """Compile-time parameters of attention_prefill for head size d and sequence length s (an H200's
     shared memory; `_prefill_module` steps down where the target has less)."""
-    if d >= 256:
-        return dict(BM=64, BN=32, WARPS=8)
+    # D = 256 as D = 128 (H200, sweep_attention.py, 2026-12-01): B1 Hq8 Hkv4 S4096 0.638 -> 0.143 ms (1.15x cuDNN),
+    # B32 S512 0.449 -> 0.181 against the former BM=64 BN=32 (which was chosen when 128x64 spilled)
     bm = 128 if s > 64 else 64
     return dict(BM=bm, BN=64, WARPS=8 if bm == 128 else 4)
 
@@ -136,8 +137,12 @@ def decode_splits(batch: int, kv_heads: int, max_blocks: int, block_size: int, s
     only (no read of seq_lens), so it is fixed under CUDA-graph capture. With K/V streamed
     into shared memory (78 KB per block: two per SM) more programs only queue: at batch 16,
     8 KV heads, context 4096 (H200, 2026-11-30) 2 shares ran 0.120 ms, 4 0.123, 9 (the former
-    ~8-programs-per-SM rule) 0.146, 32 0.150, and 1 0.199 (half the SMs idle).
+    ~8-programs-per-SM rule) 0.146, 32 0.150, and 1 0.199 (half the SMs idle). A context of at most
+    SINGLE_SHARE_TOKENS (two 64-key iterations) is one share: B1 Hq32 Hkv8 ctx128 (2026-12-01) 1 share
+    0.0054 ms, 4 shares (the rule above) 0.0062-0.0070.
     """
+    if max_blocks * block_size <= SINGLE_SHARE_TOKENS:  # one program per KV head reads it all: no combine launch
+        return 1
     pairs = max(1, batch * kv_heads)
     want = RESIDENT_PER_SM * sm_count // pairs
     most = -(-max_blocks * block_size // MIN_SHARE_TOKENS)
@@ -194,8 +199,9 @@ def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | 
     table = L.contiguous(L.astype(block_table, "i32"))
     lens = L.contiguous(L.astype(seq_lens, "i32"))
     q4 = L.reshape(L.contiguous(q), (b, hkv, g, d))
-    # D = 256 with 64 keys per iteration spills registers (ptxas: 255 + 364 bytes): 32 keys
-    cfg = {"WARPS": 4, "BN": 32 if d >= 256 else 64, **(config or {})}
+    # 64 keys per iteration at every head size: at D = 256 (H200, sweep_attention.py, 2026-12-01) B1 Hq8 Hkv4
+    # ctx4096 0.0511 ms with 32 keys (chosen when 64 spilled), 0.0124 with 64 (0.96x SDPA)
+    cfg = {"WARPS": 4, "BN": 64, **(config or {})}
     # K/V streamed into shared memory one iteration ahead pays when a share spans more than one
     # iteration (H200: B16 Hq40 Hkv8 ctx4096 0.235 -> 0.147 ms in a CUDA graph; qwen2.5-14b decode
     # bs16, 1024-token prompt, ~2 iterations a share: 1317 -> 1381 tok/s); a share of one
