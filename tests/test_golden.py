@@ -130,7 +130,8 @@ def test_no_includes(path):
     t = translated(path)
     assert "#include" not in t.cuda
     includes = re.findall(r"^\s*#\s*include\s*(\S+)", t.host, flags=re.M)
-    assert includes == ["<cuda_runtime.h>"]
+    tma = any(spec.tma for spec in t.specs.values())  # the launcher encodes TMA maps (cuTensorMapEncodeTiled)
+    assert includes == ["<cuda_runtime.h>"] + (["<cuda.h>"] if tma else [])
     for text in (t.cuda, t.host):
         assert not re.search(r"#\s*include\s*[<\"](tilex|.*\.cuh)", text)
         assert str(ROOT) not in text
@@ -140,8 +141,8 @@ def test_no_includes(path):
 def test_entry_points_are_extern_c(path):
     t = translated(path)
     for k in t.program.kernels:
-        assert re.search(rf'^extern "C" __global__ void __launch_bounds__\({k.info.threads}\) {k.name}\(', t.cuda, re.M)
-        assert re.search(rf'^extern "C" __global__ void {k.name}\(', t.host, re.M)
+        assert re.search(rf'^extern "C" __global__ void __launch_bounds__\({k.info.launch_threads}(, \d+)?\) {k.name}\(', t.cuda, re.M)
+        assert re.search(rf'^extern "C" __global__ void (__launch_bounds__\([\d, ]+\) )?{k.name}\(', t.host, re.M)
         assert re.search(rf'^extern "C" cudaError_t tilex_launch_{k.name}\(', t.host, re.M)
     assert len(re.findall(r"__global__", t.cuda)) == len(t.program.kernels)
     for line in t.cuda.splitlines():
