@@ -122,7 +122,10 @@ def test_source_line_markers(path):
     assert k.span.line in marks  # the kernel itself
     stmt_lines = {s.span.line for s in k.body.stmts}
     assert stmt_lines <= set(marks), f"statements without a marker: {sorted(stmt_lines - set(marks))}"
-    assert marks == sorted(marks), "markers are not in source order"
+    # in source order; a persistent tile loop emits its scalar statements twice (the producer warps' copy, then
+    # the consumers'), so the order is that of each line's first marker
+    first = list(dict.fromkeys(marks))
+    assert first == sorted(first), "markers are not in source order"
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=ids)

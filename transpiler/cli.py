@@ -677,6 +677,10 @@ def _print_explain(data: list[dict]) -> None:
                       f"{loop['stages']} stages, {loop['warps']} warps"
                       + (f" + {loop['producer_warps']} producer warps" if loop['producer_warps'] else "")
                       + (f" ({loop['note']})" if loop['note'] else ""), markup=False)
+            if loop.get("batch"):  # batched operands: the ring reads one batch's matrix (TMA: N-D maps, box 1 there)
+                by = "N-D TMA maps, box 1 on the batch axes" if loop["strategy"] == "wgmma" else "cp.async from the batch's matrix"
+                ops = ", ".join(f"{t}[{', '.join(ix)}, ...]" for t, ix in loop["batch"].items())
+                con.print(f"  batched:     line {loop['line']}: {ops} ({by})", markup=False)
         for loop in k.get("streamed_loops", []):
             regs, swz = set(loop["into_registers"]), set(loop.get("swizzled", ()))
             names = ", ".join(n + (" (into registers)" if n in regs else " (128-byte swizzled)" if n in swz else "")
