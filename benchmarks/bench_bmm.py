@@ -5,8 +5,8 @@
     python benchmarks/bench_bmm.py --shapes 32x1024x1024x1024 --configs default --json out.json
 
 Every row is c[z] = a[z] @ b[z] with a [B, M, K], b [B, K, N], c [B, M, N] bf16 (shapes named BxMxNxK):
-tilex through `tilex.compile("examples/bmm.tile", **config).bmm(a, b, c)` or `.bmm_persistent` (on sm_90a:
-TMA with 3-D tensor maps + wgmma), cuBLAS through `torch.bmm(a, b, out=c)`. Each tile configuration (`--configs`) is compiled
+tilex through `tilex.compile("examples/bmm.tile", **config).bmm(a, b, c)` or examples/bmm_persistent.tile (on
+sm_90a: TMA with 3-D tensor maps + wgmma), cuBLAS through `torch.bmm(a, b, out=c)`. Each tile configuration (`--configs`) is compiled
 once; the row reports each and the best.
 
 Method (the Timer of bench_matmul.py): correctness first (relative Frobenius error against torch.bmm on f32
@@ -34,7 +34,7 @@ CONFIGS = {
     "default": ("bmm", {}),  # 128x128x64, 4 stages (the example's defaults), one block per output tile
     "64x128": ("bmm", dict(BM=64, BN=128, BK=64, STAGES=4)),
     "128x256": ("bmm", dict(BM=128, BN=256, BK=64, STAGES=3)),
-    "persistent": ("bmm_persistent", {}),  # 132 blocks walk the tiles; the next tile's loads overlap this one's stores
+    "persistent": ("bmm_persistent", {}),  # examples/bmm_persistent.tile  # 132 blocks walk the tiles; the next tile's loads overlap this one's stores
 }
 TOL = 1e-2
 
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         sys.exit("error: bench_bmm.py needs a CUDA GPU")
     timer = Timer(torch, 10.0 if args.quick else 100.0, 30.0 if args.quick else 300.0)
-    kernels = {c: getattr(tilex.compile(str(ROOT / "examples" / "bmm.tile"), **CONFIGS[c][1]), CONFIGS[c][0])
+    kernels = {c: getattr(tilex.compile(str(ROOT / "examples" / f"{CONFIGS[c][0]}.tile"), **CONFIGS[c][1]), CONFIGS[c][0])
                for c in args.config_list}
     rows, failed = [], False
     print(f"# bench_bmm.py, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {git_commit()}, "

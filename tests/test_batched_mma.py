@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import tilex
+import tilex.diagnostics
 from tilex import ast as A
 from tilex.exprs import unparse
 from tilex.pipeline import Options, compile_program
@@ -22,6 +23,8 @@ from tilex.types import DType, numpy_dtype
 
 ROOT = Path(__file__).resolve().parents[1]
 BMM = ROOT / "examples" / "bmm.tile"
+HEADS = ROOT / "examples" / "head_scores.tile"
+PERSISTENT = ROOT / "examples" / "bmm_persistent.tile"
 BF16 = numpy_dtype(DType.BF16)
 
 # a batched product written four ways: rank 3 [B, K, N] b, rank 3 K-major b, shared rank-2 weights, rank 4
@@ -111,7 +114,7 @@ def test_batched_products_are_main_loops(name, b_tensor, b_kmajor, b_batch, arch
 
 
 def test_rank4_batch_indices_in_order():
-    p = main_loop(kernel(BMM.read_text(), "head_scores")).plan
+    p = main_loop(kernel(HEADS.read_text(), "head_scores")).plan
     assert p.strategy == "wgmma"
     for op in (p.products[0].a, p.products[0].b):
         assert [unparse(i) for i in op.batch] == ["zb", "h"]
@@ -120,7 +123,7 @@ def test_rank4_batch_indices_in_order():
 
 @pytest.mark.parametrize("arch,strategy,persistent", [("sm_90a", "wgmma", True), ("sm_80", "mma", False)])
 def test_persistent_batched_loop(arch, strategy, persistent):
-    k = kernel(BMM.read_text(), "bmm_persistent", arch)
+    k = kernel(PERSISTENT.read_text(), "bmm_persistent", arch)
     tile_loop = next(s for s in k.body.stmts if isinstance(s, A.For))
     p = main_loop(tile_loop.body).plan
     assert p.strategy == strategy and p.persistent is persistent
@@ -142,10 +145,33 @@ def test_tma_maps_of_batched_operands():
     assert maps == {("a", 128): (64, 128, 1), ("b", 64): (64, 64, 1)}
     maps = {(m.tensor, m.box_rows): m.box for m in kernel_tma_maps(kernel(KERNELS, "shared_w"))}
     assert maps == {("a", 128): (64, 128, 1), ("w", 128): ()}
-    maps = {(m.tensor, m.box_rows): m.box for m in kernel_tma_maps(kernel(BMM.read_text(), "head_scores"))}
+    maps = {(m.tensor, m.box_rows): m.box for m in kernel_tma_maps(kernel(HEADS.read_text(), "head_scores"))}
     assert maps == {("q", 128): (64, 128, 1, 1), ("k", 128): (64, 128, 1, 1)}
     # what the host encodes for a [3, 70, 200] bf16 tensor: dims and byte strides innermost first
     assert geometry((3, 70, 200), 2, (64, 128, 1)) == ((200, 70, 3), (400, 400 * 70), (64, 128, 1))
+
+
+def test_launch_encodes_the_nd_maps(monkeypatch):
+    """kernel_arguments encodes each batched operand's map from the bound dims (outermost first) and box; the
+    C++ host launcher does the same."""
+    from tilex.runtime import BoundArgs, tma
+    from tilex.runtime import launch as launch_mod
+
+    t = translate(BMM.read_text(), str(BMM), Options(arch="sm_90a", kernel="bmm"), host=True)
+    spec = t.specs["bmm"]
+    calls = []
+    monkeypatch.setattr(tma, "encode_nd", lambda *a: calls.append(a) or np.void(bytes(128)))
+    monkeypatch.setattr(tma, "encode", lambda *a: pytest.fail("a batched operand was given a 2-D map"))
+    monkeypatch.setattr(launch_mod, "_pointer", lambda x, kind=None: np.uint64(x))
+    bound = BoundArgs({"B": 3, "M": 70, "K": 200, "N": 136}, {"a": 0x10000, "b": 0x20000, "c": 0x30000}, {}, (1, 2, 3))
+    args = launch_mod.kernel_arguments(spec, bound)
+    assert calls == [(0x10000, "bf16", (3, 70, 200), (64, 128, 1)), (0x20000, "bf16", (3, 200, 136), (64, 64, 1))]
+    assert len(args) == 3 + 4 + 2
+    with pytest.raises(tilex.diagnostics.LaunchError, match="argument 'b'.*16-byte aligned"):
+        launch_mod.kernel_arguments(spec, BoundArgs(bound.symbols, {**bound.arrays, "b": 0x20008}, {}, (1, 2, 3)))
+    assert "const long long dims[3] = {(long long)B, (long long)M, (long long)K};" in t.host
+    assert "const cuuint32_t box[3] = {64, 128, 1};  // innermost first" in t.host
+    assert "const cuuint32_t box[3] = {64, 64, 1};  // innermost first" in t.host
 
 
 def test_wgmma_loads_batched_boxes():
@@ -155,7 +181,7 @@ def test_wgmma_loads_batched_boxes():
     assert "tilex_tma_box(tx_st + 16384, &tx_map1, n, (B > 0 && K > 0 && N > 0) ? (int)(k) : -256, (int)(z), &tx_full[tx_q]);" in cuda
     assert "tilex_tma_box(tx_st + 24576, &tx_map1, (n) + 64, (B > 0 && K > 0 && N > 0) ? (int)(k) : -256, (int)(z), &tx_full[tx_q]);" in cuda
     assert "tilex_tma_load_2d(tx_st" not in cuda and "wgmma.mma_async" in cuda
-    four = translate(BMM.read_text(), "bmm.tile", Options(arch="sm_90a", kernel="head_scores")).cuda
+    four = translate(HEADS.read_text(), "head_scores.tile", Options(arch="sm_90a")).cuda
     assert "(int)(h), (int)(zb), &tx_full[tx_q]);" in four  # batch coordinates innermost first: h, then zb
 
 
@@ -192,7 +218,8 @@ def test_explain_text(tmp_path):
     assert res.exit_code == 0, res.output
     assert "matmul loop: line 13: wgmma 128x128x64, 4 stages, 8 warps + 4 producer warps" in res.output
     assert "batched:     line 13: a[z, ...], b[z, ...] (N-D TMA maps, box 1 on the batch axes)" in res.output
-    assert "batched:     line 30: q[zb, h, ...], k[zb, h, ...] (N-D TMA maps, box 1 on the batch axes)" in res.output
+    res = CliRunner().invoke(main, ["explain", str(HEADS)])
+    assert "batched:     line 13: q[zb, h, ...], k[zb, h, ...] (N-D TMA maps, box 1 on the batch axes)" in res.output
     res = CliRunner().invoke(main, ["explain", str(BMM), "--arch", "sm_80"])
     assert "matmul loop: line 13: mma 128x128x64, 4 stages, 8 warps (wgmma needs sm_90a (target sm_80))" in res.output
     assert "(cp.async from the batch's matrix)" in res.output
@@ -206,9 +233,9 @@ def test_explain_text(tmp_path):
     assert "not a tensor-core main loop: the batch index 'k // 64'" in line and "staged sequentially" not in line
     res = CliRunner().invoke(main, ["explain", str(BMM), "--json"])
     assert res.exit_code == 0, res.output
-    data = json.loads(res.stdout)
-    assert data[0]["matmul_loops"][0]["batch"] == {"a": ["z"], "b": ["z"]}
-    assert data[1]["matmul_loops"][0]["batch"] == {"q": ["zb", "h"], "k": ["zb", "h"]}
+    assert json.loads(res.stdout)[0]["matmul_loops"][0]["batch"] == {"a": ["z"], "b": ["z"]}
+    res = CliRunner().invoke(main, ["explain", str(HEADS), "--json"])
+    assert json.loads(res.stdout)[0]["matmul_loops"][0]["batch"] == {"q": ["zb", "h"], "k": ["zb", "h"]}
 
 
 # ---- the interpreter against NumPy float64 (odd sizes: M, N, K not multiples of the tiles; batch 3)
@@ -228,7 +255,7 @@ def test_example_bmm_interpreter(b_count, m, n, k, name, defines):
     rng = np.random.default_rng(b_count * 1000 + m)
     a, b = _bf16(rng, b_count, m, k), _bf16(rng, b_count, k, n)
     c = np.full((b_count, m, n), np.nan, BF16)
-    tilex.compile(str(BMM), **defines).interp(name, a=a, b=b, c=c)
+    tilex.compile(str(BMM if name == "bmm" else PERSISTENT), **defines).interp(name, a=a, b=b, c=c)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     assert _rel(c, ref) <= 1e-2  # bf16 output: one rounding of an f32 accumulation
 
@@ -238,7 +265,7 @@ def test_example_head_scores_interpreter():
     z, h, m, s, d = 2, 3, 33, 150, 72
     q, kk = _bf16(rng, z, h, m, d), _bf16(rng, z, h, s, d)
     out = np.full((z, h, m, s), np.nan, np.float32)
-    tilex.compile(str(BMM)).interp("head_scores", q=q, k=kk, s=out, scale=0.125)
+    tilex.compile(str(HEADS)).interp("head_scores", q=q, k=kk, s=out, scale=0.125)
     ref = q.astype(np.float64) @ np.swapaxes(kk.astype(np.float64), -1, -2) * 0.125
     assert _rel(out, ref) <= 1e-5  # f32 output of exact bf16 products, f32 sums over 72
 
@@ -282,16 +309,18 @@ def _nvcc(tmp_path: Path, source: str, file: str, arch: str, kernel_name: str | 
 
 
 @pytest.mark.nvcc
+@pytest.mark.parametrize("path", [BMM, HEADS, PERSISTENT], ids=lambda p: p.stem)
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
-def test_example_builds(tmp_path, arch):
-    _nvcc(tmp_path, BMM.read_text(), str(BMM), arch, None, "cubin")
+def test_examples_build(tmp_path, path, arch):
+    _nvcc(tmp_path, path.read_text(), str(path), arch, None, "cubin")
 
 
 @pytest.mark.nvcc
-def test_sm90a_ptx_uses_nd_tma_and_wgmma(tmp_path):
-    ptx = _nvcc(tmp_path, BMM.read_text(), str(BMM), "sm_90a", None, "ptx")
-    for insn in ("cp.async.bulk.tensor.3d", "cp.async.bulk.tensor.4d", "wgmma.mma_async", "mbarrier.try_wait", "setmaxnreg"):
-        assert insn in ptx, f"{insn} missing from the sm_90a PTX of bmm.tile"
+@pytest.mark.parametrize("path,tma", [(BMM, "3d"), (HEADS, "4d"), (PERSISTENT, "3d")], ids=lambda x: getattr(x, "stem", x))
+def test_sm90a_ptx_uses_nd_tma_and_wgmma(tmp_path, path, tma):
+    ptx = _nvcc(tmp_path, path.read_text(), str(path), "sm_90a", None, "ptx")
+    for insn in (f"cp.async.bulk.tensor.{tma}", "wgmma.mma_async", "mbarrier.try_wait", "setmaxnreg"):
+        assert insn in ptx, f"{insn} missing from the sm_90a PTX of {path.name}"
     assert "mma.sync" not in ptx and "cp.async.bulk.tensor.2d" not in ptx
 
 

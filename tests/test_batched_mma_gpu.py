@@ -18,6 +18,8 @@ import tilex
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
 BMM = ROOT / "examples" / "bmm.tile"
+HEADS = ROOT / "examples" / "head_scores.tile"
+PERSISTENT = ROOT / "examples" / "bmm_persistent.tile"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_batched_mma import KERNELS  # noqa: E402  (the CPU tests' kernels)
 
@@ -69,7 +71,7 @@ def test_bmm_persistent_vs_torch(bc, m, n, k, defines):
     torch = _torch()
     a, b = _rand(bc, m, k, seed=m + 2), _rand(bc, k, n, seed=n + 3)
     c = _nan(bc, m, n, dtype=torch.bfloat16)
-    tilex.compile(str(BMM), **defines).bmm_persistent(a, b, c)
+    tilex.compile(str(PERSISTENT), **defines).bmm_persistent(a, b, c)
     assert _rel(c, torch.bmm(a.float(), b.float())) <= 1e-2
 
 
@@ -88,7 +90,7 @@ def test_head_scores_vs_torch(z, h, m, s, d):
     torch = _torch()
     q, k = _rand(z, h, m, d, seed=5), _rand(z, h, s, d, seed=6)
     out = _nan(z, h, m, s, dtype=torch.float32)
-    tilex.compile(str(BMM)).head_scores(q, k, out, 0.125)
+    tilex.compile(str(HEADS)).head_scores(q, k, out, 0.125)
     assert _rel(out, q.float() @ k.float().transpose(-1, -2) * 0.125) <= 1e-4
 
 
