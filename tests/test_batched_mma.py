@@ -84,7 +84,23 @@ kernel next_batch<BM: int = 64, BN: int = 64, BK: int = 64, STAGES: int = 2>(a: 
     }
     c[z, m : m + BM, n : n + BN] = acc
 }
+
+kernel experts<BM: int = 128, BN: int = 128, BK: int = 64, STAGES: int = 3>(a: bf16[E, M, K], b: bf16[E, K, N], sel: i32[B], c: out f32[B, M, N])
+    where K % 8 == 0, N % 8 == 0
+    grid (cdiv(M, BM), cdiv(N, BN), B)
+{
+    m = program_id(0) * BM
+    n = program_id(1) * BN
+    z = program_id(2)
+    e = sel[z]
+    acc = zeros(f32[BM, BN])
+    for k in pipeline(0, K, BK, stages = STAGES) {
+        acc += a[e, m : m + BM, k : k + BK] @ b[e, k : k + BK, n : n + BN]
+    }
+    c[z, m : m + BM, n : n + BN] = acc
+}
 """
+SEL = [2, -1, 0, 4]  # experts' batch indices for `experts` (E = 4): -1 and 4 are outside the tensor and read zeros
 
 
 def kernel(source: str, name: str, arch: str = "sm_90a", **defines) -> A.Kernel:
@@ -270,7 +286,7 @@ def test_example_head_scores_interpreter():
     assert _rel(out, ref) <= 1e-5  # f32 output of exact bf16 products, f32 sums over 72
 
 
-@pytest.mark.parametrize("name", ["bmm_kn", "bmm_nk", "shared_w", "next_batch"])
+@pytest.mark.parametrize("name", ["bmm_kn", "bmm_nk", "shared_w", "next_batch", "experts"])
 def test_kernels_interpreter(name):
     rng = np.random.default_rng(11)
     bc, m, n, k = 3, 70, 136, 200
@@ -285,12 +301,20 @@ def test_kernels_interpreter(name):
     elif name == "shared_w":
         w = _bf16(rng, n, k)
         args, ref = dict(w=w), af @ w.astype(np.float64).T
-    else:  # a[z + 1]: the last batch's index is outside the tensor and reads zeros
+    elif name == "next_batch":  # a[z + 1]: the last batch's index is outside the tensor and reads zeros
         b = _bf16(rng, bc, k, n)
         args = dict(b=b)
         ref = np.concatenate([af[1:] @ b.astype(np.float64)[:-1], np.zeros((1, m, n))])
+    else:  # a batch index loaded from a tensor (an expert per program), some outside the tensor
+        a = _bf16(rng, 4, m, k)
+        b = _bf16(rng, 4, k, n)
+        bc = len(SEL)
+        prod = a.astype(np.float64) @ b.astype(np.float64)
+        ref = np.stack([prod[e] if 0 <= e < 4 else np.zeros((m, n)) for e in SEL])
+        args = dict(a=a, b=b, sel=np.array(SEL, np.int32))
+    args.setdefault("a", a)
     c = np.full((bc, m, n), np.nan, np.float32)
-    tilex.compile(KERNELS).interp(name, a=a, c=c, **args)
+    tilex.compile(KERNELS).interp(name, c=c, **args)
     assert _rel(c, ref) <= 1e-5
 
 
@@ -325,7 +349,7 @@ def test_sm90a_ptx_uses_nd_tma_and_wgmma(tmp_path, path, tma):
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("name", ["bmm_kn", "shared_w", "next_batch"])
+@pytest.mark.parametrize("name", ["bmm_kn", "shared_w", "next_batch", "experts"])
 def test_sm80_ptx_uses_the_mma_ring(tmp_path, name):
     ptx = _nvcc(tmp_path, KERNELS, "t.tile", "sm_80", name, "ptx")
     for insn in ("mma.sync.aligned.m16n8k16", "ldmatrix.sync.aligned", "cp.async.cg.shared.global"):

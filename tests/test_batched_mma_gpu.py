@@ -21,7 +21,7 @@ BMM = ROOT / "examples" / "bmm.tile"
 HEADS = ROOT / "examples" / "head_scores.tile"
 PERSISTENT = ROOT / "examples" / "bmm_persistent.tile"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_batched_mma import KERNELS  # noqa: E402  (the CPU tests' kernels)
+from test_batched_mma import KERNELS, SEL  # noqa: E402  (the CPU tests' kernels)
 
 
 def _torch():
@@ -94,7 +94,7 @@ def test_head_scores_vs_torch(z, h, m, s, d):
     assert _rel(out, q.float() @ k.float().transpose(-1, -2) * 0.125) <= 1e-4
 
 
-@pytest.mark.parametrize("name", ["bmm_kn", "bmm_nk", "shared_w", "next_batch"])
+@pytest.mark.parametrize("name", ["bmm_kn", "bmm_nk", "shared_w", "next_batch", "experts"])
 @pytest.mark.parametrize("bc,m,n,k", [(3, 70, 136, 200), (1, 129, 64, 64)])
 def test_variants_vs_torch(name, bc, m, n, k):
     torch = _torch()
@@ -113,6 +113,13 @@ def test_variants_vs_torch(name, bc, m, n, k):
         w = _rand(n, k, seed=10)
         mod.shared_w(a, w, c)
         ref = a.float() @ w.float().T
+    elif name == "experts":  # batch indices loaded from a tensor; -1 and 4 are outside it (zeros)
+        a, b = _rand(4, m, k, seed=12), _rand(4, k, n, seed=13)
+        c = _nan(len(SEL), m, n, dtype=torch.float32)
+        mod.experts(a, b, torch.tensor(SEL, device="cuda", dtype=torch.int32), c)
+        prod = torch.bmm(a.float(), b.float())
+        ref = torch.stack([prod[e] if 0 <= e < 4 else torch.zeros(m, n, device="cuda") for e in SEL])
+        assert float(c[1].abs().max()) == 0.0 and float(c[3].abs().max()) == 0.0
     else:  # a[z + 1]: the last batch reads a batch index past the tensor, i.e. zeros
         b = _rand(bc, k, n, seed=11)
         mod.next_batch(a, b, c)
