@@ -257,9 +257,10 @@ class _Planner(Rewriter):
         base_t = isinstance(e.base, A.Attr)
         if base_t and rank != 2:
             return f"'{text}' is a transposed view of a rank-{rank} tensor"
-        *batch, first, second = e.items if len(e.items) >= 2 else (None, None)
+        *batch, first, second = e.items if len(e.items) == rank >= 2 else (None, None)
         if first is None or not all(isinstance(i, A.Slice) and i.start is not None for i in (first, second)):
-            return f"'{text}' does not slice the tensor's last two axes (a main loop reads [rows, k] tiles of them)"
+            return (f"'{text}' does not slice the tensor's last two axes from given starts (a main loop reads "
+                    "[rows, k] tiles of them)")
         for i in batch:
             if isinstance(i, A.Slice):
                 return f"'{text}' slices more than the tensor's last two axes"
