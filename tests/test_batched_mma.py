@@ -225,6 +225,15 @@ def test_fallback_says_the_true_reason(body, why):
     assert "is not a tile the loop loads" not in loop.mma.why
 
 
+def test_fallback_from_the_plan_says_why():
+    """A main loop the plan refuses (here: a batched a read M-major) keeps the generic '@' and says why."""
+    src = KERNELS.replace("a: bf16[B, M, K], w: bf16[B, N, K]", "a: bf16[B, K, M], w: bf16[B, N, K]", 1).replace(
+        "a[z, m : m + BM, k : k + BK] @ w[z, n : n + BN, k : k + BK].T", "a[z, k : k + BK, m : m + BM].T @ w[z, n : n + BN, k : k + BK].T", 1)
+    loop = main_loop(kernel(src, "bmm_nk"))
+    assert loop.plan is None and loop.mma.strategy == "mma"
+    assert loop.mma.why.startswith("not a tensor-core main loop: 'a[z, k : k + 64, m : m + 128]' is read M-major")
+
+
 def test_explain_text(tmp_path):
     from typer.testing import CliRunner
 
@@ -246,7 +255,7 @@ def test_explain_text(tmp_path):
     res = CliRunner().invoke(main, ["explain", str(f), "-k", "bmm_kn"])
     assert res.exit_code == 0, res.output
     line = next(x for x in res.output.splitlines() if "products:" in x)
-    assert "not a tensor-core main loop: the batch index 'k // 64'" in line and "staged sequentially" not in line
+    assert "mma.sync m16n8k16 (not a tensor-core main loop: the batch index 'k // 64'" in line
     res = CliRunner().invoke(main, ["explain", str(BMM), "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)[0]["matmul_loops"][0]["batch"] == {"a": ["z"], "b": ["z"]}

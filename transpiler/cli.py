@@ -694,7 +694,8 @@ def _print_explain(data: list[dict]) -> None:
             if loop.get("products"):
                 how = {"wgmma": "wgmma (sm_90a), one warpgroup per 64 rows",
                        "mma": "mma.sync m16n8k16"}[loop["products"]]
-                note = f" (not wgmma: {loop['products_note']})" if loop.get("products_note") else ""
+                note = loop.get("products_note") or ""
+                note = f" ({note})" if note.startswith("not a tensor-core main loop") else f" (not wgmma: {note})" if note else ""
                 con.print(f"  products:    line {loop['line']}: {how}{note}", markup=False)
         smem = k["smem_bytes"]
         con.print(f"  shared mem:  {_fmt(smem)}" + (" bytes" if smem is not None else "")

@@ -132,10 +132,13 @@ class _Planner(Rewriter):
     def visit_For(self, s: A.For):
         body = self.visit(s.body)
         s = replace(s, body=body)
-        products = self.products(s)
-        if not isinstance(products, tuple):
-            return self.streamed(s, products) if s.pipelined else s
-        return replace(s, plan=self.plan(s, products))
+        found = self.products(s)
+        if isinstance(found, tuple):
+            plan = self.plan(s, found)
+            if isinstance(plan, MatmulPlan):
+                return replace(s, plan=plan)
+            found = plan  # why not
+        return self.streamed(s, found) if s.pipelined else s
 
     # ---- products of register tiles in a pipeline loop
     def streamed(self, s: A.For, not_main: str | None = None) -> A.For:
@@ -285,22 +288,23 @@ class _Planner(Rewriter):
         return Operand(base.id, k_tensor_axis == 1, rows.start, kk.start, unparse(e), tuple(batch))
 
     # ---- choosing the strategy
-    def plan(self, s: A.For, products: tuple[Product, ...]) -> MatmulPlan | None:
+    def plan(self, s: A.For, products: tuple[Product, ...]) -> MatmulPlan | str:
+        """The loop's plan, or why it cannot have one (a phrase for `tilex explain`)."""
         shapes = {p.shape for p in products}
-        if len(shapes) != 1:
-            return None  # one ring and one fragment layout per loop: every accumulator has the tile's shape
+        if len(shapes) != 1:  # one ring and one fragment layout per loop: every accumulator has the tile's shape
+            return "the products' accumulators have different shapes (one fragment layout per loop)"
         bm, bn = shapes.pop()
         bk = products[0].bk
         dt = DType(self.tensors[products[0].a.tensor].type.dtype)
         if any(DType(self.tensors[p.b.tensor].type.dtype) is not dt for p in products):
-            return None
+            return "the operands have different dtypes"
         stages = max(2, s.stages)
         if self.arch not in MMA_ARCHS:
-            return None
-        if not products[0].a.kmajor:
-            return None  # TODO(transposed a): ldmatrix.trans for a
+            return f"tensor-core main loops need sm_80 or later (target {self.arch})"
+        if not products[0].a.kmajor:  # TODO(transposed a): ldmatrix.trans for a
+            return f"'{products[0].a.text}' is read M-major (its tensor's contiguous axis is M, not K)"
         if bm % 16 or bn % 16 or bk % 16:
-            return None
+            return f"the {bm}x{bn}x{bk} tile is not a multiple of 16 on every side"
         limit = smem_limit(self.arch)
         warps = _define(self.k, "WARPS")
         warps = warps if isinstance(warps, int) else None
@@ -324,9 +328,9 @@ class _Planner(Rewriter):
                                f"at least 16x16 ({wm * wn} warps can)", s.span,
                                (f"use -D WARPS={wm * wn}, or larger tiles",))
         if (bm // wm) % 16 or (bn // wn) % 16:
-            return None
+            return f"the {bm}x{bn} tile does not split into warp tiles of multiples of 16 ({wm}x{wn} warps)"
         if not all(p.b.kmajor for p in products) and any(p.b.kmajor for p in products):
-            return None  # mixed b orientations in one loop
+            return "the products' right operands mix [K, N] and [N, K] tensors (one ring layout per loop)"
         _, _, a_stage, b_stage = mma_stage(bm, bn, bk, products[0].b.kmajor)
         per_stage = (a_stage + len(products) * b_stage) * dt.itemsize
         fit = _deepest_ring(stages, lambda n: n * per_stage, limit)
