@@ -147,3 +147,25 @@ def test_bmm_matches_the_interpreter():
     gpu = c.float().cpu().numpy().astype(np.float64)
     ref = hc.astype(np.float64)
     assert np.abs(gpu - ref).max() <= 1e-2 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("name", ["next_batch", "experts"])
+def test_out_of_range_batch_on_the_mma_ring(name):
+    """The same out-of-range batch indices without `where` (sm_90a falls back to the cp.async + mma.sync ring):
+    the batch's matrix is empty, its tiles read zeros."""
+    torch = _torch()
+    head, rest = KERNELS.split(f"kernel {name}<", 1)
+    sig, body = rest.split("    where K % 8 == 0, N % 8 == 0\n", 1)
+    mod = tilex.compile(head + f"kernel {name}<" + sig + body)
+    m, n, k = 70, 136, 200
+    c = _nan(len(SEL) if name == "experts" else 3, m, n, dtype=torch.float32)
+    if name == "next_batch":
+        a, b = _rand(3, m, k, seed=14), _rand(3, k, n, seed=15)
+        mod.next_batch(a, b, c)
+        ref = torch.cat([torch.bmm(a.float()[1:], b.float()[:-1]), torch.zeros(1, m, n, device="cuda")])
+    else:
+        a, b = _rand(4, m, k, seed=16), _rand(4, k, n, seed=17)
+        mod.experts(a, b, torch.tensor(SEL, device="cuda", dtype=torch.int32), c)
+        prod = torch.bmm(a.float(), b.float())
+        ref = torch.stack([prod[e] if 0 <= e < 4 else torch.zeros(m, n, device="cuda") for e in SEL])
+    assert _rel(c, ref) <= 1e-4
