@@ -122,7 +122,10 @@ def test_source_line_markers(path):
     assert k.span.line in marks  # the kernel itself
     stmt_lines = {s.span.line for s in k.body.stmts}
     assert stmt_lines <= set(marks), f"statements without a marker: {sorted(stmt_lines - set(marks))}"
-    assert marks == sorted(marks), "markers are not in source order"
+    # in source order; a persistent tile loop emits its scalar statements twice (the producer warps' copy, then
+    # the consumers'), so the order is that of each line's first marker
+    first = list(dict.fromkeys(marks))
+    assert first == sorted(first), "markers are not in source order"
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=ids)
@@ -130,7 +133,8 @@ def test_no_includes(path):
     t = translated(path)
     assert "#include" not in t.cuda
     includes = re.findall(r"^\s*#\s*include\s*(\S+)", t.host, flags=re.M)
-    assert includes == ["<cuda_runtime.h>"]
+    tma = any(spec.tma for spec in t.specs.values())  # the launcher encodes TMA maps (cuTensorMapEncodeTiled)
+    assert includes == ["<cuda_runtime.h>"] + (["<cuda.h>"] if tma else [])
     for text in (t.cuda, t.host):
         assert not re.search(r"#\s*include\s*[<\"](tilex|.*\.cuh)", text)
         assert str(ROOT) not in text
@@ -140,8 +144,8 @@ def test_no_includes(path):
 def test_entry_points_are_extern_c(path):
     t = translated(path)
     for k in t.program.kernels:
-        assert re.search(rf'^extern "C" __global__ void __launch_bounds__\({k.info.threads}\) {k.name}\(', t.cuda, re.M)
-        assert re.search(rf'^extern "C" __global__ void {k.name}\(', t.host, re.M)
+        assert re.search(rf'^extern "C" __global__ void __launch_bounds__\({k.info.launch_threads}(, \d+)?\) {k.name}\(', t.cuda, re.M)
+        assert re.search(rf'^extern "C" __global__ void (__launch_bounds__\([\d, ]+\) )?{k.name}\(', t.host, re.M)
         assert re.search(rf'^extern "C" cudaError_t tilex_launch_{k.name}\(', t.host, re.M)
     assert len(re.findall(r"__global__", t.cuda)) == len(t.program.kernels)
     for line in t.cuda.splitlines():

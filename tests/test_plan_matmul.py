@@ -306,7 +306,8 @@ def test_mixed_b_orientations(arch, planned):
     "acc += x[m : m + BM, 0 : BK] @ w[n : n + BN, 0 : BK].T",                              # k does not move
     "acc += x[m : m + BM, k : k + BK, other = 1.0] @ w[n : n + BN, k : k + BK].T",        # other=: not zero fill
     "acc += xf[m : m + BM, k : k + BK] @ wf[n : n + BN, k : k + BK].T",                   # f32 operands
-    "acc += q[0, m : m + BM, k : k + BK] @ w[n : n + BN, k : k + BK].T",                  # a rank-3 tensor
+    "acc += q[k // BK, m : m + BM, k : k + BK] @ w[n : n + BN, k : k + BK].T",            # batch moves with k
+    "acc += q[0, m : m + BM, k : k + BK, other = 1.0] @ w[n : n + BN, k : k + BK].T",     # batched, other=
     "acc += (x[m : m + BM, k : k + BK] * x[m : m + BM, k : k + BK]) @ w[n : n + BN, k : k + BK].T",
 ])
 def test_loops_that_are_not_planned(body):

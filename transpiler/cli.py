@@ -677,6 +677,10 @@ def _print_explain(data: list[dict]) -> None:
                       f"{loop['stages']} stages, {loop['warps']} warps"
                       + (f" + {loop['producer_warps']} producer warps" if loop['producer_warps'] else "")
                       + (f" ({loop['note']})" if loop['note'] else ""), markup=False)
+            if loop.get("batch"):  # batched operands: the ring reads one batch's matrix (TMA: N-D maps, box 1 there)
+                by = "N-D TMA maps, box 1 on the batch axes" if loop["strategy"] == "wgmma" else "cp.async from the batch's matrix"
+                ops = ", ".join(f"{t}[{', '.join(ix)}, ...]" for t, ix in loop["batch"].items())
+                con.print(f"  batched:     line {loop['line']}: {ops} ({by})", markup=False)
         for loop in k.get("streamed_loops", []):
             regs, swz = set(loop["into_registers"]), set(loop.get("swizzled", ()))
             names = ", ".join(n + (" (into registers)" if n in regs else " (128-byte swizzled)" if n in swz else "")
@@ -690,7 +694,8 @@ def _print_explain(data: list[dict]) -> None:
             if loop.get("products"):
                 how = {"wgmma": "wgmma (sm_90a), one warpgroup per 64 rows",
                        "mma": "mma.sync m16n8k16"}[loop["products"]]
-                note = f" (not wgmma: {loop['products_note']})" if loop.get("products_note") else ""
+                note = loop.get("products_note") or ""
+                note = f" ({note})" if note.startswith("not a tensor-core main loop") else f" (not wgmma: {note})" if note else ""
                 con.print(f"  products:    line {loop['line']}: {how}{note}", markup=False)
         smem = k["smem_bytes"]
         con.print(f"  shared mem:  {_fmt(smem)}" + (" bytes" if smem is not None else "")

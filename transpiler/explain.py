@@ -257,14 +257,18 @@ def _tile_rows(k: A.Kernel) -> list[dict]:
 
 
 def _matmul_loops(k: A.Kernel) -> list[dict]:
-    """The tensor-core main loops plan_matmul found: strategy, tiles, pipeline depth, and why not wgmma."""
+    """The tensor-core main loops plan_matmul found: strategy, tiles, pipeline depth, why not wgmma, and the
+    batch indices of batched operands (`{"a": ["z"]}` for `a[z, m : m + BM, k : k + BK]`)."""
     out = []
     for s, _ in walk_stmts(k.body):
         p = getattr(s, "plan", None)
         if p is not None:
+            batch = {op.tensor: [unparse(i) for i in op.batch]
+                     for pr in p.products for op in (pr.a, pr.b) if getattr(op, "batch", ())}
             out.append({"line": s.span.line, "strategy": p.strategy, "tile": [p.bm, p.bn, p.bk], "stages": p.stages,
                         "products": [pr.acc for pr in p.products], "warps": p.consumers // 32,
-                        "producer_warps": p.producers // 32, "smem_bytes": p.smem_bytes, "note": p.why or None})
+                        "producer_warps": p.producers // 32, "smem_bytes": p.smem_bytes, "note": p.why or None,
+                        "batch": batch})
     return out
 
 

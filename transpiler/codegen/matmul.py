@@ -36,9 +36,11 @@ def kernel_tma_maps(k) -> tuple[TmaMap, ...]:
         def on_For(self, s):
             if s.plan is not None and s.plan.strategy == "wgmma":
                 p = s.plan
-                found.append((p.products[0].a.tensor, p.bm, ()))
+                a = p.products[0].a
+                found.append((a.tensor, p.bm, main_box(a, p.bm)))
                 for prod in p.products:
-                    found.append((prod.b.tensor, p.bn if prod.b.kmajor else p.bk, ()))
+                    rows = p.bn if prod.b.kmajor else p.bk
+                    found.append((prod.b.tensor, rows, main_box(prod.b, rows)))
             for t in getattr(s, "stream", ()) or ():  # a streamed loop's TMA-filled ring: an N-D map per tile
                 if t.tma_box:
                     found.append((stream_source(_assigned(s, t.name)).base.id, t.rows, t.tma_box))
@@ -46,6 +48,46 @@ def kernel_tma_maps(k) -> tuple[TmaMap, ...]:
     _Find().walk(k.body)
     unique = list(dict.fromkeys(found))
     return tuple(TmaMap(f"tx_map{i}", t, rows, SWIZZLE_ELEMS, box) for i, (t, rows, box) in enumerate(unique))
+
+
+def main_box(op, rows: int) -> tuple:
+    """The box of a main-loop operand's N-D tensor map, innermost first: () for a rank-2 tensor (its 2-D map
+    of [rows, 64] boxes), else [64, rows] on the last two axes and 1 on each batch axis."""
+    return (SWIZZLE_ELEMS, rows) + (1,) * len(op.batch) if op.batch else ()
+
+
+def operand_matrix(em, op) -> dict:
+    """C expressions of the row-major matrix a main-loop operand slices: `ptr` (the tensor, or for a batched
+    operand the start of its batch's matrix), `nrows`, `ncols`, and `decl`, lines declaring what they use. A
+    batch index outside the tensor makes the matrix empty (0 rows) at the tensor's start: its tiles read zeros."""
+    dims = em.tensors[op.tensor].type.dims
+    r = len(dims)
+    nrows, ncols = em.dim(op.tensor, r - 2), em.dim(op.tensor, r - 1)
+    if not op.batch:
+        return dict(ptr=op.tensor, nrows=nrows, ncols=ncols, decl=[])
+    terms, oks = [], []
+    for ax, item in enumerate(op.batch):
+        i = f"(long long)({em.scalar(item)})"
+        terms.append(f"{i} * {em.stride(op.tensor, ax)}")
+        oks.append(f"(unsigned long long){i} < (unsigned long long){em.dim(op.tensor, ax)}")
+    ok, ptr = em.fresh("tx_zok"), em.fresh("tx_zp")
+    S = storage(DType(em.tensors[op.tensor].type.dtype))
+    decl = [f"const bool {ok} = {' && '.join(oks)};  // {op.tensor}'s batch index inside the tensor (else zeros)",
+            f"const {S}* const {ptr} = {op.tensor} + ({ok} ? {' + '.join(terms)} : 0LL);"]
+    return dict(ptr=ptr, nrows=f"({ok} ? (long long){nrows} : 0LL)", ncols=ncols, decl=decl)
+
+
+def main_coords(em, op, inner: str, outer: str) -> str:
+    """The TMA coordinates, innermost first, of a main-loop operand's box at (`inner` column, `outer` row) of
+    its matrix: those two for a rank-2 tensor; for a batched one the batch indices after them. An empty tensor
+    (a dim of 0, encoded as 1 by the host) gets its boxes wholly before row 0, so nothing is read."""
+    if not op.batch:
+        return f"{inner}, {outer}"
+    dims = em.tensors[op.tensor].type.dims
+    empty = [f"{em.dim(op.tensor, ax)} > 0" for ax, d in enumerate(dims) if not isinstance(d, A.IntLit)]
+    if empty:
+        outer = f"({' && '.join(empty)}) ? (int)({outer}) : -256"
+    return ", ".join([inner, outer] + [f"(int)({em.scalar(i)})" for i in reversed(op.batch)])
 
 
 def _assigned(loop, name: str):
@@ -100,22 +142,26 @@ def render_mma(em, s, plan: MatmulPlan) -> dict:
     kmajor_b = plan.products[0].b.kmajor
     lda, ldb, a_stage, b_stage = mma_stage(plan.bm, plan.bn, plan.bk, kmajor_b)
     products = []
+    am = operand_matrix(em, a)
+    decl = list(am["decl"])
     for p in plan.products:
         b = p.b
         if kmajor_b:
             brows, bcols, r0, c0 = plan.bn, plan.bk, em.scalar(b.rows), em.scalar(b.k)
         else:
             brows, bcols, r0, c0 = plan.bk, plan.bn, em.scalar(b.k), em.scalar(b.rows)
-        products.append(dict(acc=p.acc, b=b.tensor, brows=brows, bcols=bcols, r0=r0, c0=c0,
-                             nrows=em.dim(b.tensor, 0), ncols=em.dim(b.tensor, 1)))
+        bm_ = operand_matrix(em, b)
+        decl += bm_["decl"]
+        products.append(dict(acc=p.acc, b=b.tensor, ptr=bm_["ptr"], brows=brows, bcols=bcols, r0=r0, c0=c0,
+                             nrows=bm_["nrows"], ncols=bm_["ncols"]))
     wm, wn = plan.bm // plan.warps_m, plan.bn // plan.warps_n
     ctx = dict(text=_text(s), stages=plan.stages, bm=plan.bm, bn=plan.bn, bk=plan.bk, S=plan.dtype.ctype,
                warps_m=plan.warps_m, warps_n=plan.warps_n, wm=wm, wn=wn, rm=wm // 16, rn=wn // 8,
                lda=lda, ldb=ldb, a_stage=a_stage, b_stage=b_stage, kmajor_b=kmajor_b,
-               threads=plan.consumers, products=products, var=s.var, smem=em.smem,
+               threads=plan.consumers, products=products, var=s.var, smem=em.smem, decl=decl,
                start=em.scalar(s.start), stop=em.scalar(s.stop), step=em.scalar(s.step),
-               a=dict(tensor=a.tensor, rows=em.scalar(a.rows), k=em.scalar(a.k),
-                      nrows=em.dim(a.tensor, 0), ncols=em.dim(a.tensor, 1)))
+               a=dict(tensor=a.tensor, ptr=am["ptr"], rows=em.scalar(a.rows), k=em.scalar(a.k),
+                      nrows=am["nrows"], ncols=am["ncols"]))
     em.helpers.add("tilex_mma.cuh")
     return ctx
 
@@ -125,12 +171,16 @@ def render_wgmma(em, s, plan: MatmulPlan) -> dict:
     bm, bn, bk = plan.bm, plan.bn, plan.bk
     boxes, products = [], []
 
+    def box(op, rows: int, offset: int, inner: str, outer: str) -> dict:
+        """One TMA box of `rows` rows of 64 columns at (inner, outer) of operand `op`'s matrix, `offset` bytes
+        into the stage: a 2-D copy, or for a batched operand an N-D one with the batch coordinates."""
+        return dict(offset=offset, map=em.tma_map(op.tensor, rows, main_box(op, rows)),
+                    coords=main_coords(em, op, inner, outer), fn="tilex_tma_box" if op.batch else "tilex_tma_load_2d")
+
     def k_boxes(op, rows: int, base: int, chunk: int) -> None:
         """TMA boxes of a k-major [rows, bk] operand tile: one per 64-column chunk, `chunk` bytes apart."""
-        m = em.tma_map(op.tensor, rows)
         for c in range(bk // SWIZZLE_ELEMS):
-            boxes.append(dict(offset=base + c * chunk, map=m, c0=_plus(em.scalar(op.k), c * SWIZZLE_ELEMS),
-                              c1=em.scalar(op.rows)))
+            boxes.append(box(op, rows, base + c * chunk, _plus(em.scalar(op.k), c * SWIZZLE_ELEMS), em.scalar(op.rows)))
     k_boxes(a, bm, 0, bm * 128)
     offset = bm * bk * 2
     # products sharing a whose k-major B tiles fit side by side in one wgmma (n <= 256) are issued as one
@@ -152,15 +202,15 @@ def render_wgmma(em, s, plan: MatmulPlan) -> dict:
         if b.kmajor:
             k_boxes(b, bn, offset, bn * 128)
         else:
-            bmap = em.tma_map(b.tensor, bk)
             for q in range(bn // SWIZZLE_ELEMS):
-                boxes.append(dict(offset=offset + q * bk * 128, map=bmap, c0=_plus(em.scalar(b.rows), q * SWIZZLE_ELEMS),
-                                  c1=em.scalar(b.k)))
+                boxes.append(box(b, bk, offset + q * bk * 128, _plus(em.scalar(b.rows), q * SWIZZLE_ELEMS), em.scalar(b.k)))
         name, text = wgmma_wrapper(bn, plan.dtype, not b.kmajor)
         em.functions[name] = text
         products.append(dict(acc=p.acc, kmajor=b.kmajor, offset=offset, fn=name, chunk=bn * 128))
         offset += bn * bk * 2
     em.helpers.add("tilex_sm90.cuh")
+    if any(op.batch for p in plan.products for op in (p.a, p.b)):
+        em.helpers.add("tilex_tma.cuh")  # tilex_tma_box: the N-D copies of batched operands
     return dict(text=_text(s), stages=plan.stages, bm=bm, bn=bn, bk=bk, consumers=plan.consumers,
                 stage_bytes=offset, boxes=boxes, products=products, group=group, merged=merged, var=s.var,
                 start=em.scalar(s.start), stop=em.scalar(s.stop), step=em.scalar(s.step),

@@ -8,21 +8,27 @@ tiles read from global tensors,
         acc2 += a[m : m + BM, k : k + BK] @ w2[n : n + BN, k : k + BK].T  # more products sharing `a`
     }
 
+(or of batched tensors, `a[z, m : m + BM, k : k + BK] @ b[z, k : k + BK, n : n + BN]`: scalar
+indices on the leading axes, fixed during the loop, then the two slices; a batch index outside
+the tensor reads zeros, as any load does)
+
 carries a `MatmulPlan` (`For.plan`): the operands (tensor, which axis is contiguous,
-slice starts), tile sizes, pipeline depth and the strategy the target affords:
+slice starts, batch indices), tile sizes, pipeline depth and the strategy the target affords:
 
 * ``wgmma`` (sm_90a): a producer warpgroup streams both operands into a ring of `S`
   shared-memory stages with TMA (128-byte swizzle, completion on mbarriers) while one
   consumer warpgroup per 64 rows issues `wgmma` on them. Needs bf16/f16 operands, `a`
   K-contiguous, tile sizes wgmma can take, row pitches the `where` facts prove to be
   multiples of 16 bytes (TMA's rule), and nothing before the loop but scalars and the
-  accumulators' initial values (the producer warps leave at the loop).
+  accumulators' initial values (the producer warps leave at the loop). A batched operand is
+  read through an N-D tensor map of the whole tensor whose box is 1 on the batch axes.
 * ``mma`` (sm_80 and later, and the fallback on sm_90a): every warp loads with
   `cp.async` into an `S`-stage ring (padded rows), reads fragments with `ldmatrix` and
   multiplies with `mma.sync.m16n8k16`.
 
 Loops that match neither keep the generic `@` (operands staged in shared memory, f32
-FMA).
+FMA); when such a loop's products run on tensor cores anyway (a `StreamedMma`), its `why` says
+what kept the loop from being a main loop.
 
 A `pipeline` loop that is not such a main loop (attention: `s = q @ k.T`, softmax, `acc = acc *
 alpha + p @ v`) carries a `StreamedMma` (`For.mma`) when its body has tensor-core products of
@@ -40,23 +46,26 @@ from dataclasses import dataclass, replace
 
 from .. import ast as A
 from ..diagnostics import CompileError
-from ..exprs import mentions, unparse, untransposed
+from ..exprs import mentions, unparse, unparse_stmt, untransposed
 from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, WGMMA_ARCHS, smem_limit
 from ..types import DType
 from .base import Rewriter, Walker, names_in, stored_tensors
 
 SWIZZLE_ELEMS = 64  # a 128-byte swizzled TMA box row of 2-byte elements
+MAX_RANK = 5  # a batched operand's tensor map has one dim per tensor axis: TMA takes at most 5
 
 
 @dataclass(frozen=True)
 class Operand:
-    """A global tile read by `@`: `tensor[rows : rows + R, k : k + BK]` in (row, k) order."""
+    """A global tile read by `@`: `tensor[*batch, rows : rows + R, k : k + BK]` in (row, k) order (the two
+    slices on the tensor's last two axes, in either order; scalar indices on the axes before them)."""
 
     tensor: str
     kmajor: bool  # the K axis is the tensor's contiguous axis
     rows: A.Expr  # start of the M (for a) or N (for b) slice
     k: A.Expr  # start of the K slice
     text: str
+    batch: tuple = ()  # the scalar indices of the leading axes (a rank-3/4 tensor), outermost first
 
 
 @dataclass(frozen=True)
@@ -123,14 +132,19 @@ class _Planner(Rewriter):
     def visit_For(self, s: A.For):
         body = self.visit(s.body)
         s = replace(s, body=body)
-        products = self.products(s)
-        if not products:
-            return self.streamed(s) if s.pipelined else s
-        return replace(s, plan=self.plan(s, products))
+        found = self.products(s)
+        if isinstance(found, tuple):
+            plan = self.plan(s, found)
+            if isinstance(plan, MatmulPlan):
+                return replace(s, plan=plan)
+            found = plan  # why not
+        return self.streamed(s, found) if s.pipelined else s
 
     # ---- products of register tiles in a pipeline loop
-    def streamed(self, s: A.For) -> A.For:
-        """`s` with its StreamedMma, if its body multiplies tiles on tensor cores."""
+    def streamed(self, s: A.For, not_main: str | None = None) -> A.For:
+        """`s` with its StreamedMma, if its body multiplies tiles on tensor cores. `not_main`: why the loop is
+        not a main loop although its body accumulates products of global tiles (the StreamedMma's reason then:
+        such products can never take wgmma here, as their operands are not tiles the loop streams)."""
         found: list[A.BinOp] = []
         nested: list[A.BinOp] = []
 
@@ -150,6 +164,9 @@ class _Planner(Rewriter):
         if not found:
             return s
         why = self.streamed_wgmma_obstacle(found)
+        if not_main is not None and all(_global_operands(e) for e in found):
+            why = (f"not a tensor-core main loop: {not_main}; the products load their operands each iteration "
+                   "and stage them in shared memory (no ring)")
         if why is None and nested:
             # an inner loop's products are planned with that loop, not checked against this loop's
             # swizzled ring, and mma.sync cannot read swizzled rows
@@ -195,46 +212,68 @@ class _Planner(Rewriter):
         return None
 
     # ---- recognizing the loop
-    def products(self, s: A.For) -> tuple[Product, ...] | None:
+    def products(self, s: A.For) -> tuple[Product, ...] | str:
+        """The loop's products, or why it is not a main loop (a phrase for `tilex explain`)."""
         out = []
         for st in s.body.stmts:
+            text = unparse_stmt(st).splitlines()[0]
             if not isinstance(st, A.Assign) or not isinstance(st.value, A.BinOp) or st.value.op is not A.BinOpKind.ADD:
-                return None
+                return f"the body does more than accumulate products ('{text}')"
             lhs, rhs = st.value.lhs, st.value.rhs
             mm = rhs if _is_acc(lhs, st.name) else lhs if _is_acc(rhs, st.name) else None
             if not isinstance(mm, A.BinOp) or mm.op is not A.BinOpKind.MATMUL:
-                return None
+                return f"the body does more than accumulate products ('{text}')"
             if st.value.ty.dtype is not DType.F32:
-                return None
+                return f"the accumulator '{st.name}' is {st.value.ty.dtype}, not f32"
             a, b = self.operand(mm.lhs, s.var, a_side=True), self.operand(mm.rhs, s.var, a_side=False)
-            if a is None or b is None:
-                return None
+            for op in (a, b):
+                if isinstance(op, str):
+                    return op
             out.append(Product(st.name, a, b, tuple(st.value.ty.shape), mm.lhs.ty.shape[1]))
-        if not out or len({p.acc for p in out}) != len(out):
-            return None
+        if not out:
+            return "the body is empty"
+        if len({p.acc for p in out}) != len(out):
+            return "two products accumulate into one accumulator"
         if any(_key(p.a) != _key(out[0].a) for p in out):
-            return None  # products sharing one loop must share `a`
+            return "the products do not share their left operand (one ring holds one a tile per stage)"
         return tuple(out)
 
-    def operand(self, e: A.Expr, var: str, a_side: bool) -> Operand | None:
-        """Match `t[r0:r1, k0:k1]`, `t[k0:k1, r0:r1].T` or `t.T[...]` of a rank-2 global tensor."""
+    def operand(self, e: A.Expr, var: str, a_side: bool) -> Operand | str:
+        """Match `t[*batch, r0:r1, k0:k1]`, `t[*batch, k0:k1, r0:r1].T` or `t.T[...]` (rank 2) of a global
+        tensor, `batch` scalar indices fixed during the loop; else say why not."""
+        text = unparse(e)
         transposed = False
         if isinstance(e, A.Attr) and e.name == "T":
             transposed, e = True, e.obj
-        if not isinstance(e, A.Index) or e.kwarg("other") is not None or len(e.items) != 2:
-            return None
+        if not isinstance(e, A.Index):
+            return f"'{text}' is not a slice of a tensor parameter (a main loop loads both operands itself)"
         base = e.base
         if isinstance(base, A.Attr) and base.name == "T":
             base = base.obj  # `t.T[...]`: the items index the transposed view; only the tensor axes change (below)
-        if not isinstance(base, A.Name) or base.id not in self.tensors or len(self.tensors[base.id].type.dims) != 2:
-            return None
-        if not all(isinstance(i, A.Slice) and i.start is not None for i in e.items):
-            return None
-        if e.ty.dtype not in TENSOR_CORE_DTYPES:
-            return None
+        if not isinstance(base, A.Name) or base.id not in self.tensors:
+            return f"'{text}' is not a slice of a tensor parameter (a main loop loads both operands itself)"
+        rank = len(self.tensors[base.id].type.dims)
+        if e.kwarg("other") is not None:
+            return f"'{text}' has other= (a main loop fills the edges with zeros)"
+        if rank > MAX_RANK:
+            return f"'{text}' indexes a rank-{rank} tensor (main loops take ranks 2 to {MAX_RANK})"
         base_t = isinstance(e.base, A.Attr)
+        if base_t and rank != 2:
+            return f"'{text}' is a transposed view of a rank-{rank} tensor"
+        *batch, first, second = e.items if len(e.items) == rank >= 2 else (None, None)
+        if first is None or not all(isinstance(i, A.Slice) and i.start is not None for i in (first, second)):
+            return (f"'{text}' does not slice the tensor's last two axes from given starts (a main loop reads "
+                    "[rows, k] tiles of them)")
+        for i in batch:
+            if isinstance(i, A.Slice):
+                return f"'{text}' slices more than the tensor's last two axes"
+            if mentions(i, var):
+                return f"the batch index '{unparse(i)}' of '{text}' moves with the loop variable '{var}'"
+            if has_tile(i):
+                return f"the batch index '{unparse(i)}' of '{text}' is not a scalar"
+        if e.ty.dtype not in TENSOR_CORE_DTYPES:
+            return f"'{text}' is {e.ty.dtype} (tensor cores multiply bf16/f16)"
         # the (row, k) order of the tile as the product reads it
-        first, second = e.items
         if a_side:  # a tile is [rows, k]: k is the second item unless the tile is transposed
             rows, kk = (second, first) if transposed else (first, second)
         else:  # b tile is [k, cols]
@@ -242,27 +281,30 @@ class _Planner(Rewriter):
         # which tensor axis is K: items index the (possibly .T-viewed) tensor
         k_item = 1 if kk is second else 0
         k_tensor_axis = (1 - k_item) if base_t else k_item
-        if mentions(rows.start, var) or not mentions(kk.start, var):
-            return None
-        return Operand(base.id, k_tensor_axis == 1, rows.start, kk.start, unparse(e))
+        if mentions(rows.start, var):
+            return f"the row slice of '{text}' moves with the loop variable '{var}'"
+        if not mentions(kk.start, var):
+            return f"the K slice of '{text}' does not move with the loop variable '{var}'"
+        return Operand(base.id, k_tensor_axis == 1, rows.start, kk.start, unparse(e), tuple(batch))
 
     # ---- choosing the strategy
-    def plan(self, s: A.For, products: tuple[Product, ...]) -> MatmulPlan | None:
+    def plan(self, s: A.For, products: tuple[Product, ...]) -> MatmulPlan | str:
+        """The loop's plan, or why it cannot have one (a phrase for `tilex explain`)."""
         shapes = {p.shape for p in products}
-        if len(shapes) != 1:
-            return None  # one ring and one fragment layout per loop: every accumulator has the tile's shape
+        if len(shapes) != 1:  # one ring and one fragment layout per loop: every accumulator has the tile's shape
+            return "the products' accumulators have different shapes (one fragment layout per loop)"
         bm, bn = shapes.pop()
         bk = products[0].bk
         dt = DType(self.tensors[products[0].a.tensor].type.dtype)
         if any(DType(self.tensors[p.b.tensor].type.dtype) is not dt for p in products):
-            return None
+            return "the operands have different dtypes"
         stages = max(2, s.stages)
         if self.arch not in MMA_ARCHS:
-            return None
-        if not products[0].a.kmajor:
-            return None  # TODO(transposed a): ldmatrix.trans for a
+            return f"tensor-core main loops need sm_80 or later (target {self.arch})"
+        if not products[0].a.kmajor:  # TODO(transposed a): ldmatrix.trans for a
+            return f"'{products[0].a.text}' is read M-major (its tensor's contiguous axis is M, not K)"
         if bm % 16 or bn % 16 or bk % 16:
-            return None
+            return f"the {bm}x{bn}x{bk} tile is not a multiple of 16 on every side"
         limit = smem_limit(self.arch)
         warps = _define(self.k, "WARPS")
         warps = warps if isinstance(warps, int) else None
@@ -286,9 +328,9 @@ class _Planner(Rewriter):
                                f"at least 16x16 ({wm * wn} warps can)", s.span,
                                (f"use -D WARPS={wm * wn}, or larger tiles",))
         if (bm // wm) % 16 or (bn // wn) % 16:
-            return None
+            return f"the {bm}x{bn} tile does not split into warp tiles of multiples of 16 ({wm}x{wn} warps)"
         if not all(p.b.kmajor for p in products) and any(p.b.kmajor for p in products):
-            return None  # mixed b orientations in one loop
+            return "the products' right operands mix [K, N] and [N, K] tensors (one ring layout per loop)"
         _, _, a_stage, b_stage = mma_stage(bm, bn, bk, products[0].b.kmajor)
         per_stage = (a_stage + len(products) * b_stage) * dt.itemsize
         fit = _deepest_ring(stages, lambda n: n * per_stage, limit)
@@ -351,6 +393,8 @@ class _Planner(Rewriter):
             for op in (p.a, p.b):
                 add(op.rows)
                 add(op.k)
+                for i in op.batch:
+                    add(i)
         reads.discard(s.var)
         inner_before = outer.body.stmts[: outer.body.stmts.index(s)]
         for st in reversed(inner_before):
@@ -444,4 +488,9 @@ def _is_acc(e: A.Expr, name: str) -> bool:
 
 
 def _key(op: Operand):
-    return (op.tensor, op.kmajor, unparse(op.rows), unparse(op.k))
+    return (op.tensor, op.kmajor, unparse(op.rows), unparse(op.k), tuple(unparse(i) for i in op.batch))
+
+
+def _global_operands(e: A.BinOp) -> bool:
+    """True if both operands of product `e` are loads (possibly transposed) of tensor parameters."""
+    return all(isinstance(untransposed(x), A.Index) for x in (e.lhs, e.rhs))
