@@ -485,3 +485,28 @@ def test_import_tilex_without_torch_keeps_working(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "(2, 8)" in out.stdout and "pip install 'tilex[torch]'" in out.stdout
+
+
+def test_bench_toy_decoder_layer_compiles_on_cpu():
+    """benchmarks/bench_torch_ops.py's layer (tiny, f32, CPU): one graph, compiled == eager, cache writes kept."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_torch_ops.py"
+    spec = importlib.util.spec_from_file_location("bench_torch_ops", path)
+    B = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(B)
+    torch.manual_seed(0)
+    layer = B.ToyDecoderLayer(hidden=16, heads=2, kv_heads=1, head_dim=16, inter=24, blocks=4, block_size=16,
+                              dtype=torch.float32, device="cpu")
+    inputs = B.layer_inputs(layer, 2, context=9)
+    assert torch._dynamo.explain(layer)(*inputs).graph_break_count == 0
+    caches = layer.k_cache.clone(), layer.v_cache.clone()
+    torch._dynamo.reset()
+    y, res = torch.compile(layer, fullgraph=True, backend="aot_eager")(*inputs)
+    kc, vc = layer.k_cache.clone(), layer.v_cache.clone()
+    layer.k_cache.copy_(caches[0])
+    layer.v_cache.copy_(caches[1])
+    y2, res2 = layer(*inputs)
+    assert torch.equal(y, y2) and torch.equal(res, res2)
+    assert torch.equal(kc, layer.k_cache) and kc.abs().sum() > 0  # the compiled graph kept the cache writes
