@@ -38,6 +38,8 @@ class ToyDecoderLayer(nn.Module):
         self.gate, self.up, self.down = p(inter, hidden), p(inter, hidden), p(hidden, inter)
         self.register_buffer("k_cache", torch.zeros(blocks, block_size, kv_heads, head_dim, dtype=dtype, device=device))
         self.register_buffer("v_cache", torch.zeros_like(self.k_cache))
+        for cache in (self.k_cache, self.v_cache):  # fixed addresses: CUDA graphs may write them in place
+            torch._dynamo.mark_static_address(cache)
 
     def forward(self, x, res, positions, slots, table, lens):
         h, res = ops.fused_add_rms_norm(x, res, self.ln1, 1e-6)
