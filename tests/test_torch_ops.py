@@ -225,8 +225,8 @@ def test_values_vs_torch_float64(name, args, kwargs, ref, tol):
 
 
 # opcheck's test_aot_dispatch_dynamic runs the op on fake tensors with symbolic sizes (the fake rule's checks
-# must hold symbolically); bf16 cases are covered by the value test
-OPCHECK = [c for c in CASES if "bf16" not in c.id and c.id not in ("rope-partial", "gelu_and_mul-erf")]
+# must hold symbolically); one case per op (the value test has the variants)
+OPCHECK = [c for c in CASES if c.id not in ("rms_norm-bf16", "rope-partial", "gelu_and_mul-erf", "linear-k13")]
 
 
 @pytest.mark.parametrize("name,args,kwargs,ref,tol", OPCHECK)
@@ -238,8 +238,26 @@ def test_every_stdlib_function_is_an_op():
     want = set(S.__all__) | {"fused_add_rms_norm_inplace", "rope_inplace"}
     assert set(tt.OPS) == want
     assert {c.values[0] for c in CASES} == want
+    assert {c.values[0] for c in OPCHECK} == want
     for name in want:
         assert hasattr(ops, name)
+
+
+def test_non_contiguous_inputs():
+    g = _gen(13)
+    x, w = rand(g, 9, 5).t(), rand(g, 9)
+    assert not x.is_contiguous()
+    check_values("rms_norm", (x, w, 1e-6), {}, ref_rms, 1e-5)
+    a, b = rand(g, 16, 4).t(), rand(g, 16, 6)[:, ::2].t()
+    check_values("linear", (a, b), {}, lambda a, b: a.to(f64) @ b.to(f64).T, 1e-4)
+    check_values("softmax", (rand(g, 4, 6)[:, 1:], -1), {}, lambda x, d: x.to(f64).softmax(d), 1e-5)
+    x = rand(g, 5, 7).t()
+    with pytest.raises(ValueError, match=re.escape("fused_add_rms_norm(inplace=True) needs contiguous")):
+        ops.fused_add_rms_norm_inplace(x, x.clone(), None, 1e-6)
+    mode = torch._subclasses.fake_tensor.FakeTensorMode()
+    fx, fr = mode.from_tensor(x), mode.from_tensor(x.clone())
+    with mode, pytest.raises(ValueError, match=re.escape("fused_add_rms_norm(inplace=True) needs contiguous")):
+        ops.fused_add_rms_norm_inplace(fx, fr, None, 1e-6)
 
 
 def test_outputs_never_alias_inputs():
@@ -305,6 +323,34 @@ def test_compile_dynamic_no_recompile():
     for s in (5, 7):
         args = _layer_args(s, seed=s)
         _assert_close(fn(*args), _ref_layer(*args))
+    assert cnt.frame_count == 1, f"recompiled: {cnt.frame_count} compiles for two sizes"
+
+
+def test_compile_dynamic_every_dimension():
+    """Every size of these ops changes between the two calls (within the constraints): one compile."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    def fn(x, w, wl, ids, table, logits):
+        h = ops.rms_norm(x, w, 1e-6)
+        y = ops.linear(ops.silu_and_mul(h), wl)
+        return ops.softmax(y, -1), ops.layer_norm(y, None, None, 1e-5), ops.embedding(ids, table), ops.argmax(logits)
+
+    def ref(x, w, wl, ids, table, logits):
+        h = ref_rms(x, w, 1e-6)
+        d = h.shape[-1] // 2
+        y = (F.silu(h[:, :d]) * h[:, d:]) @ wl.to(f64).T
+        return (y.softmax(-1), F.layer_norm(y, (y.shape[-1],)), table.to(f64)[ids], logits.argmax(-1))
+
+    torch._dynamo.reset()
+    cnt = CompileCounterWithBackend("aot_eager")
+    cfn = torch.compile(fn, fullgraph=True, dynamic=True, backend=cnt)
+    g = _gen(14)
+    for m, n, o, v in ((3, 16, 5, 7), (5, 32, 9, 11)):
+        args = (rand(g, m, n), rand(g, n), rand(g, o, n // 2), torch.randint(0, v, (m + 1, 2), generator=g),
+                rand(g, v, o), rand(g, m + 3, v))  # no two sizes equal (duck sizing would tie them)
+        got, want = cfn(*args), ref(*args)
+        _assert_close(got[:3], want[:3])
+        assert torch.equal(got[3], want[3])
     assert cnt.frame_count == 1, f"recompiled: {cnt.frame_count} compiles for two sizes"
 
 
@@ -383,12 +429,16 @@ def _exc(fn, args):
 
 def test_dynamic_guard_rejects_a_later_bad_size():
     """Under dynamic=True the fake rule's checks are guards: a size that breaks them retraces and fails."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
     torch._dynamo.reset()
-    fn = torch.compile(lambda x: ops.silu_and_mul(x), fullgraph=True, dynamic=True, backend="eager")
+    cnt = CompileCounterWithBackend("eager")
+    fn = torch.compile(lambda x: ops.silu_and_mul(x), fullgraph=True, dynamic=True, backend=cnt)
     g = _gen(6)
     for n in (6, 10):
         x = rand(g, 3, n)
         assert torch.allclose(fn(x), F.silu(x[:, :n // 2]) * x[:, n // 2:], atol=1e-5)
+    assert cnt.frame_count == 1
     with pytest.raises(Exception, match=re.escape(_launch_message(S.silu_and_mul, rand(g, 3, 9)))):
         fn(rand(g, 3, 9))
 
