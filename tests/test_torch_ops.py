@@ -458,6 +458,27 @@ def test_backward_raises_naming_the_op():
         z.backward()
 
 
+def test_in_place_ops_refuse_inputs_that_require_grad():
+    """torch takes no backward formula for ops that write their inputs; without this check gradients would
+    flow through rope_inplace as if it were the identity."""
+    g = _gen(15)
+    q, k, pos = _rope_args(g, "cpu")
+    leaf = q.clone().requires_grad_()
+    with pytest.raises(RuntimeError, match=r"tilex::rope_inplace is inference-only: no backward"):
+        ops.rope_inplace(leaf * 1, k, pos, 10000.0, None)
+    x, r = rand(g, 5, 7).requires_grad_(), rand(g, 5, 7)
+    with pytest.raises(RuntimeError, match=r"tilex::fused_add_rms_norm_inplace is inference-only"):
+        ops.fused_add_rms_norm_inplace(x * 1, r, None, 1e-6)
+    with torch.no_grad():  # inference: fine, and the writes happen
+        q2 = leaf * 1
+        ops.rope_inplace(q2, k, pos, 10000.0, None)
+    _assert_close((q2,), (ref_rope(q, pos, 10000.0),))
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=r"tilex::rope_inplace is inference-only"):
+        torch.compile(lambda a, b, p: ops.rope_inplace(a * 1, b, p, 10000.0, None), fullgraph=True,
+                      backend="aot_eager")(leaf, k, pos)
+
+
 # ------------------------------------------------------------------ user kernels
 
 @pytest.fixture(scope="module")
@@ -516,7 +537,7 @@ def test_user_kernel_op_errors_and_backward(user_ops):
         tt.op(mod, "nope", name="tilextest::nope")
     with pytest.raises(ValueError, match="namespace::opname"):
         tt.op(mod, "vector_add", name="vadd")
-    with pytest.raises(ValueError, match="mutates_args: 'q' is not an input tensor"):
+    with pytest.raises(ValueError, match="mutates_args: 'q' is not a tensor parameter"):
         tt.op(mod, "vector_add", name="tilextest::vadd2", mutates_args=("q",))
     g = _gen(10)
     a = rand(g, 9).requires_grad_()
@@ -560,3 +581,30 @@ def test_bench_toy_decoder_layer_compiles_on_cpu():
     y2, res2 = layer(*inputs)
     assert torch.equal(y, y2) and torch.equal(res, res2)
     assert torch.equal(kc, layer.k_cache) and kc.abs().sum() > 0  # the compiled graph kept the cache writes
+
+
+def test_user_kernel_op_writing_out_parameters_in_place():
+    """An `out` parameter named in mutates_args is taken, not allocated: stdlib's kv_cache_write kernel as
+    a user op writes the caches it is given."""
+    from tilex.stdlib import _launch as L
+
+    mod = L.load("kv_cache_write", T="f32", I="i64", BLOCK=8, WARPS=1)
+    with pytest.raises(ValueError, match="the size NB of out parameter 'k_cache'.*mutates_args"):
+        tt.op(mod, "kv_cache_write", name="tilextest::cache_write_alloc")
+    write = tt.op(mod, "kv_cache_write", name="tilextest::cache_write", mutates_args=("k_cache", "v_cache"))
+    g = _gen(16)
+    k, v = rand(g, 3, 2, 4), rand(g, 3, 2, 4)
+    kc, vc = torch.zeros(2, 4, 2, 4), torch.zeros(2, 4, 2, 4)
+    slots = torch.tensor([5, -1, 2])
+    want = _ref_cache_write(k, v, kc, vc, slots)
+    assert write(k.view(3, 8), v.view(3, 8), kc.view(2, 4, 8), vc.view(2, 4, 8), slots) is None
+    assert torch.equal(kc, want[0].float()) and torch.equal(vc, want[1].float())
+    torch.library.opcheck(write, (k.view(3, 8), v.view(3, 8), kc.view(2, 4, 8).clone(), vc.view(2, 4, 8).clone(),
+                                  slots))
+    torch._dynamo.reset()
+    kc2, vc2 = torch.zeros(2, 4, 8), torch.zeros(2, 4, 8)
+    torch.compile(lambda *a: write(*a), fullgraph=True, backend="aot_eager")(k.view(3, 8), v.view(3, 8), kc2, vc2,
+                                                                             slots)
+    assert torch.equal(kc2, kc.view(2, 4, 8)) and torch.equal(vc2, vc.view(2, 4, 8))
+    with pytest.raises(RuntimeError, match="tilextest::cache_write is inference-only"):
+        write(k.view(3, 8).requires_grad_(), v.view(3, 8), kc2, vc2, slots)

@@ -54,11 +54,39 @@ def _no_backward(name: str):
     return backward, setup_context
 
 
+_LIB = torch.library.Library(NAMESPACE, "FRAGMENT")  # the autograd kernels of the in-place ops
+_AUTOGRAD_KEYS = ("AutogradCPU", "AutogradCUDA")
+
+
+def forbid_grad_in_place(lib, qualname: str, opname: str) -> None:
+    """An autograd kernel for an op that writes its inputs (torch takes no backward formula for those, and
+    without one gradients would flow through it as if it were the identity): with grad enabled and a tensor
+    argument that requires grad it raises the inference-only error at once; otherwise it runs the op."""
+    overload = None
+
+    def autograd(keyset, *args, **kwargs):
+        nonlocal overload
+        if torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad
+                                           for a in (*args, *kwargs.values())):
+            raise RuntimeError(f"{qualname} is inference-only: no backward (it writes its inputs in place; "
+                               "call it under torch.no_grad() or on tensors that do not require grad)")
+        if overload is None:
+            ns, name = qualname.split("::")
+            overload = getattr(getattr(torch.ops, ns), name).default
+        with torch._C._AutoDispatchBelowAutograd():
+            return overload.redispatch(keyset & torch._C._after_autograd_keyset, *args, **kwargs)
+
+    for key in _AUTOGRAD_KEYS:
+        lib.impl(opname, autograd, key, with_keyset=True)
+
+
 def _op(name: str, mutates: tuple = ()):
     """Decorator: define tilex::name from its eager function (signature = schema), record it in OPS."""
     def wrap(fn):
         op = torch.library.custom_op(f"{NAMESPACE}::{name}", fn, mutates_args=mutates)
-        if not mutates:  # torch registers autograd formulas for functional ops only
+        if mutates:  # torch takes autograd formulas for functional ops only
+            forbid_grad_in_place(_LIB, f"{NAMESPACE}::{name}", name)
+        else:
             backward, setup = _no_backward(f"{NAMESPACE}::{name}")
             op.register_autograd(backward, setup_context=setup)
         OPS[name] = op

@@ -6,7 +6,8 @@
 
 The op takes the kernel's non-`out` parameters in order (tensors, then scalars with the source's
 defaults) and returns its `out` tensors (one: a Tensor; several: a tuple; none: nothing), shaped from
-the symbols the inputs bind. Parameters named in `mutates_args` are declared written in place.
+the symbols the inputs bind. Parameters named in `mutates_args` are declared written in place; an `out`
+parameter named there is an input the kernel updates (a cache), not a returned tensor.
 The fake rule checks what the launch checks (dtype, rank, fixed sizes, one size per symbol, the
 `where` constraints) with the launch's messages, on symbolic sizes under torch.compile(dynamic=True).
 """
@@ -19,7 +20,7 @@ from ..runtime import args as A
 from ..stdlib._launch import _torch_dtype
 from . import _checks as C
 from ._convert import from_numpy, to_numpy
-from ._library import _no_backward
+from ._library import _no_backward, forbid_grad_in_place
 
 _SCALAR_TYPES = {"bool": "bool", "f16": "float", "bf16": "float", "f32": "float", "f64": "float"}
 
@@ -46,7 +47,8 @@ def _out_dims(spec, inputs, outs):
             if isinstance(d, str) and d not in bound:
                 raise ValueError(f"tilex.torch.op: {spec.name}: the size {d} of out parameter '{p.name}' "
                                  f"(dimension {i}) is bound by no input tensor, so the op cannot allocate it; "
-                                 "make that parameter an input (not `out`) or give it a fixed size")
+                                 "name that parameter in mutates_args (the op then takes it and writes it in place) "
+                                 "or give it a fixed size")
 
 
 def _bind_fake(spec, inputs, values) -> dict:
@@ -90,14 +92,15 @@ def op(module, kernel: str, name: str, mutates_args=()):
     if "::" not in name:
         raise ValueError(f"tilex.torch.op: name: expected 'namespace::opname', got {name!r}")
     spec = module.specs[kernel]
-    inputs = [p for p in spec.params if not p.is_out]
-    outs = [p for p in spec.params if p.is_out]
     mutates = tuple(mutates_args)
-    names = {p.name for p in inputs if p.kind == "tensor"}
+    names = [p.name for p in spec.params if p.kind == "tensor"]
     for m in mutates:
         if m not in names:
-            raise ValueError(f"tilex.torch.op: mutates_args: '{m}' is not an input tensor of {kernel} "
-                             f"({', '.join(sorted(names)) or 'none'})")
+            raise ValueError(f"tilex.torch.op: mutates_args: '{m}' is not a tensor parameter of {kernel} "
+                             f"({', '.join(names) or 'none'})")
+    # an `out` parameter named in mutates_args is an input written in place (a cache), not a new output
+    inputs = [p for p in spec.params if not p.is_out or p.name in mutates]
+    outs = [p for p in spec.params if p.is_out and p.name not in mutates]
     _out_dims(spec, inputs, outs)
 
     def shapes(symbols):
@@ -135,10 +138,17 @@ def op(module, kernel: str, name: str, mutates_args=()):
 
     custom = torch.library.custom_op(name, impl, mutates_args=mutates, schema=_schema(spec, inputs, outs, mutates))
     custom.register_fake(fake)
-    if not mutates:
+    if mutates:
+        ns, opname = name.split("::")
+        _LIBS.append(torch.library.Library(ns, "FRAGMENT"))  # kept alive: dropping it unregisters the kernel
+        forbid_grad_in_place(_LIBS[-1], name, opname)
+    else:
         backward, setup = _no_backward(name)
         custom.register_autograd(backward, setup_context=setup)
     return custom
+
+
+_LIBS: list = []
 
 
 def _ret(results):
