@@ -20,7 +20,7 @@ from ._convert import call
 
 NAMESPACE = "tilex"
 OPS: dict = {}  # name -> the custom op (torch.ops.tilex.NAME is its OpOverloadPacket)
-shown = C.shown
+shown, _shown = C.shown, C._shown  # sizes as messages show them
 
 
 @torch.library.custom_op(f"{NAMESPACE}::inference_only", mutates_args=())
@@ -186,8 +186,6 @@ def _fake_rope(q, k, positions, theta, rotary_dim):
     if not theta > 0:
         raise ValueError(M.bad_theta(theta))
 
-
-_shown = C._shown
 
 
 @_op("rope")

@@ -19,7 +19,7 @@ from ..diagnostics import LaunchError
 from ..runtime import args as A
 from ..stdlib._launch import _torch_dtype
 from . import _checks as C
-from ._convert import from_numpy, to_numpy
+from ._convert import to_numpy
 from ._library import _no_backward, forbid_grad_in_place
 
 _SCALAR_TYPES = {"bool": "bool", "f16": "float", "bf16": "float", "f32": "float", "f64": "float"}
