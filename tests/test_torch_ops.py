@@ -607,3 +607,17 @@ def test_user_kernel_op_writing_out_parameters_in_place():
     assert torch.equal(kc2, kc.view(2, 4, 8)) and torch.equal(vc2, vc.view(2, 4, 8))
     with pytest.raises(RuntimeError, match="tilextest::cache_write is inference-only"):
         write(k.view(3, 8).requires_grad_(), v.view(3, 8), kc2, vc2, slots)
+
+
+def test_attention_decode_num_splits_checked_like_the_launch():
+    args = _decode_args(_gen(17), "cpu")
+    msg = _launch_message(S.attention_decode, *args, num_splits=0)
+    mode = torch._subclasses.fake_tensor.FakeTensorMode()
+    fake = [mode.from_tensor(a) for a in args]
+    with mode, pytest.raises(ValueError) as e:
+        ops.attention_decode(*fake, None, 0)
+    assert str(e.value) == msg
+    empty = (args[0][:0], *args[1:3], args[3][:0], args[4][:0])  # no sequences: nothing to split, no error
+    assert ops.attention_decode(*empty, None, 0).shape == (0, 4, 16)
+    with mode:
+        assert ops.attention_decode(*[mode.from_tensor(a) for a in empty], None, 0).shape == (0, 4, 16)

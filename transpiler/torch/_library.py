@@ -6,11 +6,12 @@ In-place variants (`fused_add_rms_norm_inplace`, `rope_inplace`, `kv_cache_write
 `linear_qkv_rope_cache`) declare `mutates_args`; every returned tensor is new (no output aliases an input).
 No `from __future__ import annotations` here: torch.library reads the annotations as the schema.
 """
+import functools
+import operator
 from typing import Optional
 
 import torch
 from torch import Tensor
-from torch.fx.experimental.symbolic_shapes import sym_or
 
 from .. import stdlib as S
 from ..stdlib import attention as _attn
@@ -92,6 +93,11 @@ def _op(name: str, mutates: tuple = ()):
         OPS[name] = op
         return op
     return wrap
+
+
+def sym_or(*conds):
+    """`or` of bools and SymBools without converting a SymBool to bool (which would guard on it)."""
+    return functools.reduce(operator.or_, conds)
 
 
 def _one_of(v, allowed):
@@ -492,8 +498,8 @@ def _(q, k_cache, v_cache, block_table, seq_lens, scale=None, num_splits=None):
     _fake_heads(hq, hkv, M.decode_heads)
     C.require(block_table.shape[0] == b, lambda: M.block_table_rows(_shown(b), shown(block_table.shape)))
     C.check_shape("seq_lens", seq_lens, (b,))
-    if num_splits is not None and not 1 <= num_splits <= 1024:
-        raise ValueError(M.bad_num_splits(num_splits))
+    if num_splits is not None and not 1 <= num_splits <= 1024:  # checked by the stdlib when there is work
+        C.require(sym_or(b * hq == 0, nb == 0, block_table.shape[1] == 0), lambda: M.bad_num_splits(num_splits))
     return q.new_empty((b, hq, d))
 
 
