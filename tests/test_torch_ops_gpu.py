@@ -111,3 +111,22 @@ def test_ops_run_on_the_current_stream():
         y = ops.rms_norm(x + big[:257, :96] * 0, w, 1e-6)
     torch.cuda.current_stream().wait_stream(s)
     assert ((y.to(f64) - ref_rms(x, w, 1e-6)).abs() / (1 + ref_rms(x, w, 1e-6).abs())).max() <= 1e-5
+
+
+def test_user_kernel_op_cuda():
+    import tilex
+    import tilex.torch as tt
+
+    rmsnorm = tt.op(tilex.compile("examples/rmsnorm.tile", BLOCK=256), "rmsnorm", name="tilexgputest::rmsnorm")
+    g = _gen(13)
+    x, w = rand(g, 37, 1000, dtype=BF, device="cuda"), rand(g, 1000, dtype=BF, device="cuda")
+    want = ref_rms(x, w, 1e-6)
+    assert ((rmsnorm(x, w, 1e-6).to(f64) - want).abs() / (1 + want.abs())).max() <= 3e-2
+    torch.library.opcheck(rmsnorm, (x, w, 1e-6))
+    torch._dynamo.reset()
+    fn = torch.compile(lambda a, b: rmsnorm(a, b) * 2, fullgraph=True, mode="reduce-overhead")
+    for m in (37, 37, 37, 37):  # warm-up, record, replays
+        x = rand(g, m, 1000, dtype=BF, device="cuda")
+        y = fn(x, w).clone()
+        want = ref_rms(x, w, 1e-6) * 2
+        assert ((y.to(f64) - want).abs() / (1 + want.abs())).max() <= 3e-2
