@@ -12,8 +12,11 @@ PYTEST_ARGS ?=
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# Install tilex editable with test extras; redone when pyproject.toml changes.
+# Install tilex editable with test extras; redone when pyproject.toml changes. torch (for tilex.torch's
+# tests) is installed first as torch==2.13.0, the CPU build CI and dev machines hold on disk; any other
+# specifier would download a multi-GB CUDA build. An installed torch (the GPU machine's) is kept.
 $(STAMP): pyproject.toml | $(PY)
+	$(PY) -c 'import torch' 2>/dev/null || $(PIP) install 'torch==2.13.0'
 	$(PIP) install -e '.[test]'
 	touch $@
 

@@ -327,6 +327,30 @@ def _param_text(p: ParamSpec) -> str:
     return p.dtype
 
 
+# Binding messages, shared with tilex.torch's fake rules for user kernels (tilex/torch/_user.py).
+def dtype_message(p: ParamSpec, got: str) -> str:
+    return f"argument '{p.name}': expected dtype {p.dtype}, got {got}"
+
+
+def rank_message(p: ParamSpec, shape) -> str:
+    return (f"argument '{p.name}': expected rank {len(p.dims)} ({_param_text(p)}), "
+            f"got rank {len(shape)} with shape {tuple(shape)}")
+
+
+def fixed_dim_message(p: ParamSpec, i: int, n, shape) -> str:
+    return f"argument '{p.name}': dimension {i} must be {p.dims[i]} ({_param_text(p)}), got {n} (shape {tuple(shape)})"
+
+
+def inconsistent_message(d: str, q: str, j: int, first, name: str, i: int, n) -> str:
+    return (f"inconsistent size for symbol {d}: '{q}' has {d} = {first} "
+            f"({q}.shape[{j}]) but '{name}' has {d} = {n} ({name}.shape[{i}])")
+
+
+def constraint_message(spec: KernelSpec, c, symbols: Mapping[str, Any]) -> str:
+    vals = ", ".join(f"{n} = {symbols[n]}" for n in expr_symbols(c.py))
+    return f"constraint `{c.text}` ({spec.source_file}:{c.line}) failed: {vals}"
+
+
 def _check_scalar(p: ParamSpec, v: Any) -> Any:
     """Check a scalar's Python/NumPy type and range; return a plain Python value."""
     if isinstance(v, np.generic):
@@ -370,15 +394,13 @@ def _check_tensor(p: ParamSpec, x: Any, allow_numpy: bool, fixed: Sequence[tuple
     if info.device == "cpu" and info.kind != "numpy":
         raise LaunchError(f"argument '{p.name}': expected a CUDA tensor, got a tensor on cpu")
     if info.dtype != p.dtype:
-        raise LaunchError(f"argument '{p.name}': expected dtype {p.dtype}, got {info.dtype_text}")
+        raise LaunchError(dtype_message(p, info.dtype_text))
     if len(info.shape) != len(p.dims):
-        raise LaunchError(f"argument '{p.name}': expected rank {len(p.dims)} ({_param_text(p)}), "
-                          f"got rank {len(info.shape)} with shape {info.shape}")
+        raise LaunchError(rank_message(p, info.shape))
     for i, d in fixed:
         n = info.shape[i]
         if d != n:
-            raise LaunchError(f"argument '{p.name}': dimension {i} must be {d} ({_param_text(p)}), "
-                              f"got {n} (shape {info.shape})")
+            raise LaunchError(fixed_dim_message(p, i, n, info.shape))
     if not info.c_contiguous:
         raise LaunchError(f"argument '{p.name}': expected a C-contiguous (row-major) tensor, "
                           f"got a non-contiguous one with shape {info.shape}; make a contiguous "
@@ -425,8 +447,7 @@ def bind_arguments(spec: KernelSpec, args: Sequence[Any] = (), kwargs: Mapping[s
             if d in symbols:
                 if symbols[d] != n:
                     q, j = bound_by[d]
-                    raise LaunchError(f"inconsistent size for symbol {d}: '{q}' has {d} = {symbols[d]} "
-                                      f"({q}.shape[{j}]) but '{p.name}' has {d} = {n} ({p.name}.shape[{i}])")
+                    raise LaunchError(inconsistent_message(d, q, j, symbols[d], p.name, i, n))
             else:
                 if n > INT32_MAX:
                     raise LaunchError(f"symbol {d} = {n} (from {p.name}.shape[{i}]) does not fit "
@@ -440,8 +461,7 @@ def bind_arguments(spec: KernelSpec, args: Sequence[Any] = (), kwargs: Mapping[s
     if grid is None:
         for c in spec.constraints:
             if not eval_expr(c.py, symbols):
-                vals = ", ".join(f"{n} = {symbols[n]}" for n in expr_symbols(c.py))
-                raise LaunchError(f"constraint `{c.text}` ({spec.source_file}:{c.line}) failed: {vals}")
+                raise LaunchError(constraint_message(spec, c, symbols))
         grid = eval_grid(spec, symbols)
         plan.remember(key, grid)
     if zero_dims and 0 not in grid:

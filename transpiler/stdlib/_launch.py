@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from . import messages as M
 from ..runtime.args import ArrayInfo, describe_array, is_array, is_cupy_array, is_torch_tensor
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent.parent / "stdlib_kernels"
@@ -272,7 +273,7 @@ def check_float(name: str, x, ndim_min: int = 1, ndim: int | None = None) -> str
     """Check that argument `name` is a float array of a supported dtype and rank; its dtype name."""
     dt = _dtype_text(_accepted(x))
     if dt not in FLOATS:
-        raise TypeError(f"{name}: expected a float tensor (f32, f16 or bf16), got dtype {dt}")
+        raise TypeError(M.not_float(name, dt))
     check_rank(name, x, ndim_min, ndim)
     return dt
 
@@ -280,7 +281,7 @@ def check_float(name: str, x, ndim_min: int = 1, ndim: int | None = None) -> str
 def check_int(name: str, x, ndim: int | None = None) -> str:
     dt = _dtype_text(_accepted(x))
     if dt not in ("i32", "i64"):
-        raise TypeError(f"{name}: expected an integer tensor (int32 or int64), got dtype {dt}")
+        raise TypeError(M.not_int(name, dt))
     if ndim is not None:
         check_rank(name, x, ndim, ndim)
     return dt
@@ -289,20 +290,20 @@ def check_int(name: str, x, ndim: int | None = None) -> str:
 def check_rank(name: str, x, ndim_min: int = 1, ndim: int | None = None) -> None:
     n = len(x.shape)
     if ndim is not None and n != ndim:
-        raise ValueError(f"{name}: expected a {ndim}-D tensor, got shape {tuple(x.shape)}")
+        raise ValueError(M.wrong_rank(name, ndim, x.shape))
     if n < ndim_min:
-        raise ValueError(f"{name}: expected at least {ndim_min} dimension(s), got shape {tuple(x.shape)}")
+        raise ValueError(M.too_few_dims(name, ndim_min, x.shape))
 
 
 def check_same_dtype(name: str, x, want: str) -> None:
     dt = dtype_name_or_text(x)
     if dt != want:
-        raise TypeError(f"{name}: expected dtype {want} (the dtype of the input), got {dt}")
+        raise TypeError(M.wrong_dtype(name, want, dt))
 
 
 def check_shape(name: str, x, shape) -> None:
     if tuple(x.shape) != tuple(shape):
-        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(x.shape)}")
+        raise ValueError(M.wrong_shape(name, shape, x.shape))
 
 
 def dtype_name_or_text(x) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import _launch as L
+from . import messages as M
 from .norms import _rows
 
 
@@ -10,7 +11,7 @@ def _gated(name, x, **extra):
     x = L.contiguous(x)
     two_d = int(x.shape[-1])
     if two_d % 2:
-        raise ValueError(f"x: the last dimension holds [gate | up] and must be even, got shape {tuple(x.shape)}")
+        raise ValueError(M.odd_gate(x.shape))
     d = two_d // 2
     m = 1
     for n in x.shape[:-1]:
@@ -40,7 +41,7 @@ def silu_and_mul(x):
 def gelu_and_mul(x, approximate: str = "none"):
     """gelu(x[..., :d]) * x[..., d:]; approximate "none" (erf) or "tanh" as in F.gelu."""
     if approximate not in ("none", "tanh"):
-        raise ValueError(f"approximate: expected 'none' or 'tanh', got {approximate!r}")
+        raise ValueError(M.bad_approximate(approximate))
     return _gated("gelu_and_mul", x, TANH=approximate == "tanh")
 
 
@@ -52,7 +53,7 @@ def softmax(x, dim: int = -1):
     L.check_float("x", x)
     nd = len(x.shape)
     if not -nd <= dim < nd:
-        raise ValueError(f"dim: {dim} is out of range for a {nd}-D tensor")
+        raise ValueError(M.bad_dim(dim, nd))
     dim %= nd
     if dim != nd - 1:
         moved = _moveaxis(x, dim, nd - 1)

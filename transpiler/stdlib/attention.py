@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from . import _launch as L
+from . import messages as M
 
 HEAD_DIMS = (16, 32, 64, 128, 256)   # power-of-two head sizes (64 and 128 are the tuned ones)
 MAX_SPLITS = 64
@@ -19,7 +20,7 @@ RESIDENT_PER_SM = 2  # attention_decode blocks that fit on an SM (shared memory 
 def _head_dim(name, x) -> int:
     d = int(x.shape[-1])
     if d not in HEAD_DIMS:
-        raise ValueError(f"{name}: head size {d} is not supported (use one of {', '.join(map(str, HEAD_DIMS))})")
+        raise ValueError(M.bad_head_dim(name, d, HEAD_DIMS))
     return d
 
 
@@ -84,7 +85,7 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     `config` overrides the compile-time parameters (BM, BN, WARPS), for benchmarks.
     """
     if layout not in ("bhsd", "bshd"):
-        raise ValueError(f"layout: expected 'bhsd' or 'bshd', got {layout!r}")
+        raise ValueError(M.bad_layout(layout))
     dt = L.check_float("q", q, ndim=4)
     for name, x in (("k", k), ("v", v)):
         L.check_float(name, x, ndim=4)
@@ -103,8 +104,7 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     L.check_shape("k", k, kv_shape)
     L.check_shape("v", v, kv_shape)
     if hkv == 0 or hq % hkv:
-        raise ValueError(f"q has {hq} heads, k and v have {hkv}: the query heads must be a multiple "
-                         "of the KV heads")
+        raise ValueError(M.prefill_heads(hq, hkv))
     o = _out(out, q, tuple(int(n) for n in q.shape), dt)
     if b * hq * s == 0:
         return o
@@ -178,13 +178,12 @@ def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | 
     L.check_shape("k_cache", k_cache, (nb, bs, hkv, d))
     L.check_shape("v_cache", v_cache, (nb, bs, hkv, d))
     if bs < 1 or bs & (bs - 1) or bs > 256:
-        raise ValueError(f"k_cache: block size {bs} must be a power of two up to 256")
+        raise ValueError(M.bad_block_size(bs))
     if hkv == 0 or hq % hkv:
-        raise ValueError(f"q has {hq} heads, the caches have {hkv}: the query heads must be a "
-                         "multiple of the KV heads")
+        raise ValueError(M.decode_heads(hq, hkv))
     maxb = int(block_table.shape[1])
     if int(block_table.shape[0]) != b:
-        raise ValueError(f"block_table: expected {b} rows (one per sequence), got shape {tuple(block_table.shape)}")
+        raise ValueError(M.block_table_rows(b, block_table.shape))
     L.check_shape("seq_lens", seq_lens, (b,))
     o = _out(out, q, (b, hq, d), dt)
     if b * hq == 0:
@@ -195,7 +194,7 @@ def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | 
         return o
     ns = int(num_splits) if num_splits is not None else decode_splits(b, hkv, maxb, bs, L.sm_count(q))
     if not 1 <= ns <= 1024:
-        raise ValueError(f"num_splits must be in [1, 1024], got {ns}")
+        raise ValueError(M.bad_num_splits(ns))
     table = L.contiguous(L.astype(block_table, "i32"))
     lens = L.contiguous(L.astype(seq_lens, "i32"))
     q4 = L.reshape(L.contiguous(q), (b, hkv, g, d))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from . import _launch as L
+from . import messages as M
 from .kvcache import kv_cache_write
 from .linear import _SPLITK, _check_linear, _check_qkv, _partials, linear
 from .norms import _vector, fused_add_rms_norm
@@ -34,15 +35,14 @@ def linear_qkv_rope_cache(x, weight, q_size: int, kv_size: int, positions, k_cac
     nb, bs, hkv, d = (int(s) for s in k_cache.shape)
     L.check_shape("v_cache", v_cache, (nb, bs, hkv, d))
     if kv_size != hkv * d or q_size % max(d, 1):
-        raise ValueError(f"q_size {q_size} and kv_size {kv_size} must be whole heads of the caches' "
-                         f"head_dim {d} (kv_size = Hkv * D = {hkv * d})")
+        raise ValueError(M.qkv_heads(q_size, kv_size, hkv, d))
     idt = L.check_int("positions", positions, ndim=1)
     L.check_shape("positions", positions, (m,))
     sdt = L.check_int("slot_mapping", slot_mapping, ndim=1)
     L.check_shape("slot_mapping", slot_mapping, (m,))
     L.kind_of(x, weight, k_cache, v_cache, positions, slot_mapping, bias)
     if not theta > 0:
-        raise ValueError(f"theta: expected a positive base, got {theta}")
+        raise ValueError(M.bad_theta(theta))
     half = d // 2
     fused = (0 < m <= MAX_ROWS and k and k % 8 == 0 and d % 2 == 0 and half & (half - 1) == 0
              and kv_size and nb * bs)
@@ -56,7 +56,7 @@ def linear_qkv_rope_cache(x, weight, q_size: int, kv_size: int, positions, k_cac
         return q
     for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
         if not L.describe_array(c).c_contiguous:
-            raise ValueError(f"{name}: the cache is written in place and must be contiguous")
+            raise ValueError(M.not_contiguous_cache(name))
     weight = L.contiguous(weight)
     part = _partials(x2, weight, dt, m, n, k)
     q = L.empty(x2, (m, q_size))
@@ -90,7 +90,7 @@ def linear_add_rms_norm(x, weight, residual, norm_weight=None, eps: float = 1e-6
     L.check_shape("residual", residual, (m, n))
     L.kind_of(x, weight, residual)
     if n == 0:
-        raise ValueError(f"weight: no output features (shape {tuple(weight.shape)}): the norm needs a non-empty row")
+        raise ValueError(M.no_out_features(weight.shape))
     w = _vector("norm_weight", norm_weight, n, dt, x2, 1.0)  # checked as fused_add_rms_norm checks it
     if not (0 < m <= MAX_ROWS and k and k % 8 == 0 and n <= MAX_NORM_COLS):
         return fused_add_rms_norm(linear(x2, weight), residual, w, eps)

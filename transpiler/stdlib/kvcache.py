@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import _launch as L
+from . import messages as M
 
 
 def kv_cache_write(k, v, k_cache, v_cache, slot_mapping):
@@ -31,7 +32,7 @@ def kv_cache_write(k, v, k_cache, v_cache, slot_mapping):
 
     for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
         if not describe_array(x).c_contiguous:
-            raise ValueError(f"{name}: the cache is written in place and must be contiguous")
+            raise ValueError(M.not_contiguous_cache(name))
     if s and h * d and nb * bs:
         hd = h * d
         block = min(2048, max(8, L.next_pow2(hd)))

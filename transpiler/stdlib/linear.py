@@ -11,6 +11,7 @@ interpreter). A configuration stored by `tilex tune` for the shape's bucket over
 from __future__ import annotations
 
 from . import _launch as L
+from . import messages as M
 
 # tile sizes by the number of rows (tokens); measured on an H200, see benchmarks/RESULTS.md
 _LARGE = dict(BM=128, BN=256, BK=64, STAGES=4)
@@ -109,7 +110,7 @@ def _check_linear(x, weight, x_ndim=None):
     x2, m, k = _flatten(x)
     n = int(weight.shape[0])
     if int(weight.shape[1]) != k:
-        raise ValueError(f"weight: expected shape [out, {k}] to match x's last dimension {k}, got {tuple(weight.shape)}")
+        raise ValueError(M.linear_weight(k, weight.shape))
     return dt, x2, m, k, n
 
 
@@ -148,7 +149,7 @@ def linear(x, weight, bias=None):
         else:
             kernel, cfg = "linear_any", dict(BM=64 if m > 16 else 16, BN=128 if m > 16 else 64, BK=32, STAGES=4)
             if bias is not None:
-                raise ValueError(f"linear with a bias needs in_features % 8 == 0, got {k}")
+                raise ValueError(M.linear_bias_k(k))
         mod = L.load("linear", kernel=kernel, T=dt, **cfg)
         args = (x2, weight, bias, y) if bias is not None else (x2, weight, y)
         L.run(mod, kernel, *args)
@@ -164,8 +165,7 @@ def _check_qkv(x, weight, q_size, kv_size, bias, x_ndim=None):
     x2, m, k = _flatten(x)
     n = q_size + 2 * kv_size
     if tuple(int(d) for d in weight.shape) != (n, k):
-        raise ValueError(f"weight: expected shape ({n}, {k}) for q_size {q_size} + 2 * kv_size {kv_size} "
-                         f"and in_features {k}, got {tuple(weight.shape)}")
+        raise ValueError(M.qkv_weight(n, k, q_size, kv_size, weight.shape))
     if bias is not None:
         L.check_same_dtype("bias", bias, dt)
         L.check_shape("bias", bias, (n,))
@@ -211,9 +211,9 @@ def gated_mlp(x, w_gate, w_up):
     n = int(w_gate.shape[0])
     for name, w in (("w_gate", w_gate), ("w_up", w_up)):
         if tuple(int(s) for s in w.shape) != (n, k):
-            raise ValueError(f"{name}: expected shape ({n}, {k}), got {tuple(w.shape)}")
+            raise ValueError(M.gated_weight(name, n, k, w.shape))
     if k % 8:
-        raise ValueError(f"gated_mlp needs in_features % 8 == 0 (16-byte rows for TMA), got {k}")
+        raise ValueError(M.gated_k(k))
     if k == 0:  # silu(0) * 0
         return L.reshape(L.full(x2, (m, n), 0.0), tuple(x.shape[:-1]) + (n,))
     y = L.empty(x2, (m, n))

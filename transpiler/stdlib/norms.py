@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import _launch as L
+from . import messages as M
 
 
 def _rows(name, x):
@@ -13,7 +14,7 @@ def _rows(name, x):
     for d in x.shape[:-1]:
         m *= int(d)
     if n == 0:
-        raise ValueError(f"{name}: the last dimension (normalized) must not be empty, got shape {tuple(x.shape)}")
+        raise ValueError(M.empty_rows(name, x.shape))
     return L.reshape(x, (m, n)), dt, m, n
 
 
@@ -57,7 +58,7 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
     cfg = L.row_config(n, m, L.sm_count(x2))
     if inplace:
         if not _is_contig(x) or not _is_contig(residual):
-            raise ValueError("fused_add_rms_norm(inplace=True) needs contiguous x and residual")
+            raise ValueError(M.FUSED_ADD_INPLACE_CONTIGUOUS)
         # a row per program: the kernel writes x and residual, so its loads are not streamed
         cfg = dict(BLOCK=cfg["BLOCK"], ONE_PASS=cfg["ONE_PASS"], WARPS=min(32, max(1, cfg["BLOCK"] // 256)))
         mod = L.load("fused_add_rms_norm", kernel="fused_add_rms_norm_inplace", T=dt, **cfg)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from . import _launch as L
+from . import messages as M
 
 
 def _check_qk(name, x, dt=None):
@@ -27,20 +28,20 @@ def rope(q, k, positions, theta: float = 10000.0, rotary_dim: int | None = None,
     L.kind_of(q, k, positions)
     s, hq, d = (int(n) for n in q.shape)
     if int(k.shape[0]) != s or int(k.shape[2]) != d:
-        raise ValueError(f"k: expected shape ({s}, Hk, {d}) to match q {tuple(q.shape)}, got {tuple(k.shape)}")
+        raise ValueError(M.rope_k_shape(s, d, q.shape, k.shape))
     L.check_shape("positions", positions, (s,))
     hk = int(k.shape[1])
     r = d if rotary_dim is None else int(rotary_dim)
     if not (0 < r <= d and r % 2 == 0):
-        raise ValueError(f"rotary_dim: expected an even number in (0, {d}], got {rotary_dim}")
+        raise ValueError(M.bad_rotary_dim(d, rotary_dim))
     if not theta > 0:
-        raise ValueError(f"theta: expected a positive base, got {theta}")
+        raise ValueError(M.bad_theta(theta))
     if inplace:
         from ..runtime.args import describe_array
 
         for name, x in (("q", q), ("k", k)):
             if not describe_array(x).c_contiguous:
-                raise ValueError(f"{name}: rope(inplace=True) needs a contiguous tensor")
+                raise ValueError(M.rope_inplace_contiguous(name))
     q, k, positions = L.contiguous(q), L.contiguous(k), L.contiguous(positions)
     half = r // 2
     nlog2 = -2.0 * math.log2(theta) / r

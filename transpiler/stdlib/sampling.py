@@ -4,6 +4,7 @@ from __future__ import annotations
 import operator
 
 from . import _launch as L
+from . import messages as M
 
 _SMS = 132  # programs per row are sized for an H200-class GPU; any count is correct
 
@@ -12,7 +13,7 @@ def _logits(logits):
     dt = L.check_float("logits", logits, ndim=2)
     b, v = (int(n) for n in logits.shape)
     if v == 0:
-        raise ValueError("logits: the vocabulary dimension must not be empty")
+        raise ValueError(M.EMPTY_VOCAB)
     return L.contiguous(logits), dt, b, v
 
 
@@ -55,9 +56,9 @@ def sample(logits, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0):
     x, dt, b, v = _logits(logits)
     temperature, top_p = float(temperature), float(top_p)
     if not temperature >= 0:
-        raise ValueError(f"temperature: expected >= 0, got {temperature}")
+        raise ValueError(M.bad_temperature(temperature))
     if not 0 < top_p <= 1:
-        raise ValueError(f"top_p: expected a value in (0, 1], got {top_p}")
+        raise ValueError(M.bad_top_p(top_p))
     if isinstance(seed, bool):
         raise TypeError("seed: expected an int, got bool")
     try:
