@@ -1,0 +1,34 @@
+"""The CUDA driver's cuLaunchKernel through ctypes: the direct launch of a pre-built parameter buffer.
+
+CuPy's RawModule call packs its argument list anew on every launch (about 5.5 µs of host time on an
+H200 host); a launch plan (`plan.py`) keeps the packed parameters in ctypes storage and hands their
+addresses to cuLaunchKernel itself. libcuda is opened with ctypes (as `tma.py` does for
+cuTensorMapEncodeTiled), so no extra Python package is needed. `TILEX_DIRECT_LAUNCH=0` in the
+environment turns the direct launch off (every launch then goes through CuPy, as before plans).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from functools import lru_cache
+from typing import Callable
+
+ENV = "TILEX_DIRECT_LAUNCH"
+
+
+@lru_cache(maxsize=1)
+def launcher() -> Callable[..., int] | None:
+    """cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, stream, kernelParams, extra) -> CUresult, or None when
+    the direct launch is off (TILEX_DIRECT_LAUNCH=0) or libcuda cannot be loaded (read once per process)."""
+    if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    fn = lib.cuLaunchKernel
+    fn.restype = ctypes.c_int
+    u32 = ctypes.c_uint
+    fn.argtypes = [ctypes.c_void_p, u32, u32, u32, u32, u32, u32, u32, ctypes.c_void_p, ctypes.c_void_p,
+                   ctypes.c_void_p]
+    return fn
