@@ -252,14 +252,15 @@ class Kernel:
 
     def __call__(self, *args, stream: Any = None, **kwargs) -> None:
         """Check the arguments and launch asynchronously (skipped when the grid is empty)."""
-        sig = signature(args, kwargs) if driver.launcher() is not None else None
+        launch = driver.launcher()
+        sig = signature(args, kwargs) if launch is not None else None
         plan = self._plans.get(sig[0]) if sig is not None else None
-        if plan is not None and plan.replay(args, kwargs, sig[1], stream):
+        if plan is not None and plan.replay(args, kwargs, sig[1], stream, launch):
             return
         bound = bind_arguments(self.spec, args, kwargs)
         if sig is not None and plan is None:
             plan = self._new_plan(bound, len(args), tuple(kwargs), sig)
-            if plan.replay(args, kwargs, sig[1], stream):
+            if plan.replay(args, kwargs, sig[1], stream, launch):
                 return
         prepared = self._prepare(bound, stream)
         if prepared is not None:
@@ -268,18 +269,19 @@ class Kernel:
     def replay(self, args: tuple, kwargs: dict, stream: Any = None) -> bool:
         """Launch through the plan of this call's argument layout if one was made (True), else do nothing
         (False: the caller takes the full path, e.g. `self(*args, **kwargs)`)."""
-        if driver.launcher() is None:
+        launch = driver.launcher()
+        if launch is None:
             return False
         sig = signature(args, kwargs)
         if sig is None:
             return False
         plan = self._plans.get(sig[0])
-        return plan is not None and plan.replay(args, kwargs, sig[1], stream)
+        return plan is not None and plan.replay(args, kwargs, sig[1], stream, launch)
 
     def _new_plan(self, bound: BoundArgs, nargs: int, kwnames: tuple, sig: tuple) -> LaunchPlan:
         """The plan of checked arguments `bound` (made from a call of signature `sig`), remembered."""
         if bound.empty:  # nothing to launch: no module to load
-            plan = LaunchPlan(self.spec, bound, nargs, kwnames, sig[1], -1, None, None, None)
+            plan = LaunchPlan(self.spec, bound, nargs, kwnames, sig[1], -1, None, None)
         else:
             import cupy
 
@@ -287,7 +289,7 @@ class Kernel:
             if device is None:
                 device = cupy.cuda.Device().id
             fn = self._function(device)
-            plan = LaunchPlan(self.spec, bound, nargs, kwnames, sig[1], device, int(fn.ptr), driver.launcher(),
+            plan = LaunchPlan(self.spec, bound, nargs, kwnames, sig[1], device, int(fn.ptr),
                               cupy.cuda.runtime.getDevice)
         if len(self._plans) >= self.MAX_PLANS:
             self._plans.clear()

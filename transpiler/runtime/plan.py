@@ -110,15 +110,14 @@ class _Map:
 class LaunchPlan:
     """One checked argument layout of a kernel, ready to replay (see the module docstring).
 
-    `function`: the CUfunction handle loaded on `device`; `launch`: driver.launcher(); `current_device`:
-    () -> the calling thread's device ordinal. None function: an empty grid (nothing is launched)."""
+    `function`: the CUfunction handle loaded on `device`; `current_device`: () -> the calling thread's
+    device ordinal. None function: an empty grid (nothing is launched)."""
 
     def __init__(self, spec: KernelSpec, bound: BoundArgs, nargs: int, kwnames: tuple, ptrs: list,
-                 device: int, function: int | None, launch: Callable[..., int] | None,
-                 current_device: Callable[[], int] | None):
+                 device: int, function: int | None, current_device: Callable[[], int] | None):
         from .launch import tma_argument
 
-        self.spec, self.device, self.function, self.launch = spec, device, function, launch
+        self.spec, self.device, self.function = spec, device, function
         self.current_device = current_device
         self.empty = bound.empty
         self.grid = bound.grid
@@ -152,8 +151,9 @@ class LaunchPlan:
         self.params = (ctypes.c_void_p * max(1, len(slots)))(*(ctypes.addressof(s) for s in slots))
         self._lock = threading.Lock()  # the buffer is shared; ctypes releases the GIL during the launch
 
-    def replay(self, args: tuple, kwargs: dict, ptrs: list, stream: Any) -> bool:
-        """Check the scalars, fill in this call's pointers and scalars, launch. False when the direct launch
+    def replay(self, args: tuple, kwargs: dict, ptrs: list, stream: Any, launch: Callable[..., int]) -> bool:
+        """Check the scalars, fill in this call's pointers and scalars, launch with `launch` (driver.launcher()).
+        False when the direct launch
         could not be made (another device is current, or the driver refused it): the caller then takes the
         full path, whose CuPy launch switches devices or raises CuPy's error."""
         flat = (*args, *kwargs.values()) if kwargs else args
@@ -173,7 +173,7 @@ class LaunchPlan:
                 if ptr != mp.ptr:
                     self._encode(mp, ptr)
             gx, gy, gz = self.grid
-            err = self.launch(self.function, gx, gy, gz, self.threads, 1, 1, self.smem, handle, self.params, None)
+            err = launch(self.function, gx, gy, gz, self.threads, 1, 1, self.smem, handle, self.params, None)
         return err == 0
 
     def _encode(self, mp: _Map, ptr: int) -> None:

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime.args import ArrayInfo, describe_array, is_array, is_cupy_array, is_torch_tensor
+from ..runtime.args import (_TORCH_TYPES, ArrayInfo, describe_array, is_array, is_cupy_array, is_torch_tensor,
+                            torch_dtype_names)
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent.parent / "stdlib_kernels"
 _DTYPE_NAMES = ("f16", "bf16", "f32", "i32", "i64", "bool", "f8e4m3")
@@ -121,6 +122,8 @@ def load(name: str, kernel: str | None = None, **defines):
 # ------------------------------------------------------------------------- array kinds
 
 def _kind1(x: Any) -> str:
+    if type(x) in _TORCH_TYPES and x.device.type == "cuda":  # the common case first
+        return "torch"
     if isinstance(x, np.ndarray):
         return "numpy"
     if is_torch_tensor(x):
@@ -152,6 +155,10 @@ def kind_of(*arrays) -> str:
 
 def dtype_name(x) -> str:
     """The tilex dtype name of an array ("bf16", "f16", "f32", "i32", "i64", ...)."""
+    if type(x) in _TORCH_TYPES:
+        name = torch_dtype_names(x.dtype)[0]
+        if name is not None:
+            return name
     info = describe_array(x)
     if info is None:
         raise TypeError(f"not an array: {type(x).__module__}.{type(x).__name__}")
@@ -201,7 +208,7 @@ def _empty(like, shape, dtype=None):
     if kind == "torch":
         import torch
 
-        return torch.empty(shape, dtype=_torch_dtype(name), device=like.device)
+        return torch.empty(shape, dtype=_torch_dtypes()[name], device=like.device)
     if kind == "cupy":
         import cupy
 
@@ -272,9 +279,17 @@ def _dtype_text(info: ArrayInfo) -> str:
     return info.dtype if info.dtype is not None else info.dtype_text
 
 
+def _accepted_dtype(x) -> str:
+    """_dtype_text(_accepted(x)), without describing a torch CUDA tensor in full."""
+    if type(x) in _TORCH_TYPES and x.device.type == "cuda":
+        name, text = torch_dtype_names(x.dtype)
+        return name if name is not None else text
+    return _dtype_text(_accepted(x))
+
+
 def check_float(name: str, x, ndim_min: int = 1, ndim: int | None = None) -> str:
     """Check that argument `name` is a float array of a supported dtype and rank; its dtype name."""
-    dt = _dtype_text(_accepted(x))
+    dt = _accepted_dtype(x)
     if dt not in FLOATS:
         raise TypeError(f"{name}: expected a float tensor (f32, f16 or bf16), got dtype {dt}")
     check_rank(name, x, ndim_min, ndim)
@@ -282,7 +297,7 @@ def check_float(name: str, x, ndim_min: int = 1, ndim: int | None = None) -> str
 
 
 def check_int(name: str, x, ndim: int | None = None) -> str:
-    dt = _dtype_text(_accepted(x))
+    dt = _accepted_dtype(x)
     if dt not in ("i32", "i64"):
         raise TypeError(f"{name}: expected an integer tensor (int32 or int64), got dtype {dt}")
     if ndim is not None:
@@ -311,6 +326,9 @@ def check_shape(name: str, x, shape) -> None:
 
 def dtype_name_or_text(x) -> str:
     """dtype_name, or the library's own spelling for dtypes tilex lacks (for messages)."""
+    if type(x) in _TORCH_TYPES:
+        name, text = torch_dtype_names(x.dtype)
+        return name if name is not None else text
     return _dtype_text(describe_array(x))
 
 
