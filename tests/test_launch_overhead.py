@@ -662,3 +662,44 @@ def test_stdlib_replays_skip_the_kind_checks(direct, monkeypatch, tmp_cache_dir)
             rms_norm(x, direct.tensor((256,), "float16"))
     finally:
         L._torch_dtypes.cache_clear()
+
+
+def test_signature_of_odd_arguments(direct):
+    class NoStorage(PtrTensor):
+        def data_ptr(self):
+            raise RuntimeError("Cannot access data pointer of Tensor that doesn't have storage")
+
+    NoStorage.__module__ = "torch"
+    x = direct.tensor((4, 8))
+    assert rt_plan.signature((x, 1.5), {"n": 3}) is not None
+    assert rt_plan.signature((NoStorage(x._a, x.dtype),), {}) is None  # the full path reports it
+    assert rt_plan.signature((x, [1.0]), {}) is None and rt_plan.signature((np.zeros(3),), {}) is None
+    a, b = rt_plan.signature((x, np.float32(2.0)), {}), rt_plan.signature((x, 2.0), {})
+    assert a[0] != b[0] and a[1] == b[1] == [x.ptr, None]
+    # keyword order, alignment and every tensor fact are part of the key
+    k1 = rt_plan.signature((x,), {"a": 1, "b": 2})[0]
+    assert k1 != rt_plan.signature((x,), {"b": 2, "a": 1})[0]
+    assert rt_plan.signature((direct.tensor((4, 8), ptr=x.ptr + 16),), {})[0] == rt_plan.signature((x,), {})[0]
+    for other in (direct.tensor((4, 8), ptr=x.ptr + 8), direct.tensor((4, 9)), direct.tensor((4, 8), "float16"),
+                  direct.tensor((4, 8), device=Device("cuda", 1)), x[:, ::2]):
+        assert rt_plan.signature((other,), {})[0] != rt_plan.signature((x,), {})[0]
+
+
+def test_stdlib_run_replays_one_kind_plans_only(direct):
+    """A plan made by a direct Kernel call mixing torch and CuPy arrays (bind allows it) is not replayed by
+    stdlib's run, which requires one kind: run's own TypeError is still raised."""
+    k, drv = direct.make(rms_spec())
+    x, w = direct.tensor((8, 64)), _FakeCupyArray((64,))
+    y = direct.tensor((8, 64), ptr=0x7F0000020000)
+    k(x, w, y)
+    k(x, w, y)
+    assert len(drv.launches) == 2 and len(k._plans) == 1
+    assert not k.replay((x, w, y), {}, one_kind=True) and len(drv.launches) == 2
+    mod = types.SimpleNamespace(specs={"rms_norm": k.spec}, kernel=lambda name: k)
+    with pytest.raises(TypeError, match="arrays of different kinds were mixed"):
+        L.run(mod, "rms_norm", x, w, y)
+    ww = direct.tensor((64,), ptr=0x7F0000010000)
+    k(x, ww, y)
+    assert k.replay((x, ww, y), {}, one_kind=True) and len(drv.launches) == 4
+    L.run(mod, "rms_norm", x, ww, y)
+    assert len(drv.launches) == 5

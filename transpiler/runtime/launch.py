@@ -266,9 +266,10 @@ class Kernel:
         if prepared is not None:
             prepared[0]()
 
-    def replay(self, args: tuple, kwargs: dict, stream: Any = None) -> bool:
+    def replay(self, args: tuple, kwargs: dict, stream: Any = None, one_kind: bool = False) -> bool:
         """Launch through the plan of this call's argument layout if one was made (True), else do nothing
-        (False: the caller takes the full path, e.g. `self(*args, **kwargs)`)."""
+        (False: the caller takes the full path, e.g. `self(*args, **kwargs)`). one_kind: only a plan whose
+        arrays are all torch tensors or all CuPy arrays (the stdlib's rule)."""
         launch = driver.launcher()
         if launch is None:
             return False
@@ -276,7 +277,8 @@ class Kernel:
         if sig is None:
             return False
         plan = self._plans.get(sig[0])
-        return plan is not None and plan.replay(args, kwargs, sig[1], stream, launch)
+        return (plan is not None and (plan.one_kind or not one_kind)
+                and plan.replay(args, kwargs, sig[1], stream, launch))
 
     def _new_plan(self, bound: BoundArgs, nargs: int, kwnames: tuple, sig: tuple) -> LaunchPlan:
         """The plan of checked arguments `bound` (made from a call of signature `sig`), remembered."""

@@ -38,6 +38,13 @@ def signature(args: tuple, kwargs: dict) -> tuple[tuple, list] | None:
     """(key, pointers) of a call: the key as the module docstring says, and per argument (positional,
     then keyword values in the order given) its device address or None for a scalar. None when an
     argument is neither a torch tensor, a CuPy array nor a Python/NumPy scalar."""
+    try:
+        return _signature(args, kwargs)
+    except Exception:  # e.g. a tensor without storage: the full path says what is wrong with it
+        return None
+
+
+def _signature(args: tuple, kwargs: dict) -> tuple[tuple, list] | None:
     key: list = [len(args)]
     ptrs: list = []
     for v in (args if not kwargs else (*args, *kwargs.values())):
@@ -122,6 +129,7 @@ class LaunchPlan:
         self.empty = bound.empty
         self.grid = bound.grid
         self.uses_torch = bound.uses_torch
+        self.one_kind = len(set(bound.kinds.values())) <= 1  # all torch, or all CuPy
         self.threads, self.smem = int(spec.threads), int(spec.smem_bytes)
         self.symbols = dict(bound.symbols)  # sizes only: the plan keeps no reference to the caller's arrays
         where = {p.name: (i if i < nargs else nargs + kwnames.index(p.name) if p.name in kwnames else None)

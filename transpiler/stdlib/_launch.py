@@ -253,7 +253,7 @@ def run(mod, kernel: str, *args, **scalars):
     argument layout launched before replays that launch's plan (`Kernel.replay`: the checks' results
     are reused, see tilex.runtime.plan); any other call is checked in full here and in the kernel.
     """
-    if kernel in mod.specs and mod.kernel(kernel).replay(args, scalars):
+    if kernel in mod.specs and mod.kernel(kernel).replay(args, scalars, one_kind=True):
         return
     arrays = [a for a in (*args, *scalars.values()) if is_array(a)]
     if kind_of(*arrays) == "numpy":
