@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Callable
 
 ENV = "TILEX_DIRECT_LAUNCH"
+LIBRARY = "libcuda.so.1"  # the driver library (tests point it at a stand-in)
 
 
 @lru_cache(maxsize=1)
@@ -23,7 +24,7 @@ def launcher() -> Callable[..., int] | None:
     if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     try:
-        lib = ctypes.CDLL("libcuda.so.1")
+        lib = ctypes.CDLL(LIBRARY)
     except OSError:
         return None
     fn = lib.cuLaunchKernel
