@@ -402,8 +402,10 @@ class Driver:
             v = ct.from_address(params[i])
             values.append(bytes(v) if ct not in (ctypes.c_uint64, ctypes.c_float, ctypes.c_int32, ctypes.c_int64,
                                                  ctypes.c_bool) else v.value)
-        self.launches.append(dict(f=f, grid=(gx, gy, gz), block=(bx, by, bz), smem=smem, stream=stream,
-                                  values=values, extra=extra))
+        assert type(f) is type(stream) is ctypes.c_void_p and isinstance(params, ctypes.Array)  # no argtypes
+        assert all(type(v) is int and 0 <= v < 2**31 for v in (gx, gy, gz, bx, by, bz, smem))
+        self.launches.append(dict(f=f.value, grid=(gx, gy, gz), block=(bx, by, bz), smem=smem,
+                                  stream=stream.value or 0, values=values, extra=extra))
         return self.result
 
 
@@ -650,7 +652,7 @@ def test_stdlib_replays_skip_the_kind_checks(direct, monkeypatch, tmp_cache_dir)
 
     x, w = direct.tensor((64, 256)), direct.tensor((256,), ptr=0x7F0000100000)
     seen = []
-    monkeypatch.setattr(driver, "launcher", lambda: lambda *a: seen.append(a[1:4]) or 0)
+    monkeypatch.setattr(driver, "launcher", lambda: lambda *a: seen.append(a[1:8]) or 0)
     monkeypatch.setattr(Kernel, "_function", lambda self, device: types.SimpleNamespace(ptr=0xF00))
     try:
         rms_norm(x, w)

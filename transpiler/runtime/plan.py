@@ -158,20 +158,30 @@ class LaunchPlan:
         self._slots = slots  # keeps the storage the addresses point to alive
         self.params = (ctypes.c_void_p * max(1, len(slots)))(*(ctypes.addressof(s) for s in slots))
         self._lock = threading.Lock()  # the buffer is shared; ctypes releases the GIL during the launch
+        self._shape = (*self.grid, self.threads, 1, 1, self.smem)  # cuLaunchKernel's grid, block, shared memory
+        self._function, self._stream = ctypes.c_void_p(function), ctypes.c_void_p()  # as driver.launcher takes them
+        self._torch_stream = _torch_stream_getter() if self.uses_torch and not self.empty else None
 
     def replay(self, args: tuple, kwargs: dict, ptrs: list, stream: Any, launch: Callable[..., int]) -> bool:
         """Check the scalars, fill in this call's pointers and scalars, launch with `launch` (driver.launcher()).
         False when the direct launch
         could not be made (another device is current, or the driver refused it): the caller then takes the
         full path, whose CuPy launch switches devices or raises CuPy's error."""
-        flat = (*args, *kwargs.values()) if kwargs else args
-        values = [(slot, _check_scalar(p, flat[i])) for i, p, slot in self.scalars]
+        if self.scalars:
+            flat = (*args, *kwargs.values()) if kwargs else args
+            values = [(slot, _check_scalar(p, flat[i])) for i, p, slot in self.scalars]
+        else:
+            values = ()
         if self.empty:
             return True
-        handle = stream_handle(stream, self.device, self.uses_torch)
+        if stream is None and self.uses_torch:  # the common case, without stream_handle's branches
+            handle = self._torch_stream(self.device)
+        else:
+            handle = stream_handle(stream, self.device, self.uses_torch)
         if self.current_device() != self.device:
             return False
         with self._lock:
+            self._stream.value = handle
             for i, slot in self.tensors:
                 slot.value = ptrs[i]
             for slot, v in values:
@@ -180,8 +190,7 @@ class LaunchPlan:
                 ptr = ptrs[mp.index]
                 if ptr != mp.ptr:
                     self._encode(mp, ptr)
-            gx, gy, gz = self.grid
-            err = launch(self.function, gx, gy, gz, self.threads, 1, 1, self.smem, handle, self.params, None)
+            err = launch(self._function, *self._shape, self._stream, self.params, None)
         return err == 0
 
     def _encode(self, mp: _Map, ptr: int) -> None:
