@@ -705,3 +705,14 @@ def test_stdlib_run_replays_one_kind_plans_only(direct):
     assert k.replay((x, ww, y), {}, one_kind=True) and len(drv.launches) == 4
     L.run(mod, "rms_norm", x, ww, y)
     assert len(drv.launches) == 5
+
+
+def test_empty_grid_plans_encode_no_maps(direct, monkeypatch):
+    """As on the full path, an empty grid returns before any TMA map is encoded or checked."""
+    spec = KernelSpec("g", (ParamSpec("a", "tensor", "bf16", ("M", "K")),), ("M", "K"), (), ("M",), 128, 0,
+                      tma=(TmaMap("tx_map0", "a", 64, 64),))
+    monkeypatch.setattr(rt_tma, "encode_nd", lambda *a: pytest.fail("encoded a map for an empty grid"))
+    k, drv = direct.make(spec)
+    for _ in range(2):
+        k(direct.tensor((0, 72), ptr=0x7F0000000004))  # misaligned too: never looked at, as before plans
+    assert drv.launches == [] and len(k._plans) == 1

@@ -149,7 +149,7 @@ class LaunchPlan:
                 slots.append(slot)
         slots += [ctypes.c_int32(bound.symbols[s]) for s in spec.symbols]
         params = {p.name: p for p in spec.params}
-        for m in spec.tma:
+        for m in spec.tma if not self.empty else ():  # an empty grid launches nothing: no maps to encode
             index = where[m.tensor]
             slot = _TMA_BYTES.from_buffer_copy(tma_argument(m, params[m.tensor], ptrs[index], self.symbols).tobytes())
             maps.append(_Map(index, m, params[m.tensor], slot, ptrs[index]))
@@ -164,9 +164,8 @@ class LaunchPlan:
 
     def replay(self, args: tuple, kwargs: dict, ptrs: list, stream: Any, launch: Callable[..., int]) -> bool:
         """Check the scalars, fill in this call's pointers and scalars, launch with `launch` (driver.launcher()).
-        False when the direct launch
-        could not be made (another device is current, or the driver refused it): the caller then takes the
-        full path, whose CuPy launch switches devices or raises CuPy's error."""
+        False when the direct launch could not be made (another device is current, or the driver refused it):
+        the caller then takes the full path, whose CuPy launch switches devices or raises CuPy's error."""
         if self.scalars:
             flat = (*args, *kwargs.values()) if kwargs else args
             values = [(slot, _check_scalar(p, flat[i])) for i, p, slot in self.scalars]
