@@ -2,7 +2,8 @@
 
     python benchmarks/bench_eager.py [--reps 200] [--no-engine] [--layers 4] [--config qwen2.5-14b] [--json F]
 
-Library calls (bf16; linear at M = 1, 16, 64, 512 with K = N = 4096; rms_norm, silu_and_mul, rope and
+Library calls (bf16; a compiled kernel called directly (the runtime alone: examples/rmsnorm.tile with
+preallocated tensors); linear at M = 1, 16, 64, 512 with K = N = 4096; rms_norm, silu_and_mul, rope and
 attention_decode at Qwen2.5-14B shapes), each as
 - `tilex`: launch plans replayed through the driver's cuLaunchKernel (the default path),
 - `tilex-cupy`: the same calls with the direct launch off (bind + CuPy's launch every call, as before plans),
@@ -69,6 +70,16 @@ def library_cases(torch, S):
         return torch.randn(shape, generator=g, device=dev, dtype=torch.float32).to(dtype)
 
     cases = []
+    # the runtime alone: a compiled kernel called with preallocated torch tensors (no stdlib wrapper), against
+    # a torch call of about the same GPU work
+    import tilex
+
+    root = Path(__file__).resolve().parent.parent
+    kr = tilex.compile(str(root / "examples" / "rmsnorm.tile"), BLOCK=1024).kernel("rmsnorm")
+    xr, wr = rnd(256, 1000), rnd(1000)
+    yr = torch.empty_like(xr)
+    cases.append(("Kernel call, examples/rmsnorm.tile [256, 1000]", lambda: kr(xr, wr, yr, eps=1e-6),
+                  lambda: F.rms_norm(xr, (1000,), wr, 1e-6)))
     for m in (1, 16, 64, 512):
         x, w = rnd(m, 4096), rnd(4096, 4096)
         cases.append((f"linear M={m} K=N=4096", lambda x=x, w=w: S.linear(x, w), lambda x=x, w=w: F.linear(x, w)))

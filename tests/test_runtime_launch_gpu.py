@@ -179,3 +179,49 @@ def test_tma_maps_follow_alternating_pointers(counted):
         x = xs[i % 2]
         assert rel(S.linear(x, w), x.double() @ w.double().T) <= TOL
     assert len(counted) >= 6
+
+
+def test_threads_share_a_plan(counted):
+    """Several threads replaying one plan at once (the buffer is filled and launched under the plan's lock;
+    ctypes drops the GIL during cuLaunchKernel): every output is its own input's."""
+    import threading
+
+    src = r"""
+extern "C" __global__ void addc(const float* x, float* out, float c, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) out[i] = x[i] + c;
+}
+"""
+    spec = KernelSpec("addc", (ParamSpec("x", "tensor", "f32", ("N",)), ParamSpec("out", "tensor", "f32", ("N",)),
+                               ParamSpec("c", "scalar", "f32")), ("N",), (), ("cdiv(N, 256)",), 256, 0)
+    k = Kernel(spec, src, cache_dir=False)
+    n = 4099
+    x0 = torch.randn(n, device="cuda")
+    k(x0, torch.empty_like(x0), 0.0)  # compile, load and make the plan before the threads start
+    torch.cuda.synchronize()
+    results, errors = {}, []
+
+    def work(t):
+        try:
+            torch.cuda.set_device(x0.device)
+            outs = []
+            for i in range(50):
+                x = torch.full((n,), float(t * 1000 + i), device="cuda")
+                out = torch.empty_like(x)
+                k(x, out, 0.5)
+                outs.append((x, out, t * 1000 + i))
+            torch.cuda.synchronize()
+            results[t] = outs
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    for t, outs in results.items():
+        for x, out, v in outs:
+            assert torch.equal(out, torch.full_like(x, v + 0.5)), (t, v)
+    assert len(k._plans) == 1 and len(counted) >= 1 + 4 * 50
