@@ -5,16 +5,18 @@
 Times, per call (median of `--reps` calls, the best of 5 such rounds; microseconds):
 - `bind_arguments` of an rms_norm-like spec with NumPy arrays (allow_numpy) and with stand-in
   torch tensors (objects whose type module is `torch`, as the runtime recognises them);
-- the stdlib wrappers' work before the launch (`linear`, `rms_norm`, `rope`, `silu_and_mul`)
-  with stand-in torch tensors: every check, output allocation, kernel choice, tuned-config lookup
-  and argument binding; the CuPy launch itself (`Kernel._prepare`) is stubbed out;
+- the stdlib wrappers' calls (`linear`, `rms_norm`, `rope`, `silu_and_mul`) with stand-in torch
+  tensors: every check, output allocation, kernel choice, tuned-config lookup and the launch plan's
+  replay (runtime/plan.py: signature, scalar checks, parameter buffer, stream); only the driver's
+  cuLaunchKernel, the module load and TMA encoding are stubbed out;
 - `_launch.kernel_path` and `linear._tuned` (with the arch fixed to sm_90a, as on an H200, and a
   tuned-configuration store in a temporary TILEX_CACHE_DIR).
 
 When torch is not installed, a minimal stand-in `torch` module (NumPy-backed tensors) is put in
-`sys.modules` (tests/fake_torch.py). The numbers are only indicative of the host cost on a GPU machine: real torch
-attribute access (`.device`, `.shape`) costs a little more than the stand-ins', and the CuPy
-launch (stream, argument packing, cuLaunchKernel) is not included.
+`sys.modules` (tests/fake_torch.py); `--stand-in` uses it even when torch is installed. The numbers are only
+indicative of the host cost on a GPU machine: real torch attribute access (`.device`, `.shape`) costs a
+little more than the stand-ins', and cuLaunchKernel itself is not included (benchmarks/bench_eager.py
+measures the real thing on a GPU).
 """
 from __future__ import annotations
 
@@ -62,10 +64,13 @@ def per_call_us(fn, reps: int, rounds: int = 5) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=1000)
+    ap.add_argument("--stand-in", action="store_true", help="use the stand-in torch even when torch is installed")
     args = ap.parse_args()
     try:
+        if args.stand_in:
+            raise ImportError
         import torch  # noqa: F401
-        print("torch is installed: stand-in tensors are not used; run this on a CPU-only machine")
+        print("torch is installed: run this with --stand-in (or on a machine without torch)")
         return 1
     except ImportError:
         sys.modules["torch"] = fake_torch.module()
@@ -85,7 +90,19 @@ def main() -> int:
     cache_dir = tempfile.mkdtemp(prefix="tilex-host-overhead-")
     os.environ["TILEX_CACHE_DIR"] = cache_dir
     TuneStore(cache_dir).put("other|0|M=1|sm_90a", {"defines": {"BM": 64}})
-    Kernel._prepare = lambda self, bound, stream: None  # everything but the CuPy launch
+    # everything but the driver: cuLaunchKernel, the module load (CuPy) and cuTensorMapEncodeTiled stubbed
+    import types
+
+    from tilex.runtime import driver, tma
+
+    sys.modules["torch"]._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: 0)
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.SimpleNamespace(Device=lambda i=None: types.SimpleNamespace(id=0),
+                                      runtime=types.SimpleNamespace(getDevice=lambda: 0))
+    sys.modules["cupy"] = cupy
+    driver.launcher = lambda: (lambda *a: 0)
+    tma._encoder = lambda: (lambda *a: 0)
+    Kernel._function = lambda self, device: types.SimpleNamespace(ptr=1)
 
     spec = KernelSpec("rms_norm", (ParamSpec("x", "tensor", "bf16", ("M", "N")),
                                    ParamSpec("w", "tensor", "bf16", ("N",)),
@@ -100,7 +117,9 @@ def main() -> int:
     pos = tensor((m,), "int64")
     gate_up = tensor((m, 2 * 1024))
 
+    kernel = Kernel(spec, "// stand-in: never compiled")
     rows = [
+        ("Kernel call, replayed plan, torch tensors", lambda: kernel(xt, wt, yt, eps=1e-5)),
         ("bind_arguments, NumPy arrays", lambda: bind_arguments(spec, (xn, wn, yn), {"eps": 1e-5}, allow_numpy=True)),
         ("bind_arguments, torch tensors", lambda: bind_arguments(spec, (xt, wt, yt), {"eps": 1e-5})),
         ("_launch.kernel_path('linear')", lambda: L.kernel_path("linear")),
@@ -114,7 +133,7 @@ def main() -> int:
         ("stdlib.silu_and_mul, torch, [512, 2048]", lambda: silu_and_mul(gate_up)),
     ]
     print(f"host cost per call on this CPU (median of {args.reps} calls, best of 5 rounds; "
-          "CuPy launch stubbed out):")
+          "the driver stubbed out):")
     try:
         for name, fn in rows:
             fn()  # compile / warm the caches

@@ -4,6 +4,8 @@
 
 Prints the wall time of an eager prefill against its GPU time (CUDA events) and the
 functions where the host spends it. The GPU work is real (random weights on the GPU).
+`--no-direct` launches through CuPy every call (bind + RawModule call, as before launch plans;
+the same as TILEX_DIRECT_LAUNCH=0), for an A/B in one process.
 """
 from __future__ import annotations
 
@@ -31,8 +33,14 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--top", type=int, default=35)
+    ap.add_argument("--no-direct", action="store_true", help="no launch plans / direct driver launch")
     args = ap.parse_args()
     import torch
+
+    if args.no_direct:
+        from tilex.runtime import driver
+
+        driver.launcher = lambda: None
 
     cfg = dataclasses.replace(load_config(args.config), num_layers=args.layers)
     be = TorchCudaBackend()

@@ -29,6 +29,12 @@ class Device:
     def __str__(self):
         return self.type if self.index is None else f"{self.type}:{self.index}"
 
+    def __eq__(self, other):  # as torch.device: equal by type and index (launch plans are keyed on it)
+        return isinstance(other, Device) and (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self):
+        return hash((self.type, self.index))
+
 
 class FakeTensor:
     """NumPy-backed; as much of torch.Tensor as tilex.stdlib's torch path uses."""

@@ -191,10 +191,9 @@ def describe_array(x: Any) -> ArrayInfo | None:
     if type(x) in _PLAIN_SCALARS:
         return None
     if is_torch_tensor(x):
-        dtext = str(x.dtype)
         dev = x.device
         device = f"cuda:{dev.index if dev.index is not None else 0}" if dev.type == "cuda" else dev.type
-        return ArrayInfo("torch", _TORCH_TO_TILEX.get(dtext), dtext, tuple(map(int, x.shape)),
+        return ArrayInfo("torch", *torch_dtype_names(x.dtype), tuple(map(int, x.shape)),
                          bool(x.is_contiguous()), device)
     if isinstance(x, np.ndarray):
         return ArrayInfo("numpy", *_numpy_names(x.dtype), tuple(x.shape), bool(x.flags.c_contiguous), "cpu")
@@ -213,6 +212,13 @@ def describe_array(x: Any) -> ArrayInfo | None:
                          str(dt) if dt is not None else cai["typestr"], shape,
                          _c_contiguous(shape, cai.get("strides"), itemsize), "cuda:?")
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def torch_dtype_names(dt: Any) -> tuple[str | None, str]:
+    """(tilex dtype name or None, torch's spelling) of a torch dtype, memoized per dtype object."""
+    text = str(dt)
+    return _TORCH_TO_TILEX.get(text), text
 
 
 @functools.lru_cache(maxsize=256)

@@ -8,6 +8,13 @@ documents: one device pointer per tensor, one value per scalar, one int32 per sy
 CuPy is imported on first compile/launch only. Torch tensors are passed by pointer
 (`data_ptr()`) after the checks, and launches that involve them go to torch's current
 stream unless a stream is given.
+
+Repeated calls: the first call of an argument layout (shapes, dtypes, devices, contiguity,
+address alignment: `plan.signature`) is checked in full and makes a `LaunchPlan`; later
+calls of that layout replay it (no binding, the scalars still checked) through the
+driver's cuLaunchKernel (`driver.py`). Anything else (NumPy or other array objects, no
+libcuda, TILEX_DIRECT_LAUNCH=0, a device switch, a launch the driver refuses) takes the
+full path: bind_arguments and CuPy's launch.
 """
 from __future__ import annotations
 
@@ -21,6 +28,8 @@ from ..diagnostics import LaunchError
 from ..spec import KernelSpec
 from .args import BoundArgs, bind_arguments, is_cupy_array, is_torch_tensor
 from .nvrtc import compile_cubin, default_arch
+from .plan import LaunchPlan, signature
+from . import driver
 
 STATIC_SMEM_LIMIT = 48 * 1024
 # CUfunction_attribute value of CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (cuda.h).
@@ -62,28 +71,31 @@ def kernel_arguments(spec: KernelSpec, bound: BoundArgs) -> list:
     for s in spec.symbols:
         out.append(np.int32(bound.symbols[s]))
     if spec.tma:
-        from . import tma
-
         params = {p.name: p for p in spec.params}
         for m in spec.tma:
-            p = params[m.tensor]
             ptr = int(_pointer(bound.arrays[m.tensor]))
-            if m.box:  # a streamed loop's ring: an N-D map of the whole tensor
-                out.append(_nd_map(tma, m, p, ptr, bound))
-                continue
-            rows, cols = (bound.symbols[d] if isinstance(d, str) else d for d in p.dims)
-            if rows == 0 or cols == 0:  # an empty operand (K = 0): the loop makes no trips, the map is never read
-                out.append(np.void(bytes(128)))
-                continue
-            tma.check_alignment(m.tensor, ptr, p.dtype, cols)
-            out.append(tma.encode(ptr, p.dtype, rows, cols, m.box_rows, m.box_cols))
+            out.append(tma_argument(m, params[m.tensor], ptr, bound.symbols))
     return out
 
 
-def _nd_map(tma, m, p, ptr: int, bound: BoundArgs) -> np.void:
+def tma_argument(m, p, ptr: int, symbols) -> np.void:
+    """The 128-byte TMA map `m` of tensor parameter `p` at address `ptr` (`symbols`: the bound sizes);
+    LaunchError when TMA cannot read the tensor there (alignment, pitch, strides)."""
+    from . import tma
+
+    if m.box:  # a streamed loop's ring: an N-D map of the whole tensor
+        return _nd_map(tma, m, p, ptr, symbols)
+    rows, cols = (symbols[d] if isinstance(d, str) else d for d in p.dims)
+    if rows == 0 or cols == 0:  # an empty operand (K = 0): the loop makes no trips, the map is never read
+        return np.void(bytes(128))
+    tma.check_alignment(m.tensor, ptr, p.dtype, cols)
+    return tma.encode(ptr, p.dtype, rows, cols, m.box_rows, m.box_cols)
+
+
+def _nd_map(tma, m, p, ptr: int, symbols) -> np.void:
     """The N-D TMA map `m` of tensor parameter `p` at `ptr`. An empty tensor (a dim of 0) is encoded with that
     dim as 1 at a stand-in address: the kernel sends every box outside the map then, so nothing is read."""
-    dims = tuple(bound.symbols[d] if isinstance(d, str) else d for d in p.dims)
+    dims = tuple(symbols[d] if isinstance(d, str) else d for d in p.dims)
     if 0 in dims:
         ptr = 256
     why = tma.nd_obstacle(m.tensor, ptr, p.dtype, dims, m.box)
@@ -162,6 +174,7 @@ class Kernel:
         self.backend = backend
         self._cubins: dict[str, bytes] = {}
         self._functions: dict[int, tuple[Any, Any]] = {}  # device -> (module, function)
+        self._plans: dict[tuple, LaunchPlan] = {}  # plan.signature key -> plan
 
     def __repr__(self) -> str:
         return f"Kernel({self.spec.name!r}, arch={self.arch!r})"
@@ -235,11 +248,55 @@ class Kernel:
                 fn(grid, block, kargs, shared_mem=smem, stream=stream)
         return launch, device, stream
 
+    MAX_PLANS = 256
+
     def __call__(self, *args, stream: Any = None, **kwargs) -> None:
         """Check the arguments and launch asynchronously (skipped when the grid is empty)."""
-        prepared = self._prepare(bind_arguments(self.spec, args, kwargs), stream)
+        launch = driver.launcher()
+        sig = signature(args, kwargs) if launch is not None else None
+        plan = self._plans.get(sig[0]) if sig is not None else None
+        if plan is not None and plan.replay(args, kwargs, sig[1], stream, launch):
+            return
+        bound = bind_arguments(self.spec, args, kwargs)
+        if sig is not None and plan is None:
+            plan = self._new_plan(bound, len(args), tuple(kwargs), sig)
+            if plan.replay(args, kwargs, sig[1], stream, launch):
+                return
+        prepared = self._prepare(bound, stream)
         if prepared is not None:
             prepared[0]()
+
+    def replay(self, args: tuple, kwargs: dict, stream: Any = None, one_kind: bool = False) -> bool:
+        """Launch through the plan of this call's argument layout if one was made (True), else do nothing
+        (False: the caller takes the full path, e.g. `self(*args, **kwargs)`). one_kind: only a plan whose
+        arrays are all torch tensors or all CuPy arrays (the stdlib's rule)."""
+        launch = driver.launcher()
+        if launch is None:
+            return False
+        sig = signature(args, kwargs)
+        if sig is None:
+            return False
+        plan = self._plans.get(sig[0])
+        return (plan is not None and (plan.one_kind or not one_kind)
+                and plan.replay(args, kwargs, sig[1], stream, launch))
+
+    def _new_plan(self, bound: BoundArgs, nargs: int, kwnames: tuple, sig: tuple) -> LaunchPlan:
+        """The plan of checked arguments `bound` (made from a call of signature `sig`), remembered."""
+        if bound.empty:  # nothing to launch: no module to load
+            plan = LaunchPlan(self.spec, bound, nargs, kwnames, sig[1], -1, None, None)
+        else:
+            import cupy
+
+            device = _device_index(bound)
+            if device is None:
+                device = cupy.cuda.Device().id
+            fn = self._function(device)
+            plan = LaunchPlan(self.spec, bound, nargs, kwnames, sig[1], device, int(fn.ptr),
+                              cupy.cuda.runtime.getDevice)
+        if len(self._plans) >= self.MAX_PLANS:
+            self._plans.clear()
+        self._plans[sig[0]] = plan
+        return plan
 
     def bench(self, *args, warmup: int = 10, rep: int = 100, stream: Any = None, **kwargs) -> float:
         """Median time of one launch in milliseconds, measured with CUDA events."""

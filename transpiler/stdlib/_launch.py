@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from . import messages as M
-from ..runtime.args import ArrayInfo, describe_array, is_array, is_cupy_array, is_torch_tensor
+from ..runtime.args import (_TORCH_TYPES, ArrayInfo, describe_array, is_array, is_cupy_array, is_torch_tensor,
+                            torch_dtype_names)
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent.parent / "stdlib_kernels"
 _DTYPE_NAMES = ("f16", "bf16", "f32", "i32", "i64", "bool", "f8e4m3")
@@ -122,6 +123,8 @@ def load(name: str, kernel: str | None = None, **defines):
 # ------------------------------------------------------------------------- array kinds
 
 def _kind1(x: Any) -> str:
+    if type(x) in _TORCH_TYPES and x.device.type == "cuda":  # the common case first
+        return "torch"
     if isinstance(x, np.ndarray):
         return "numpy"
     if is_torch_tensor(x):
@@ -153,6 +156,10 @@ def kind_of(*arrays) -> str:
 
 def dtype_name(x) -> str:
     """The tilex dtype name of an array ("bf16", "f16", "f32", "i32", "i64", ...)."""
+    if type(x) in _TORCH_TYPES:
+        name = torch_dtype_names(x.dtype)[0]
+        if name is not None:
+            return name
     info = describe_array(x)
     if info is None:
         raise TypeError(f"not an array: {type(x).__module__}.{type(x).__name__}")
@@ -202,7 +209,7 @@ def _empty(like, shape, dtype=None):
     if kind == "torch":
         import torch
 
-        return torch.empty(shape, dtype=_torch_dtype(name), device=like.device)
+        return torch.empty(shape, dtype=_torch_dtypes()[name], device=like.device)
     if kind == "cupy":
         import cupy
 
@@ -243,8 +250,12 @@ def astype(x, name: str):
 def run(mod, kernel: str, *args, **scalars):
     """Launch `kernel` of `mod` on the GPU (CuPy/torch arrays) or in the interpreter (NumPy).
 
-    `args` are arrays and scalars in kernel parameter order; outputs are written in place.
+    `args` are arrays and scalars in kernel parameter order; outputs are written in place. A call whose
+    argument layout launched before replays that launch's plan (`Kernel.replay`: the checks' results
+    are reused, see tilex.runtime.plan); any other call is checked in full here and in the kernel.
     """
+    if kernel in mod.specs and mod.kernel(kernel).replay(args, scalars, one_kind=True):
+        return
     arrays = [a for a in (*args, *scalars.values()) if is_array(a)]
     if kind_of(*arrays) == "numpy":
         mod.interp(kernel, *args, **scalars)
@@ -269,9 +280,17 @@ def _dtype_text(info: ArrayInfo) -> str:
     return info.dtype if info.dtype is not None else info.dtype_text
 
 
+def _accepted_dtype(x) -> str:
+    """_dtype_text(_accepted(x)), without describing a torch CUDA tensor in full."""
+    if type(x) in _TORCH_TYPES and x.device.type == "cuda":
+        name, text = torch_dtype_names(x.dtype)
+        return name if name is not None else text
+    return _dtype_text(_accepted(x))
+
+
 def check_float(name: str, x, ndim_min: int = 1, ndim: int | None = None) -> str:
     """Check that argument `name` is a float array of a supported dtype and rank; its dtype name."""
-    dt = _dtype_text(_accepted(x))
+    dt = _accepted_dtype(x)
     if dt not in FLOATS:
         raise TypeError(M.not_float(name, dt))
     check_rank(name, x, ndim_min, ndim)
@@ -279,7 +298,7 @@ def check_float(name: str, x, ndim_min: int = 1, ndim: int | None = None) -> str
 
 
 def check_int(name: str, x, ndim: int | None = None) -> str:
-    dt = _dtype_text(_accepted(x))
+    dt = _accepted_dtype(x)
     if dt not in ("i32", "i64"):
         raise TypeError(M.not_int(name, dt))
     if ndim is not None:
@@ -308,6 +327,9 @@ def check_shape(name: str, x, shape) -> None:
 
 def dtype_name_or_text(x) -> str:
     """dtype_name, or the library's own spelling for dtypes tilex lacks (for messages)."""
+    if type(x) in _TORCH_TYPES:
+        name, text = torch_dtype_names(x.dtype)
+        return name if name is not None else text
     return _dtype_text(describe_array(x))
 
 
