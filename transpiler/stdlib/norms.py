@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import _launch as L
+from . import rows as model
 
 
 def _rows(name, x):
@@ -36,9 +37,24 @@ def rms_norm(x, weight=None, eps: float = 1e-6):
     x2, dt, m, n = _rows("x", x)
     w = _vector("weight", weight, n, dt, x2, 1.0)
     y = L.empty(x2, (m, n))
-    mod = L.load("rms_norm", T=dt, **L.row_config(n, m, L.sm_count(x2)))
-    L.run(mod, "rms_norm", x2, w, y, eps=float(eps))
+    name, cfg = model.plan("rms_norm", n, m, _itemsize(dt), L.sm_count(x2))
+    mod = L.load("rms_norm", kernel=name, T=dt, **cfg)
+    L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, w, y), eps=float(eps))
     return L.reshape(y, tuple(x.shape))
+
+
+def _itemsize(dt: str) -> int:
+    return 4 if dt == "f32" else 2
+
+
+def _pieces_view(name: str, cfg: dict, m: int, n: int, *arrays):
+    """The arrays as the kernel `name` takes them: as they are, or (a `_k2` pieces kernel, see rows.py)
+    [m, n] ones as [m * K, W] and [n] ones as [K, W]."""
+    if not name.endswith("_k2"):
+        return arrays
+    w = cfg["W"]
+    k = n // w
+    return tuple(L.reshape(a, (m * k, w) if len(a.shape) == 2 else (k, w)) for a in arrays)
 
 
 def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: bool = False):
@@ -54,8 +70,8 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
     L.kind_of(x, residual)
     r2 = L.reshape(L.contiguous(residual), (m, n))
     w = _vector("weight", weight, n, dt, x2, 1.0)
-    cfg = L.row_config(n, m, L.sm_count(x2))
     if inplace:
+        cfg = L.row_config(n, m, L.sm_count(x2))
         if not _is_contig(x) or not _is_contig(residual):
             raise ValueError("fused_add_rms_norm(inplace=True) needs contiguous x and residual")
         # a row per program: the kernel writes x and residual, so its loads are not streamed
@@ -63,7 +79,11 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
         mod = L.load("fused_add_rms_norm", kernel="fused_add_rms_norm_inplace", T=dt, **cfg)
         L.run(mod, "fused_add_rms_norm_inplace", x2, r2, w, eps=float(eps))
         return x, residual
-    if cfg["ONE_PASS"]:
+    name, cfg = model.plan("fused_add_rms_norm", n, m, _itemsize(dt), L.sm_count(x2))
+    if name.endswith("_k2"):
+        # like the one-pass rows below: a program per row, x and residual straight into registers
+        cfg = dict(cfg, STAGES=1, PROGRAMS=1 << 30)
+    elif cfg["ONE_PASS"]:
         # one step per program straight into registers (no shared-memory ring): x's and residual's loads
         # are in flight together. sweep_rows.py on an H200 (2026-11-30, bf16 16384x4096): 0.1313 ms
         # (97% of copy; torch.compile 0.1357) against 0.143-0.146 for the persistent ring configs.
@@ -73,8 +93,8 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
         cfg = dict(cfg, STAGES=1, PROGRAMS=1 << 30, **({"MIN_BLOCKS": 0} if dt == "bf16" else {}))
     y = L.empty(x2, (m, n))
     r_out = L.empty(x2, (m, n))
-    mod = L.load("fused_add_rms_norm", kernel="fused_add_rms_norm", T=dt, **cfg)
-    L.run(mod, "fused_add_rms_norm", x2, r2, w, y, r_out, eps=float(eps))
+    mod = L.load("fused_add_rms_norm", kernel=name, T=dt, **cfg)
+    L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, r2, w, y, r_out), eps=float(eps))
     return L.reshape(y, tuple(x.shape)), L.reshape(r_out, tuple(x.shape))
 
 
@@ -93,9 +113,11 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
     w = _vector("weight", weight, n, dt, x2, 1.0)
     b = _vector("bias", bias, n, dt, x2, 0.0)
     y = L.empty(x2, (m, n))
-    # 3 stages spill registers at BLOCK = 16384 (one block of 1024 threads per SM): 2 there
-    cfg = L.row_config(n, m, L.sm_count(x2), threads_per_sm=768, stages=3 if n <= 8192 else 2)
-    cfg["EXACT"] = cfg["ONE_PASS"] and cfg["BLOCK"] == n  # rows exactly BLOCK wide need no column mask
-    mod = L.load("layer_norm", T=dt, **cfg)
-    L.run(mod, "layer_norm", x2, w, b, y, eps=float(eps))
+    name, cfg = model.plan("layer_norm", n, m, _itemsize(dt), L.sm_count(x2))
+    if not name.endswith("_k2"):
+        if n > 8192:  # 3 stages spill registers at BLOCK = 16384 (one block of 1024 threads per SM): 2 there
+            cfg["STAGES"] = 2
+        cfg["EXACT"] = cfg["ONE_PASS"] and cfg["BLOCK"] == n  # rows exactly BLOCK wide need no column mask
+    mod = L.load("layer_norm", kernel=name, T=dt, **cfg)
+    L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, w, b, y), eps=float(eps))
     return L.reshape(y, tuple(x.shape))
