@@ -179,11 +179,22 @@ def explain(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt:
             f"{cfg['PROGRAMS']} programs; {cfg['STAGES']} stages, {ahead // 1024} KB in flight per SM")
 
 
-def split_segments(m: int, n: int, block: int, sms: int = 132, waves: int = 4, most: int = 256) -> int:
-    """Programs per row for a reduction over m rows of n (each a multiple of `block` wide, the last
-    one masked): 1 (a program per row) when m rows fill `sms` SMs or a row is at most 4 blocks, else
-    enough to give about `waves` programs per SM in all, at most `most` and one per block."""
+def split_segments(m: int, n: int, block: int, sms: int = 132, waves: int = 4, most: int = 256,
+                   fill: bool = False, min_chunks: int = 1) -> int:
+    """Programs per row for a reduction over m rows of n, in `block`-wide chunks (the last one
+    masked): enough for about `waves` programs per SM in all, at most `most` and one per chunk; 1
+    means a program per row. With `fill`, rows that alone give every SM a program (m >= sms) are not
+    split (a split kernel reads its segment twice, the second time from L2), nor rows of fewer than
+    `min_chunks` chunks (a second launch costs more than the few idle SMs: a guess, not measured)."""
     chunks = -(-n // block)
-    if m >= sms or chunks <= 4:
+    if (fill and m >= sms) or chunks < min_chunks:
         return 1
     return max(1, min(chunks, most, (waves * sms) // max(1, m)))
+
+
+def segment(n: int, block: int, ns: int) -> tuple[int, int]:
+    """(seg, ns): a segment length that is a multiple of `block` for about `ns` segments per row of
+    n, and the number of segments that covers the row with it."""
+    chunks = -(-n // block)
+    seg = -(-chunks // ns) * block
+    return seg, -(-n // seg)
