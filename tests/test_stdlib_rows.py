@@ -144,6 +144,32 @@ def test_split_segments():
     assert seg % 2048 == 0 and ns * seg >= 152064 > (ns - 1) * seg and ns <= 33
 
 
+def test_column_block():
+    assert [rows.column_block(d) for d in (4864, 5120, 3584, 1536, 14336, 13824, 896, 100, 1)] == \
+        [1024, 1024, 512, 512, 2048, 2048, 1024, 128, 8]
+    for d in HIDDEN + INTERMEDIATE:
+        b = rows.column_block(d)
+        pad = (-(-d // b) * b - d) / d
+        assert b & (b - 1) == 0 and 8 <= b <= 2048
+        # no wider block pads within PAD_MAX, and the one taken is the least padded when none does
+        wider = [c for c in (2048, 1024, 512, 256) if b < c <= max(b, rows.next_pow2(d))]
+        assert all((-(-d // c) * c - d) / d > rows.PAD_MAX for c in wider), (d, b)
+        assert pad <= rows.PAD_MAX or d < 256 or all(
+            (-(-d // c) * c - d) / d >= pad for c in (2048, 1024, 512, 256)), (d, b)
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+@pytest.mark.parametrize("m,d", [(3, 4864), (2, 1536), (5, 3584)])
+def test_column_blocked_kernels_at_decoder_sizes(dt, m, d):
+    rng = np.random.default_rng(d + m)
+    x = rnd(rng, (m, 2 * d), dt)
+    g, u = f64(x[:, :d]), f64(x[:, d:])
+    assert rel(S.silu_and_mul(x), g / (1 + np.exp(-g)) * u) <= TOL[dt]
+    table = rnd(rng, (50, d), dt)
+    ids = rng.integers(0, 50, size=(m, 4))
+    assert np.array_equal(f64(S.embedding(ids, table)), f64(table)[ids])
+
+
 # ----------------------------------------------------------------------------- numerics
 
 PIECE_SIZES = [(3, 5120), (5, 1536), (2, 2304), (4, 2560), (3, 3072), (2, 4608)]

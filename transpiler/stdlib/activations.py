@@ -19,7 +19,7 @@ def _gated(name, x, **extra):
     out_shape = tuple(x.shape[:-1]) + (d,)
     y = L.empty(x, (m, d))
     if m and d:
-        block = min(2048, max(8, L.next_pow2(d)))
+        block = model.column_block(d)
         rows = 1
         while rows < 8 and block * rows * 2 <= 2048 and m >= rows * 2 * 528:
             rows *= 2
