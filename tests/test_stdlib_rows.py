@@ -103,6 +103,9 @@ def test_plan_rules_over_public_sizes(kernel):
                 w, k = cfg["W"], cfg["P1"] + cfg["P2"]
                 assert w * k == n and 32 * cfg["WARPS"] == w // 8
                 assert cfg["MIN_BLOCKS"] == 0  # a register cap would spill (see the nvcc test)
+                if t.registers:  # a program per row, loads straight into registers
+                    assert cfg["STAGES"] == 1 and cfg["PROGRAMS"] >= m
+                    continue
                 blocks = cfg["PROGRAMS"] // 132
                 assert 1 <= blocks <= 32 and blocks * w // 8 <= 2048
                 assert blocks * cfg["STAGES"] * n * 2 * t.reads <= rows.H100.smem
@@ -114,6 +117,9 @@ def test_plan_rules_over_public_sizes(kernel):
                     assert cfg["BLOCK"] >= n and cfg["BLOCK"] & (cfg["BLOCK"] - 1) == 0
                 else:
                     assert n > rows.ONE_PASS_MAX and cfg["BLOCK"] == rows.CHUNK
+                if t.registers and cfg["ONE_PASS"]:
+                    assert cfg["STAGES"] == 1 and cfg["PROGRAMS"] >= m
+                    continue
             assert 2 <= cfg["STAGES"] <= t.max_stages <= rows.MAX_STAGES
 
 
@@ -199,9 +205,11 @@ def test_pieces_kernels_are_the_ones_run(monkeypatch):
     x = rnd(rng, (2, 5120), "f32")
     S.rms_norm(x)
     S.fused_add_rms_norm(x, x)
+    S.fused_add_rms_norm(x.copy(), x.copy(), inplace=True)
     S.layer_norm(x)
     S.rms_norm(rnd(rng, (2, 4096), "f32"))
-    assert seen == ["rms_norm_k2", "fused_add_rms_norm_k2", "layer_norm_k2", "rms_norm"]
+    assert seen == ["rms_norm_k2", "fused_add_rms_norm_k2", "fused_add_rms_norm_inplace_k2", "layer_norm_k2",
+                    "rms_norm"]
 
 
 def test_pieces_inplace_fused_add_matches():
@@ -209,9 +217,9 @@ def test_pieces_inplace_fused_add_matches():
     x, r, w = rnd(rng, (3, 5120), "bf16"), rnd(rng, (3, 5120), "bf16"), rnd(rng, (5120,), "bf16")
     y, h = S.fused_add_rms_norm(x, r, w)
     xi, ri = x.copy(), r.copy()
-    S.fused_add_rms_norm(xi, ri, w, inplace=True)
-    assert np.array_equal(f64(ri), f64(h))
-    assert rel(xi, y) <= TOL["bf16"]
+    assert S.fused_add_rms_norm(xi, ri, w, inplace=True)[0] is xi
+    assert np.array_equal(f64(ri), f64(h))  # the same f32 operations in both kernels
+    assert np.array_equal(f64(xi), f64(y))
 
 
 @pytest.mark.parametrize("m", [1, 16])
@@ -262,10 +270,12 @@ def _chosen():
         for n in HIDDEN:
             for m in (1, 4096):
                 name, cfg = rows.plan(kernel, n, m)
-                if kernel == "fused_add_rms_norm":  # as the wrapper launches it: registers, no ring
-                    cfg = dict(cfg, STAGES=1, PROGRAMS=1 << 30)
+                if kernel == "fused_add_rms_norm":  # registers, no ring (the power-of-two path: test_stdlib.py)
                     if name == kernel:
                         continue
+                    inplace = {k: cfg[k] for k in ("W", "P1", "P2", "WARPS")}
+                    out["inplace-" + "-".join(f"{k}{v}" for k, v in inplace.items())] = (
+                        kernel, "fused_add_rms_norm_inplace_k2", inplace)
                 elif name == kernel and cfg["STAGES"] == rows.TRAITS[kernel].stages:
                     continue
                 if kernel == "layer_norm" and name == kernel:
@@ -297,7 +307,9 @@ def _ptxas(file, kernel, cfg, tmp_path):
 def test_chosen_configs_build_without_spills(vid, spec, tmp_path):
     file, kernel, cfg = spec
     spills, regs, log = _ptxas(file, kernel, cfg, tmp_path)
-    if kernel.endswith("_k2"):
+    if kernel == "fused_add_rms_norm_inplace_k2":
+        assert spills == 0, log[-2000:]
+    elif kernel.endswith("_k2"):
         assert spills == 0, log[-2000:]
         # the register count the model assumed for blocks per SM holds (within 8)
         k = cfg["P1"] + cfg["P2"]

@@ -71,26 +71,30 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
     r2 = L.reshape(L.contiguous(residual), (m, n))
     w = _vector("weight", weight, n, dt, x2, 1.0)
     if inplace:
-        cfg = L.row_config(n, m, L.sm_count(x2))
         if not _is_contig(x) or not _is_contig(residual):
             raise ValueError("fused_add_rms_norm(inplace=True) needs contiguous x and residual")
+        name, cfg = model.plan("fused_add_rms_norm", n, m, _itemsize(dt), L.sm_count(x2))
+        if name.endswith("_k2"):  # a row per program, as below, in two power-of-two pieces (rows.py)
+            cfg = {k: cfg[k] for k in ("W", "P1", "P2", "WARPS")}
+            name = "fused_add_rms_norm_inplace_k2"
+            mod = L.load("fused_add_rms_norm", kernel=name, T=dt, **cfg)
+            L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, r2, w), eps=float(eps))
+            return x, residual
+        cfg = L.row_config(n, m, L.sm_count(x2))
         # a row per program: the kernel writes x and residual, so its loads are not streamed
         cfg = dict(BLOCK=cfg["BLOCK"], ONE_PASS=cfg["ONE_PASS"], WARPS=min(32, max(1, cfg["BLOCK"] // 256)))
         mod = L.load("fused_add_rms_norm", kernel="fused_add_rms_norm_inplace", T=dt, **cfg)
         L.run(mod, "fused_add_rms_norm_inplace", x2, r2, w, eps=float(eps))
         return x, residual
     name, cfg = model.plan("fused_add_rms_norm", n, m, _itemsize(dt), L.sm_count(x2))
-    if name.endswith("_k2"):
-        # like the one-pass rows below: a program per row, x and residual straight into registers
-        cfg = dict(cfg, STAGES=1, PROGRAMS=1 << 30)
-    elif cfg["ONE_PASS"]:
-        # one step per program straight into registers (no shared-memory ring): x's and residual's loads
-        # are in flight together. sweep_rows.py on an H200 (2026-11-30, bf16 16384x4096): 0.1313 ms
-        # (97% of copy; torch.compile 0.1357) against 0.143-0.146 for the persistent ring configs.
-        # bf16 as measured, without a register cap (64 registers, 4 CTAs per SM either way, 283 SASS
-        # instructions per row against 299 capped); f16/f32 keep row_config's MIN_BLOCKS: uncapped, f32
-        # takes 70-73 registers (3 CTAs per SM at 8 warps, 1 at 16) and f16 spills at BLOCK 8192
-        cfg = dict(cfg, STAGES=1, PROGRAMS=1 << 30, **({"MIN_BLOCKS": 0} if dt == "bf16" else {}))
+    if cfg["STAGES"] == 1 and name == "fused_add_rms_norm" and dt == "bf16":
+        # one-pass rows straight into registers (rows.py): x's and residual's loads in flight together.
+        # sweep_rows.py on an H200 (2026-11-30, bf16 16384x4096): 0.1313 ms (97% of copy; torch.compile
+        # 0.1357) against 0.143-0.146 for the persistent ring configs. bf16 without a register cap (64
+        # registers, 4 CTAs per SM either way, 283 SASS instructions per row against 299 capped); f16/f32
+        # keep row_config's MIN_BLOCKS: uncapped, f32 takes 70-73 registers (3 CTAs per SM at 8 warps, 1
+        # at 16) and f16 spills at BLOCK 8192
+        cfg["MIN_BLOCKS"] = 0
     y = L.empty(x2, (m, n))
     r_out = L.empty(x2, (m, n))
     mod = L.load("fused_add_rms_norm", kernel=name, T=dt, **cfg)

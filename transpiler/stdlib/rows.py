@@ -20,6 +20,9 @@ The model, in the order it decides:
    (`THREADS_PER_SM` of the kernel, 1024 or 768 measured), 32 blocks, the register file
    (registers per thread from the kernel's measured registers per held element) and shared
    memory (STAGES ring stages of a step); the grid is persistent: PROGRAMS = SMs x that.
+   A kernel whose one-pass rows go straight into registers (`Traits.registers`, fused_add_rms_norm:
+   x and residual loads in flight together) instead gets a program per step (`STAGES=1`, a grid
+   past the row count), the blocks resident per SM bounded by threads and registers.
 5. **Bytes in flight per SM.** The ring is `STAGES` deep, at least the kernel's measured default,
    deepened (up to the kernel's `max_stages`, past which ptxas spilled) until resident blocks x (STAGES - 1) steps ahead x the bytes a
    step reads reaches IN_FLIGHT (32 KB: rms_norm at 4096 and 8192, 0.85-0.87 of copy, has 32 KB;
@@ -61,13 +64,16 @@ class Traits:
     regs_per_elem: float  # registers per element a thread holds on the pieces path (ptxas, bf16)
     pieces: bool  # has a `<name>_k2` kernel
     max_stages: int = 4  # deepest ring the model may choose (deeper ones spilled in ptxas)
+    registers: bool = False  # one-pass rows go straight into registers: a program per step, no ring
 
 
 # ptxas 13.0, sm_90a, bf16, no register cap (rows.py tests rebuild these): rms_norm_k2 K=3/5/9 at
 # 72/120/208 registers, fused_add_rms_norm_k2 (STAGES=1) 61/114/164, layer_norm_k2 115/196/255+spills
 TRAITS = {
     "rms_norm": Traits(reads=1, threads_per_sm=1024, stages=2, regs_per_elem=3.0, pieces=True),
-    "fused_add_rms_norm": Traits(reads=2, threads_per_sm=1024, stages=2, regs_per_elem=3.0, pieces=True),
+    # one-pass rows in registers: 97% of copy at 16384x4096 where the persistent ring reached 88% (RESULTS.md s15)
+    "fused_add_rms_norm": Traits(reads=2, threads_per_sm=1024, stages=2, regs_per_elem=3.0, pieces=True,
+                                 registers=True),
     # layer_norm at BLOCK 4096 spills 36 bytes at 4 stages where 3 spill 24 (test_stdlib_rows.py)
     "layer_norm": Traits(reads=1, threads_per_sm=768, stages=3, regs_per_elem=5.0, pieces=True, max_stages=3),
     "softmax": Traits(reads=1, threads_per_sm=1024, stages=2, regs_per_elem=3.0, pieces=False, max_stages=3),
@@ -145,7 +151,9 @@ def plan(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Ta
     pc = pieces(n, kernel)
     if pc is None:
         cfg = row_config(n, m, sms, threads_per_sm=t.threads_per_sm, stages=t.stages)
-        if cfg["ONE_PASS"]:
+        if cfg["ONE_PASS"] and t.registers:
+            cfg.update(STAGES=1, PROGRAMS=1 << 30)
+        elif cfg["ONE_PASS"]:
             step = cfg["R"] * n * itemsize * t.reads
             threads = 32 * cfg["WARPS"]
             blocks = cfg["MIN_BLOCKS"]
@@ -157,6 +165,9 @@ def plan(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Ta
     regs = int(t.regs_per_elem * 8 * k + 0.5)
     step = n * itemsize * t.reads
     blocks = _resident(threads, regs, step, t.stages, tgt.threads, tgt)
+    if t.registers:
+        return kernel + "_k2", dict(W=w, P1=p1, P2=p2, WARPS=threads // 32, MIN_BLOCKS=0, PROGRAMS=1 << 30,
+                                    STAGES=1)
     stages = _deepen(t.stages, blocks, step, tgt, threads, regs, tgt.threads, t.max_stages)
     return kernel + "_k2", dict(W=w, P1=p1, P2=p2, WARPS=threads // 32, MIN_BLOCKS=0, PROGRAMS=sms * blocks,
                                 STAGES=stages)
@@ -168,7 +179,8 @@ def explain(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt:
     t = TRAITS[kernel]
     if name.endswith("_k2"):
         threads, elems = 32 * cfg["WARPS"], n // (32 * cfg["WARPS"])
-        blocks = cfg["PROGRAMS"] // sms
+        regs = int(t.regs_per_elem * 8 * (cfg["P1"] + cfg["P2"]) + 0.5)
+        blocks = _resident(threads, regs, n * itemsize * t.reads, max(1, cfg["STAGES"]), tgt.threads, tgt)
         step = n * itemsize * t.reads
         tile = f"{n} = {cfg['W']} x ({cfg['P1']} + {cfg['P2']}), 0% idle"
     else:
@@ -177,9 +189,14 @@ def explain(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt:
         step = cfg["R"] * min(n, cfg["BLOCK"]) * itemsize * t.reads
         tile = (f"BLOCK {cfg['BLOCK']} x R {cfg['R']}, {1 - n / cfg['BLOCK']:.0%} idle" if cfg["ONE_PASS"]
                 else f"chunks of {cfg['BLOCK']}")
-    ahead = blocks * (cfg["STAGES"] - 1) * step
+    if cfg["STAGES"] == 1:  # straight into registers: every resident block's step is in flight
+        ahead, how = blocks * step, "a program per step, loads into registers"
+        grid = f"{-(-m // cfg.get('R', 1))} programs"
+    else:
+        ahead, how = blocks * (cfg["STAGES"] - 1) * step, f"{cfg['STAGES']} stages"
+        grid = f"{cfg['PROGRAMS']} programs"
     return (f"{name} [{m}, {n}]: {tile}; {threads} threads x {elems} elements; {blocks} blocks/SM, "
-            f"{cfg['PROGRAMS']} programs; {cfg['STAGES']} stages, {ahead // 1024} KB in flight per SM")
+            f"{grid}; {how}, {ahead // 1024} KB in flight per SM")
 
 
 def split_segments(m: int, n: int, block: int, sms: int = 132, waves: int = 4, most: int = 256,
