@@ -317,3 +317,36 @@ def test_chosen_configs_build_without_spills(vid, spec, tmp_path):
     else:  # a deeper ring than measured: no more spills than the measured depth has
         base, _, _ = _ptxas(file, kernel, dict(cfg, STAGES=rows.TRAITS[file].stages), tmp_path)
         assert spills <= base, (spills, base)
+
+
+def _wide_dtype_pieces():
+    """The pieces configurations the model picks at 5120 (f16 and f32) and the heaviest ones (K = 9:
+    f16, which took the most registers in ptxas)."""
+    out = {}
+    for _, (file, kernel, cfg) in _chosen():
+        k = cfg["P1"] + cfg["P2"] if kernel.endswith("_k2") else 0
+        if k == 9 or (k == 5 and cfg["W"] == 1024):
+            key = "-".join(f"{p}{v}" for p, v in cfg.items() if p != "PROGRAMS")  # PROGRAMS: host side only
+            for dt in ("f16",) if k == 9 else ("f16", "f32"):
+                out[f"{dt}-{kernel}-{key}"] = (dt, file, kernel, cfg)
+    return sorted(out.items())
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+@pytest.mark.parametrize("vid,spec", _wide_dtype_pieces(), ids=[v for v, _ in _wide_dtype_pieces()])
+def test_pieces_configs_build_without_spills_f16_f32(vid, spec, tmp_path, monkeypatch):
+    """f16 and f32 take more registers than bf16 (fused_add_rms_norm_k2 at K = 9: 246), still no spills."""
+    dt, file, kernel, cfg = spec
+    real = L.kernel_path
+
+    class _Specialized:  # kernel_path(file).read_text() with the dtype placeholder set
+        def __init__(self, p):
+            self.p = p
+
+        def read_text(self, **kw):
+            return L.specialize(self.p.read_text(**kw), {"T": dt})
+
+    monkeypatch.setattr(L, "kernel_path", lambda name: _Specialized(real(name)))
+    spills, regs, log = _ptxas(file, kernel, cfg, tmp_path)
+    assert spills == 0 and regs <= 255, log[-2000:]
