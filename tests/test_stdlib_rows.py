@@ -89,7 +89,6 @@ def test_pieces_table():
     for n in (2048, 4096, 8192, 20000, 5000, 5121):  # powers of two, too long, not a multiple of 8
         assert rows.pieces(n) is None
     assert rows.pieces(4608, "layer_norm") is None  # 72 elements x 5 registers: would spill
-    assert rows.pieces(5120, "softmax") is None  # softmax has no pieces kernel
     assert rows.pieces(2 ** 13 * 3 // 2) == (4096, 2, 1)  # 12288: W capped at 4096 (512 threads)
 
 
@@ -134,6 +133,11 @@ def test_plan_choices_5120_and_friends():
     assert rows.plan("rms_norm", 8192, 4096) == ("rms_norm", L.row_config(8192, 4096))
     assert rows.plan("layer_norm", 4096, 16384) == (
         "layer_norm", L.row_config(4096, 16384, threads_per_sm=768, stages=3))
+    assert rows.plan("fused_add_rms_norm", 4096, 16384) == (  # as the wrapper launched it before rows.py
+        "fused_add_rms_norm", dict(L.row_config(4096, 16384), STAGES=1, PROGRAMS=1 << 30))
+    assert rows.column_block(14336) == 2048 and rows.column_block(4096) == 2048  # silu_and_mul, embedding
+    assert rows.split_segments(4096, 32000, 2048, fill=True, min_chunks=8) == 1  # softmax 4096x32000
+    assert rows.split_segments(64, 128256, 2048) == 8  # argmax 64x128256, as before
     # a short row whose steps carried 28 KB gets a third stage
     assert rows.plan("rms_norm", 896, 4096)[1]["STAGES"] == 3
     assert rows.plan("rms_norm", 5120, 4096, sms=100)[1]["PROGRAMS"] == 400

@@ -1,7 +1,9 @@
 """The launch model of the library's row kernels: how a [M, N] row-wise kernel is laid over the GPU.
 
 One job: from (kernel, N, M, dtype, SM count) to the compile-time parameters of the row kernels
-(rms_norm, fused_add_rms_norm, layer_norm, softmax, argmax), from a small table of measured kernel
+(rms_norm, fused_add_rms_norm, layer_norm; softmax's one-pass rows use `row_config`, and
+softmax, argmax and sample split few long rows with `split_segments`; silu_and_mul, gelu_and_mul
+and embedding take their column tile from `column_block`), from a small table of measured kernel
 traits and of the target's per-SM resources. No GPU is needed; `explain(...)` says why.
 
 The model, in the order it decides:
@@ -17,19 +19,19 @@ The model, in the order it decides:
 3. **Rows per step** (`R`): short rows are taken up to 8 at a time while a step is under 2048
    elements and there are at least two steps per SM.
 4. **Programs per wave.** Blocks resident per SM = the least of the thread budget
-   (`THREADS_PER_SM` of the kernel, 1024 or 768 measured), 32 blocks, the register file
+   (`Traits.threads_per_sm`, 1024 or 768 measured), 32 blocks, the register file
    (registers per thread from the kernel's measured registers per held element) and shared
    memory (STAGES ring stages of a step); the grid is persistent: PROGRAMS = SMs x that.
    A kernel whose one-pass rows go straight into registers (`Traits.registers`, fused_add_rms_norm:
    x and residual loads in flight together) instead gets a program per step (`STAGES=1`, a grid
    past the row count), the blocks resident per SM bounded by threads and registers.
 5. **Bytes in flight per SM.** The ring is `STAGES` deep, at least the kernel's measured default,
-   deepened (up to the kernel's `max_stages`, past which ptxas spilled) until resident blocks x (STAGES - 1) steps ahead x the bytes a
-   step reads reaches IN_FLIGHT (32 KB: rms_norm at 4096 and 8192, 0.85-0.87 of copy, has 32 KB;
+   deepened (up to the kernel's `max_stages`, past which ptxas spilled) until resident blocks x
+   (STAGES - 1) steps ahead x the bytes a step reads reaches IN_FLIGHT (32 KB: rms_norm at 4096 and 8192, 0.85-0.87 of copy, has 32 KB;
    at 5120 with BLOCK 8192 it had 20 KB and reached 0.49-0.57).
 
-`split_segments` is the model of a reduction over few long rows (softmax, argmax): a row is cut
-into segments, one program each, when the rows alone leave SMs idle.
+`split_segments` is the model of a reduction over few long rows (softmax, argmax, sample): a row
+is cut into segments, one program each, when the rows alone leave SMs idle.
 """
 from __future__ import annotations
 
@@ -76,7 +78,6 @@ TRAITS = {
                                  registers=True),
     # layer_norm at BLOCK 4096 spills 36 bytes at 4 stages where 3 spill 24 (test_stdlib_rows.py)
     "layer_norm": Traits(reads=1, threads_per_sm=768, stages=3, regs_per_elem=5.0, pieces=True, max_stages=3),
-    "softmax": Traits(reads=1, threads_per_sm=1024, stages=2, regs_per_elem=3.0, pieces=False, max_stages=3),
 }
 REGS_MAX = 232  # a pieces configuration needing more (255 is ptxas's limit) would spill
 
