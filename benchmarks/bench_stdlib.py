@@ -1,6 +1,6 @@
 """Time tilex.stdlib's memory-bound kernels against PyTorch on the GPU (same process).
 
-    python benchmarks/bench_stdlib.py [--json OUT.json] [--no-compile] [--only NAME,...]
+    python benchmarks/bench_stdlib.py [--json OUT.json] [--no-compile] [--only NAME,...] [--rows]
 
 For each kernel at a large LLM-like size: tilex, torch eager and torch.compile
 (mode="max-autotune-no-cudagraphs" is not used: the default mode), each timed as the
@@ -12,6 +12,16 @@ minimum bytes the kernel must move (inputs read once, outputs written once), and
 as a fraction of the copy bandwidth measured in this run (a 1 GiB device-to-device
 copy, bytes read + written). Each row first checks tilex against torch (rel err).
 The JSON goes to --json, else to $OUT/bench_stdlib.json when $OUT is set.
+
+--rows runs the row-kernel grid instead (issue 17: transpiler/stdlib/rows.py's choices at public
+decoder sizes): rms_norm, fused_add_rms_norm and layer_norm at N = 5120, 3584, 896, 8192 with
+M = 4096 and 32768 (and, at 5120, the power-of-two configuration the library used before, marked
+"pow2", for an A/B in one run), silu_and_mul at d = 4864 and 18944, softmax (bf16) and argmax (f32)
+over 1 and 16 rows of 152064, sample(top_p=1) over 1 row. Each line names the configuration
+rows.explain gives. Predicted (H200, bf16, 2026-12-01, before any run): rms_norm 5120 >= 0.85 of
+copy (was 0.49-0.57) and >= 1.0x torch.compile, "pow2" lines as before; fused_add 5120 >= 0.9 of
+copy (was 0.58-0.64); 3584/896/8192 within 3% of before; softmax 1x152064 ~8-10 us and 16x152064
+~10-14 us (was ~40 us; torch.compile 15 us).
 """
 from __future__ import annotations
 
@@ -184,6 +194,97 @@ def cases(args):
     return out
 
 
+def row_cases(args):
+    """The --rows grid (see the module docstring)."""
+    from tilex.stdlib import _launch as L
+    from tilex.stdlib import rows as model
+
+    g = torch.Generator(device=DEV).manual_seed(0)
+
+    def randn(*shape, dtype=BF16, scale=1.0):
+        return (torch.randn(shape, generator=g, device=DEV) * scale).to(dtype)
+
+    eps = 1e-6
+
+    def t_rms(x, w):
+        return F.rms_norm(x, (x.shape[-1],), w, eps)
+
+    def t_farn(x, r, w):
+        h = x + r
+        return F.rms_norm(h, (h.shape[-1],), w, eps), h
+
+    def t_ln(x, w, b):
+        return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
+
+    def pow2_rms(x, w):  # the configuration before rows.py: BLOCK = next power of two
+        m, n = x.shape
+        y = torch.empty_like(x)
+        L.run(L.load("rms_norm", kernel="rms_norm", T="bf16", **L.row_config(n, m, 132)), "rms_norm", x, w, y, eps=eps)
+        return y
+
+    def pow2_farn(x, r, w):
+        m, n = x.shape
+        cfg = dict(L.row_config(n, m, 132), STAGES=1, PROGRAMS=1 << 30, MIN_BLOCKS=0)
+        y, h = torch.empty_like(x), torch.empty_like(x)
+        L.run(L.load("fused_add_rms_norm", kernel="fused_add_rms_norm", T="bf16", **cfg), "fused_add_rms_norm",
+              x, r, w, y, h, eps=eps)
+        return y, h
+
+    both = lambda a, b: max(rel(a[0], b[0]), rel(a[1], b[1]))  # noqa: E731
+    out = []
+    for n in (5120, 3584, 896, 8192):
+        for m in (4096, 32768):
+            x, r, w, b = randn(m, n), randn(m, n), randn(n), randn(n)
+            how = lambda k, n=n, m=m: model.explain(k, n, m).split(":", 1)[1].strip()  # noqa: E731
+            out.append(("rms_norm bf16", f"{m}x{n} [{how('rms_norm')}]", 4 * m * n + 2 * n,
+                        lambda x=x, w=w: S.rms_norm(x, w, eps), lambda x=x, w=w: t_rms(x, w), (t_rms, (x, w)), rel))
+            out.append(("fused_add_rms_norm bf16", f"{m}x{n} [{how('fused_add_rms_norm')}]", 8 * m * n + 2 * n,
+                        lambda x=x, r=r, w=w: S.fused_add_rms_norm(x, r, w, eps), lambda x=x, r=r, w=w: t_farn(x, r, w),
+                        (t_farn, (x, r, w)), both))
+            out.append(("layer_norm bf16", f"{m}x{n} [{how('layer_norm')}]", 4 * m * n + 4 * n,
+                        lambda x=x, w=w, b=b: S.layer_norm(x, w, b, 1e-5), lambda x=x, w=w, b=b: t_ln(x, w, b),
+                        (t_ln, (x, w, b)), rel))
+            if n == 5120:
+                out.append(("rms_norm bf16 pow2", f"{m}x{n} [BLOCK 8192, before rows.py]", 4 * m * n + 2 * n,
+                            lambda x=x, w=w: pow2_rms(x, w), lambda x=x, w=w: t_rms(x, w), None, None))
+                out.append(("fused_add_rms_norm bf16 pow2", f"{m}x{n} [BLOCK 8192, before rows.py]", 8 * m * n + 2 * n,
+                            lambda x=x, r=r, w=w: pow2_farn(x, r, w), lambda x=x, r=r, w=w: t_farn(x, r, w), None, None))
+    for d in (4864, 18944):
+        gu = randn(4096, 2 * d)
+
+        def t_silu(x):
+            h = x.shape[-1] // 2
+            return F.silu(x[..., :h]) * x[..., h:]
+        out.append(("silu_and_mul bf16", f"4096x2x{d} [BLOCK {model.column_block(d)}]", 6 * 4096 * d,
+                    lambda gu=gu: S.silu_and_mul(gu), lambda gu=gu: t_silu(gu), (t_silu, (gu,)), rel))
+    for m in (1, 16):
+        xs = randn(m, 152064, scale=3.0)
+        lg = randn(m, 152064, dtype=torch.float32, scale=3.0)
+
+        def t_softmax(x):
+            return torch.softmax(x, -1)
+
+        def t_argmax(x):
+            return torch.argmax(x, -1)
+        out.append(("softmax bf16", f"{m}x152064 [split]", 4 * m * 152064,
+                    lambda xs=xs: S.softmax(xs), lambda xs=xs: t_softmax(xs), (t_softmax, (xs,)), rel))
+        out.append(("argmax f32", f"{m}x152064 [split]", 4 * m * 152064,
+                    lambda lg=lg: S.argmax(lg), lambda lg=lg: t_argmax(lg), (t_argmax, (lg,)),
+                    lambda a, b: float((a != b).float().mean())))
+    lg1 = randn(1, 152064, dtype=torch.float32, scale=3.0)
+
+    def t_sample1(x):
+        probs = torch.softmax(x / 0.8, -1)
+        qx = torch.empty_like(probs).exponential_()
+        return (probs / qx).argmax(-1)
+    out.append(("sample(T=0.8, top_p=1) f32", "1x152064 [split]", 4 * 152064,
+                lambda: S.sample(lg1, 0.8, 1.0, 1), lambda: t_sample1(lg1), (t_sample1, (lg1,)), None))
+    if args.only:
+        keep = set(args.only.split(","))
+        out = [c for c in out if c[0].split()[0] in keep]
+    return out
+
+
 def copy_bandwidth() -> float:
     """GB/s of a 1 GiB device-to-device copy, bytes read + written."""
     src = torch.empty(1 << 30, dtype=torch.uint8, device=DEV).random_()
@@ -200,6 +301,7 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--only", help="comma-separated kernel names (rms_norm,rope,...)")
+    ap.add_argument("--rows", action="store_true", help="the row-kernel grid of issue 17 (module docstring)")
     args = ap.parse_args()
     torch.manual_seed(0)
 
@@ -208,7 +310,7 @@ def main() -> int:
           f"copy bandwidth (read+write): {copy_gb_s:.0f} GB/s")
 
     rows = []
-    for name, shape, nbytes, f_tilex, f_torch, comp, check in cases(args):
+    for name, shape, nbytes, f_tilex, f_torch, comp, check in (row_cases if args.rows else cases)(args):
         t0 = time.time()
         err = None
         if check is not None:
@@ -233,7 +335,7 @@ def main() -> int:
                  compile_gb_s=(nbytes / t_c / 1e6) if t_c else None,
                  roofline=gbs / copy_gb_s, err=err)
         rows.append(r)
-        print(f"{name:32s} {shape:36s} tilex {t_x:8.4f} ms ({gbs:6.0f} GB/s, {100 * r['roofline']:5.1f}% of copy) "
+        print(f"{name:32s} {shape:36s}" + ("\n    " if args.rows else "") + f" tilex {t_x:8.4f} ms ({gbs:6.0f} GB/s, {100 * r['roofline']:5.1f}% of copy) "
               f"torch {t_t:8.4f} ms (x{r['torch_over_tilex']:.2f}) "
               + (f"compile {t_c:8.4f} ms (x{r['compile_over_tilex']:.2f}) " if t_c else "compile - ")
               + f"eager call {t_eager_call:.4f} ms"

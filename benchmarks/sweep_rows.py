@@ -2,7 +2,12 @@
 SMs x MIN_BLOCKS programs), pipeline stages, and the non-persistent grid (one row per program),
 each checked against PyTorch and timed with torch eager and torch.compile in the same process.
 
-    python benchmarks/sweep_rows.py [--only rms_norm,softmax] [--whole] [--json OUT.json]
+    python benchmarks/sweep_rows.py [--only rms_norm,softmax] [--whole] [--pieces] [--json OUT.json]
+
+--pieces sweeps the `<kernel>_k2` pieces kernels (transpiler/stdlib/rows.py) at N = 5120 (M = 4096
+and 32768) and 2560, 3072 (M = 16384): W = 1024 and 512 (5120 = 1024 x (4 + 1) = 512 x (8 + 2)),
+stages 1 to 3, persistent grids of 3 to 6 blocks per SM and a program per row, with the model's own
+choice ("model") and the power-of-two configuration used before rows.py ("pow2") as references.
 
 Times are medians of CUDA-graph replays (bench_stdlib.bench); % of copy uses the minimum bytes
 (inputs read once, outputs written once) over a 1 GiB device copy measured in this run.
@@ -92,17 +97,113 @@ def cases():
     return out
 
 
+def pieces_configs(n: int, registers: bool):
+    """(label, kernel suffix, defines) candidates for the pieces kernels at row length n."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    out = []
+    for w in (1024, 512):
+        if n % w:
+            continue
+        k = n // w
+        p1 = 1 << (k.bit_length() - 1)
+        if (k - p1) & (k - p1 - 1) or k == p1:
+            continue
+        base = dict(W=w, P1=p1, P2=k - p1, WARPS=max(1, w // 256), MIN_BLOCKS=0)
+        for st in ((1, 2) if registers else (2, 3)):
+            out.append((f"k2 W{w} grid=all S{st}", "_k2", dict(base, PROGRAMS=HUGE, STAGES=st)))
+            if st > 1:
+                for b in ((4,) if registers else (3, 4, 6)):
+                    if b * w // 8 <= 2048:
+                        out.append((f"k2 W{w} {b}/SM S{st}", "_k2", dict(base, PROGRAMS=sms * b, STAGES=st)))
+    return out
+
+
+def pieces_cases():
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def randn(*shape):
+        return torch.randn(shape, generator=g, device="cuda").to(BF16)
+
+    out = []
+    for m, n in ((4096, 5120), (32768, 5120), (16384, 2560), (16384, 3072)):
+        x, r, w, b = randn(m, n), randn(m, n), randn(n), randn(n)
+
+        def farn(x=x, r=r, w=w, n=n):
+            h = x + r
+            return F.rms_norm(h, (n,), w, 1e-6), h
+        out.append(("rms_norm", m, n, 4 * m * n + 2 * n, (x, w),
+                    lambda x=x, w=w, n=n: F.rms_norm(x, (n,), w, 1e-6), lambda x=x: (L.empty(x, x.shape),)))
+        out.append(("fused_add_rms_norm", m, n, 8 * m * n + 2 * n, (x, r, w), farn,
+                    lambda x=x: (L.empty(x, x.shape), L.empty(x, x.shape))))
+        out.append(("layer_norm", m, n, 4 * m * n + 4 * n, (x, w, b),
+                    lambda x=x, w=w, b=b, n=n: F.layer_norm(x, (n,), w, b, 1e-5), lambda x=x: (L.empty(x, x.shape),)))
+    return out
+
+
+def run_pieces(only: set, copy: float) -> list:
+    from tilex.stdlib import rows as model
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    out = []
+    for name, m, n, nbytes, ins, ref, outs in pieces_cases():
+        if only and name not in only:
+            continue
+        want = ref()
+        want = want if isinstance(want, tuple) else (want,)
+        t_eager, _ = bench(ref)
+        t_comp, _ = bench(lambda f=torch.compile(ref): f())
+        print(f"\n{name} {m}x{n}: torch {t_eager:.4f} ms, compile {t_comp:.4f} ms "
+              f"({nbytes / t_comp / 1e6 / copy:.1%} of copy); model: {model.explain(name, n, m, 2, sms)}", flush=True)
+        mname, mcfg = model.plan(name, n, m, 2, sms)
+        registers = model.TRAITS[name].registers
+        pow2 = L.row_config(n, m, sms, threads_per_sm=model.TRAITS[name].threads_per_sm,
+                            stages=model.TRAITS[name].stages)
+        if registers:
+            pow2 = dict(pow2, STAGES=1, PROGRAMS=HUGE, MIN_BLOCKS=0)
+        cands = [("model", mname[len(name):], mcfg), ("pow2", "", pow2)] + pieces_configs(n, registers)
+        for label, suffix, cfg in cands:
+            kernel = name + suffix
+            try:
+                mod = L.load(name, kernel=kernel, T="bf16", **cfg)
+            except Exception as e:  # noqa: BLE001 - reported, not fatal
+                print(f"  {label:22s} compile failed: {str(e).splitlines()[0]}")
+                continue
+            o = outs()
+            args = (*ins, *o)
+            if suffix:  # [m, n] as [m * K, W], [n] as [K, W]
+                k = n // cfg["W"]
+                args = tuple(a.view(m * k, cfg["W"]) if a.dim() == 2 else a.view(k, cfg["W"]) for a in args)
+            run = lambda args=args, mod=mod, kernel=kernel: L.run(mod, kernel, *args)
+            run()
+            torch.cuda.synchronize()
+            err = max(rel(a, b) for a, b in zip(o, want))
+            t, _ = bench(run)
+            frac = nbytes / t / 1e6 / copy
+            out.append(dict(kernel=kernel, shape=f"{m}x{n}", config=label, defines=cfg, ms=t, err=err,
+                            copy_frac=frac, torch_ms=t_eager, compile_ms=t_comp))
+            print(f"  {label:22s} {t:8.4f} ms  {frac:6.1%} of copy  torch/x {t_eager / t:5.2f}  "
+                  f"compile/x {t_comp / t:5.2f}  err {err:.1e}{'  BAD' if err > 2e-2 else ''}", flush=True)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="")
     ap.add_argument("--json", default=None)
     ap.add_argument("--whole", action="store_true",
                     help="rows past one_pass_max: only the whole-row candidates and the wrapper's own config")
+    ap.add_argument("--pieces", action="store_true", help="the pieces kernels' candidates (module docstring)")
     args = ap.parse_args()
     only = {s for s in args.only.split(",") if s}
     copy = copy_bandwidth()
     print(f"{torch.cuda.get_device_name(0)}; copy bandwidth {copy:.0f} GB/s", flush=True)
     rows = []
+    if args.pieces:
+        rows = run_pieces(only, copy)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(dict(copy_gb_s=copy, rows=rows), f, indent=1)
+        return 0
     for name, m, n, nbytes, ins, ref, outs in cases():
         if only and name not in only:
             continue

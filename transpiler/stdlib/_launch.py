@@ -365,28 +365,8 @@ def reshape(x, shape):
     return x.reshape(tuple(shape))
 
 
-def row_config(n: int, m: int, sms: int = 132, one_pass_max: int = 16384, chunk: int = 4096,
-               threads_per_sm: int = 1024, stages: int = 2) -> dict:
-    """Compile-time parameters of a streamed row kernel over [m, n] (rms_norm.tile and its kind):
-    BLOCK, R, ONE_PASS, WARPS, MIN_BLOCKS, PROGRAMS, STAGES.
+def row_config(n: int, m: int, sms: int = 132, **kw) -> dict:
+    """rows.row_config (the row kernels' launch model lives in transpiler/stdlib/rows.py)."""
+    from .rows import row_config as impl
 
-    A row of up to `one_pass_max` elements is one BLOCK-wide step (BLOCK = the next power of two),
-    longer rows go in `chunk`-wide steps. Short rows are taken R at a time (up to 8, while a step is
-    under 2048 elements). Threads hold 16 elements each (two 16-byte bf16 chunks), 32 to 1024
-    threads. The grid is persistent: MIN_BLOCKS = threads_per_sm / threads blocks per SM (the
-    `__launch_bounds__` request that keeps them resident) times `sms` programs, each walking its
-    rows through a pipeline loop of `stages` stages (the next steps' copies fly while it reduces).
-    `benchmarks/sweep_rows.py` on an H200 (2026-11-30, bf16): 16 elements per thread, 1024 threads
-    per SM and 2 stages were best or within 3% for rms_norm, fused_add_rms_norm and softmax at
-    16384x4096 and rms_norm at 4096x8192; layer_norm and the chunked softmax (4096x32000) ran best
-    with 768 threads per SM and 3 stages.
-    """
-    one = n <= one_pass_max
-    block = max(8, next_pow2(n)) if one else chunk
-    rows = 1
-    while one and rows < 8 and block * rows < 2048 and m >= rows * 2 * sms:
-        rows *= 2
-    warps = min(32, max(1, block * rows // (32 * 16)))
-    blocks = max(1, min(32, threads_per_sm // (32 * warps)))
-    return dict(BLOCK=block, R=rows, ONE_PASS=one, WARPS=warps, MIN_BLOCKS=blocks, PROGRAMS=sms * blocks,
-                STAGES=stages)
+    return impl(n, m, sms, **kw)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from . import _launch as L
 from . import messages as M
+from . import rows as model
 from .norms import _rows
 
 
@@ -19,7 +20,7 @@ def _gated(name, x, **extra):
     out_shape = tuple(x.shape[:-1]) + (d,)
     y = L.empty(x, (m, d))
     if m and d:
-        block = min(2048, max(8, L.next_pow2(d)))
+        block = model.column_block(d)
         rows = 1
         while rows < 8 and block * rows * 2 <= 2048 and m >= rows * 2 * 528:
             rows *= 2
@@ -60,9 +61,25 @@ def softmax(x, dim: int = -1):
         return _moveaxis(softmax(moved, -1), nd - 1, dim)
     x2, dt, m, n = _rows("x", x)
     y = L.empty(x2, (m, n))
-    mod = L.load("softmax", T=dt, **softmax_config(n, m, dt, L.sm_count(x2)))
+    sms = L.sm_count(x2)
+    ns = model.split_segments(m, n, SPLIT_BLOCK, sms, fill=True, min_chunks=SPLIT_MIN_CHUNKS) if m else 1
+    if ns > 1:  # too few rows to fill the SMs: each row across ns programs, two kernels
+        seg, ns = model.segment(n, SPLIT_BLOCK, ns)
+        pm = L.empty(x2, (m, ns), "f32")
+        ps = L.empty(x2, (m, ns), "f32")
+        mod = L.load("softmax", kernel="softmax_stats", T=dt, BLOCK=SPLIT_BLOCK, WARPS=8)
+        L.run(mod, "softmax_stats", x2, pm, ps, seg=seg)
+        fin = L.load("softmax", kernel="softmax_apply", T=dt, BLOCK=SPLIT_BLOCK, WARPS=8,
+                     BLOCK2=max(8, L.next_pow2(ns)))
+        L.run(fin, "softmax_apply", x2, pm, ps, y, seg=seg)
+        return L.reshape(y, tuple(x.shape))
+    mod = L.load("softmax", kernel="softmax", T=dt, **softmax_config(n, m, dt, sms))
     L.run(mod, "softmax", x2, y)
     return L.reshape(y, tuple(x.shape))
+
+
+SPLIT_BLOCK = 2048  # a split row's chunk: 256 threads x 8 elements
+SPLIT_MIN_CHUNKS = 8  # rows under 16384 columns keep a program per row (rows.split_segments)
 
 
 WHOLE_ROW_MAX = 32768  # 2-byte rows up to this long are read once, whole (a 64 KB ring stage each)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import _launch as L
+from . import rows as model
 
 
 def embedding(ids, table):
@@ -21,7 +22,7 @@ def embedding(ids, table):
     v, d = (int(n) for n in table.shape)
     y = L.empty(table, (s, d))
     if s and d:
-        block = min(2048, max(8, L.next_pow2(d)))
+        block = model.column_block(d)
         rows = 1
         while rows < 8 and block * rows * 2 <= 2048 and s >= rows * 2 * 528:
             rows *= 2

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from . import _launch as L
 from . import messages as M
+from . import rows as model
 
 
 def _rows(name, x):
@@ -37,9 +38,24 @@ def rms_norm(x, weight=None, eps: float = 1e-6):
     x2, dt, m, n = _rows("x", x)
     w = _vector("weight", weight, n, dt, x2, 1.0)
     y = L.empty(x2, (m, n))
-    mod = L.load("rms_norm", T=dt, **L.row_config(n, m, L.sm_count(x2)))
-    L.run(mod, "rms_norm", x2, w, y, eps=float(eps))
+    name, cfg = model.plan("rms_norm", n, m, _itemsize(dt), L.sm_count(x2))
+    mod = L.load("rms_norm", kernel=name, T=dt, **cfg)
+    L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, w, y), eps=float(eps))
     return L.reshape(y, tuple(x.shape))
+
+
+def _itemsize(dt: str) -> int:
+    return 4 if dt == "f32" else 2
+
+
+def _pieces_view(name: str, cfg: dict, m: int, n: int, *arrays):
+    """The arrays as the kernel `name` takes them: as they are, or (a `_k2` pieces kernel, see rows.py)
+    [m, n] ones as [m * K, W] and [n] ones as [K, W]."""
+    if not name.endswith("_k2"):
+        return arrays
+    w = cfg["W"]
+    k = n // w
+    return tuple(L.reshape(a, (m * k, w) if len(a.shape) == 2 else (k, w)) for a in arrays)
 
 
 def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: bool = False):
@@ -55,27 +71,35 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
     L.kind_of(x, residual)
     r2 = L.reshape(L.contiguous(residual), (m, n))
     w = _vector("weight", weight, n, dt, x2, 1.0)
-    cfg = L.row_config(n, m, L.sm_count(x2))
     if inplace:
         if not _is_contig(x) or not _is_contig(residual):
             raise ValueError(M.FUSED_ADD_INPLACE_CONTIGUOUS)
+        name, cfg = model.plan("fused_add_rms_norm", n, m, _itemsize(dt), L.sm_count(x2))
+        if name.endswith("_k2"):  # a row per program, as below, in two power-of-two pieces (rows.py)
+            cfg = {k: cfg[k] for k in ("W", "P1", "P2", "WARPS")}
+            name = "fused_add_rms_norm_inplace_k2"
+            mod = L.load("fused_add_rms_norm", kernel=name, T=dt, **cfg)
+            L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, r2, w), eps=float(eps))
+            return x, residual
+        cfg = L.row_config(n, m, L.sm_count(x2))
         # a row per program: the kernel writes x and residual, so its loads are not streamed
         cfg = dict(BLOCK=cfg["BLOCK"], ONE_PASS=cfg["ONE_PASS"], WARPS=min(32, max(1, cfg["BLOCK"] // 256)))
         mod = L.load("fused_add_rms_norm", kernel="fused_add_rms_norm_inplace", T=dt, **cfg)
         L.run(mod, "fused_add_rms_norm_inplace", x2, r2, w, eps=float(eps))
         return x, residual
-    if cfg["ONE_PASS"]:
-        # one step per program straight into registers (no shared-memory ring): x's and residual's loads
-        # are in flight together. sweep_rows.py on an H200 (2026-11-30, bf16 16384x4096): 0.1313 ms
-        # (97% of copy; torch.compile 0.1357) against 0.143-0.146 for the persistent ring configs.
-        # bf16 as measured, without a register cap (64 registers, 4 CTAs per SM either way, 283 SASS
-        # instructions per row against 299 capped); f16/f32 keep row_config's MIN_BLOCKS: uncapped, f32
-        # takes 70-73 registers (3 CTAs per SM at 8 warps, 1 at 16) and f16 spills at BLOCK 8192
-        cfg = dict(cfg, STAGES=1, PROGRAMS=1 << 30, **({"MIN_BLOCKS": 0} if dt == "bf16" else {}))
+    name, cfg = model.plan("fused_add_rms_norm", n, m, _itemsize(dt), L.sm_count(x2))
+    if cfg["STAGES"] == 1 and name == "fused_add_rms_norm" and dt == "bf16":
+        # one-pass rows straight into registers (rows.py): x's and residual's loads in flight together.
+        # sweep_rows.py on an H200 (2026-11-30, bf16 16384x4096): 0.1313 ms (97% of copy; torch.compile
+        # 0.1357) against 0.143-0.146 for the persistent ring configs. bf16 without a register cap (64
+        # registers, 4 CTAs per SM either way, 283 SASS instructions per row against 299 capped); f16/f32
+        # keep row_config's MIN_BLOCKS: uncapped, f32 takes 70-73 registers (3 CTAs per SM at 8 warps, 1
+        # at 16) and f16 spills at BLOCK 8192
+        cfg["MIN_BLOCKS"] = 0
     y = L.empty(x2, (m, n))
     r_out = L.empty(x2, (m, n))
-    mod = L.load("fused_add_rms_norm", kernel="fused_add_rms_norm", T=dt, **cfg)
-    L.run(mod, "fused_add_rms_norm", x2, r2, w, y, r_out, eps=float(eps))
+    mod = L.load("fused_add_rms_norm", kernel=name, T=dt, **cfg)
+    L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, r2, w, y, r_out), eps=float(eps))
     return L.reshape(y, tuple(x.shape)), L.reshape(r_out, tuple(x.shape))
 
 
@@ -94,9 +118,11 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
     w = _vector("weight", weight, n, dt, x2, 1.0)
     b = _vector("bias", bias, n, dt, x2, 0.0)
     y = L.empty(x2, (m, n))
-    # 3 stages spill registers at BLOCK = 16384 (one block of 1024 threads per SM): 2 there
-    cfg = L.row_config(n, m, L.sm_count(x2), threads_per_sm=768, stages=3 if n <= 8192 else 2)
-    cfg["EXACT"] = cfg["ONE_PASS"] and cfg["BLOCK"] == n  # rows exactly BLOCK wide need no column mask
-    mod = L.load("layer_norm", T=dt, **cfg)
-    L.run(mod, "layer_norm", x2, w, b, y, eps=float(eps))
+    name, cfg = model.plan("layer_norm", n, m, _itemsize(dt), L.sm_count(x2))
+    if not name.endswith("_k2"):
+        if n > 8192:  # 3 stages spill registers at BLOCK = 16384 (one block of 1024 threads per SM): 2 there
+            cfg["STAGES"] = 2
+        cfg["EXACT"] = cfg["ONE_PASS"] and cfg["BLOCK"] == n  # rows exactly BLOCK wide need no column mask
+    mod = L.load("layer_norm", kernel=name, T=dt, **cfg)
+    L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, w, b, y), eps=float(eps))
     return L.reshape(y, tuple(x.shape))

@@ -5,8 +5,7 @@ import operator
 
 from . import _launch as L
 from . import messages as M
-
-_SMS = 132  # programs per row are sized for an H200-class GPU; any count is correct
+from . import rows as model
 
 
 def _logits(logits):
@@ -26,22 +25,25 @@ def argmax(logits):
         return ids
     block = min(2048, max(8, L.next_pow2(v)))
     warps = max(1, min(8, block // 256))
-    chunks = -(-v // block)
     # split long rows over several programs when the batch alone cannot fill the GPU
-    ns = min(chunks, 256, max(1, (4 * _SMS) // b))
+    ns = model.split_segments(b, v, block, L.sm_count(x))
     if ns <= 1:
         mod = L.load("argmax", kernel="argmax", T=dt, BLOCK=block, WARPS=warps)
         L.run(mod, "argmax", x, ids)
         return ids
-    seg = -(-chunks // ns) * block  # a multiple of BLOCK
-    ns = -(-v // seg)
+    seg, ns = model.segment(v, block, ns)
     pval = L.empty(x, (b, ns), "f32")
     pidx = L.empty(x, (b, ns), "i32")
     mod = L.load("argmax", kernel="argmax_partial", T=dt, BLOCK=block, WARPS=warps)
     L.run(mod, "argmax_partial", x, pval, pidx, seg=seg)
+    _final(pval, pidx, ids, ns)
+    return ids
+
+
+def _final(pval, pidx, ids, ns: int) -> None:
+    """ids[row] = the first index of the largest of the row's ns (value, index) pairs."""
     fin = L.load("argmax", kernel="argmax_final", BLOCK2=max(8, L.next_pow2(ns)))
     L.run(fin, "argmax_final", pval, pidx, ids)
-    return ids
 
 
 def sample(logits, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0):
@@ -74,6 +76,15 @@ def sample(logits, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0):
     seed32 = seed32 - (1 << 32) if seed32 >= 1 << 31 else seed32
     block = min(1024, max(8, L.next_pow2(v)))
     warps = max(1, min(8, block // 128))
-    mod = L.load("sample", T=dt, BLOCK=block, WARPS=warps)
+    ns = model.split_segments(b, v, block, L.sm_count(x), fill=True, min_chunks=8) if top_p >= 1 else 1
+    if ns > 1:  # every token kept: the Gumbel-max draw alone, split like argmax (the same tokens)
+        seg, ns = model.segment(v, block, ns)
+        pval = L.empty(x, (b, ns), "f32")
+        pidx = L.empty(x, (b, ns), "i32")
+        mod = L.load("sample", kernel="sample_partial", T=dt, BLOCK=block, WARPS=warps)
+        L.run(mod, "sample_partial", x, pval, pidx, inv_temp=1.0 / temperature, seed=seed32, seg=seg)
+        _final(pval, pidx, ids, ns)
+        return ids
+    mod = L.load("sample", kernel="sample", T=dt, BLOCK=block, WARPS=warps)
     L.run(mod, "sample", x, ids, inv_temp=1.0 / temperature, top_p=top_p, seed=seed32)
     return ids
