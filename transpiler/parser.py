@@ -136,6 +136,14 @@ class _ToAst(Transformer):
         default = ch[2] if len(ch) > 2 else None
         return A.CParam(str(name), str(kind), default, self._span(meta))
 
+    @v_args(meta=True)
+    def cparam_auto(self, meta, ch):
+        return A.CParam(str(ch[0]), str(ch[1]), None, self._span(meta), auto=True)
+
+    @v_args(meta=True)
+    def cparam_space(self, meta, ch):
+        return A.CParam(str(ch[0]), str(ch[1]), None, self._span(meta), auto=True, space=tuple(ch[2:]))
+
     def const_value(self, ch):
         t = ch[0]
         if t.type == "INT":

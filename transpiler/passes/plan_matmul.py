@@ -386,7 +386,7 @@ class _Planner(Rewriter):
         if isinstance(last, A.IntLit):
             ok = last.value % per == 0
         else:
-            ok = self.k.facts is not None and self.k.facts.divisor(last.id) % per == 0
+            ok = self.k.facts is not None and self.k.facts.proves(last.id, per)
         return None if ok else f"TMA needs the row pitch of '{tensor}' to be a multiple of 16 bytes: add `where {unparse(last)} % {per} == 0`"
 
 
