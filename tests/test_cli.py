@@ -379,12 +379,13 @@ def test_explain_json(runner):
     (k,) = json.loads(r.stdout)
     assert k["kernel"] == "matmul"
     assert {"threads", "smem_bytes", "grid", "symbols", "params", "constraints", "tiles"} <= set(k)
-    assert k["grid"] == ["cdiv(M, 64)", "cdiv(N, 64)"]
+    d = k["defines"]  # the tiles tilex chose at its nominal sizes (no --shape)
+    assert k["grid"] == [f"cdiv(M, {d['BM']})", f"cdiv(N, {d['BN']})"]
     assert k["symbols"] == ["M", "K", "N"]
     assert [p["name"] for p in k["params"]] == ["a", "b", "c"] and k["params"][2]["out"] is True
     tiles = {t["expr"]: t for t in k["tiles"]}
-    acc = tiles["zeros(f32[64, 64])"]
-    assert acc["dtype"] == "f32" and acc["shape"] == [64, 64] and acc["line"] == 8
+    acc = tiles[f"zeros(f32[{d['BM']}, {d['BN']}])"]
+    assert acc["dtype"] == "f32" and acc["shape"] == [d["BM"], d["BN"]] and acc["line"] == 10
     for t in k["tiles"]:
         assert {"line", "expr", "dtype", "shape", "space", "layout", "regs_per_thread"} <= set(t)
 
