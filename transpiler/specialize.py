@@ -115,7 +115,7 @@ class Specializer:
 
     def choice(self, sizes: Mapping[str, int], ptrs: Mapping[str, int | None]):
         """(chosen defines, facts) for these sizes: the facts that hold among those the translation wants
-        (repeated once with what the chosen configuration's own translation wants)."""
+        (repeated with what the chosen configuration's own translation wants, up to 4 times)."""
         from .autoconfig import choose, translated
 
         m = self.module
@@ -123,7 +123,7 @@ class Specializer:
         wanted = dict(self.wanted)
         defines: dict = {}
         facts: tuple = ()
-        for _ in range(2):
+        for _ in range(4):
             facts = facts_that_hold(self.spec, wanted, sizes, ptrs)
             if self.auto:
                 defines = choose(source, file, self.name, sizes, m.arch_for_choice, m.defines, facts,

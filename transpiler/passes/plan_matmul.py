@@ -301,10 +301,12 @@ class _Planner(Rewriter):
             return f"wgmma needs sm_90a (target {self.arch})"
         if self.specialized:
             return "only one warp-specialized loop per kernel"
-        for t in sorted({p.a.tensor for p in products} | {p.b.tensor for p in products}):
-            why = self.tma_pitch(t)
-            if why:
-                return why
+        # every operand's pitch is asked (not only up to the first unproven one): launch-time specialization
+        # learns all the facts this loop wants from one translation (Facts.wanted)
+        whys = [self.tma_pitch(t) for t in sorted({p.a.tensor for p in products} | {p.b.tensor for p in products})]
+        why = next((w for w in whys if w), None)
+        if why:
+            return why
         if bm % 64 or bm > 256:
             return "wgmma needs BM a multiple of 64, at most 256"
         if bk % SWIZZLE_ELEMS:
