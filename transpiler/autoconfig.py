@@ -88,8 +88,11 @@ def role(k: A.Kernel, name: str) -> str | None:
 
 def declared_space(k: A.Kernel) -> dict[str, tuple]:
     """{auto parameter: its candidates}: the declared `in (...)` values, else the implied ones of its role."""
+    from .passes.resolve_names import check_space
+
     out = {}
     for c in auto_params(k):
+        check_space(c)
         if c.space is not None:
             out[c.name] = tuple(c.space)
             continue

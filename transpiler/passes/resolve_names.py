@@ -66,7 +66,7 @@ def _coerce(kind: str, value, cp: A.CParam):
     raise CompileError(f"compile-time parameter '{cp.name}' has unknown type '{kind}' (use int, float or bool)", cp.span)
 
 
-def _check_space(cp: A.CParam) -> None:
+def check_space(cp: A.CParam) -> None:
     """A parameter left to tilex: `= auto` is an int (its role implies the space); `in (...)` values have its kind."""
     if cp.kind not in ("int", "float", "bool"):
         _coerce(cp.kind, 0, cp)  # the unknown-type error
@@ -125,7 +125,7 @@ def _resolve_kernel(k: A.Kernel, defines: dict, source: str) -> A.Kernel:
         if cp.name in consts:
             raise CompileError(f"compile-time parameter '{cp.name}' is declared twice", cp.span)
         if cp.auto:
-            _check_space(cp)
+            check_space(cp)
         value = defines.get(cp.name, cp.default)
         if value is None and cp.auto:
             raise CompileError(f"compile-time parameter '{cp.name}' is chosen by tilex per shape: pass -D {cp.name}=VALUE "
