@@ -320,3 +320,41 @@ def test_chosen_configurations_build(M, N, K, facts, tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "k.cubin").stat().st_size > 0
+
+
+# ---------------------------------------------------------------- tune over the space, tune-on-first-call
+def test_tune_times_exactly_the_given_candidates(tmp_path):
+    from test_tune import FakeRunner
+
+    from tilex import tune as T
+
+    top = [{"BM": 64, "BN": 64, "BK": 64, "STAGES": 2}, {"BM": 32, "BN": 64, "BK": 32, "STAGES": 3}]
+    runner = FakeRunner(lambda c: 2.0 if c["BM"] == 64 else 1.0)
+    res = T.tune(str(MATMUL), "matmul", {"M": 64, "N": 64, "K": 64}, candidates=top, runner=runner,
+                 reference="first", cache_dir=tmp_path)
+    assert sorted(tuple(c.defines.values()) for c in res.candidates) == sorted(tuple(t.values()) for t in top)
+    assert res.best.defines == top[1]
+    # the winner is stored under the toolkit-qualified key and read back by the model
+    assert T.best(str(MATMUL), "matmul", {"M": 64, "N": 64, "K": 64}, runner.arch, cache_dir=tmp_path) == top[1]
+
+
+def test_tune_on_first_call_uses_the_timed_winner(monkeypatch, tmp_path):
+    from tilex import tune as T
+
+    calls = []
+
+    class Result:
+        best = type("B", (), {"defines": {"BM": 32, "BN": 32, "BK": 32, "STAGES": 2}})()
+
+    def fake_tune(source, kernel, shapes, **kw):
+        calls.append((kernel, dict(shapes), kw["candidates"]))
+        return Result()
+
+    monkeypatch.setattr(T, "tune", fake_tune)
+    monkeypatch.setenv(S.AUTOTUNE_ENV, "1")
+    k = tilex.compile(str(MATMUL), arch="sm_90a", cache_dir=tmp_path).matmul
+    v = k.variant_for(Addr((300, 512)), Addr((512, 512)), Addr((300, 512)))
+    assert dict(v.spec.defines) == {"BM": 32, "BN": 32, "BK": 32, "STAGES": 2}
+    (kernel, shapes, cands), = calls
+    assert kernel == "matmul" and shapes == {"M": 300, "K": 512, "N": 512}
+    assert 1 <= len(cands) <= S.AUTOTUNE_TOP and all(set(c) == {"BM", "BN", "BK", "STAGES"} for c in cands)

@@ -6,15 +6,19 @@ tensor TMA would read). A fact `SYM % D == 0` holds for a call when the bound si
 and every tensor whose innermost dimension is SYM has a 16-byte aligned base address (what TMA and 16-byte
 vector accesses need besides the pitch). A variant is translated with the facts that hold added as `where`
 constraints (`Options.assume`), so its launch checks them again: a variant is never used for arguments that
-violate its facts. `Specializer` (what `tilex.compile` gives for such kernels) picks and caches the variants.
+violate its facts. `Specializer` (what `tilex.compile` gives for such kernels) picks and caches the variants;
+with TILEX_AUTOTUNE=1 the first call of a bucket times the model's best few configurations on the GPU first.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping, Sequence
 
 from .spec import KernelSpec
 
 ALIGN = 16  # bytes: TMA's base-address rule, and a 16-byte vector access's
+AUTOTUNE_ENV = "TILEX_AUTOTUNE"  # "1": time the model's best few configurations at a bucket's first call
+AUTOTUNE_TOP = 6
 
 
 def data_pointer(x: Any) -> int | None:
@@ -138,7 +142,34 @@ class Specializer:
 
     def _plan(self, sizes, ptrs):
         defines, facts = self.choice(sizes, ptrs)
+        if self.auto and os.environ.get(AUTOTUNE_ENV) == "1":
+            defines = self.tune_first(sizes, facts, defines)
         return self.module.variant(self.name, defines, facts)
+
+    def tune_first(self, sizes, facts, defines) -> dict:
+        """Opt-in tune-on-first-call (TILEX_AUTOTUNE=1): time the model's best AUTOTUNE_TOP configurations
+        on the GPU (`tilex.tune.tune`, which stores the winner for this bucket), unless one is stored."""
+        from . import autoconfig as AC
+        from . import tune as T
+
+        m = self.module
+        source = m.translation.program.source
+        stored = AC._tuned(source, self.name, sizes, m.arch_for_choice, m.cache_dir)
+        if stored is not None and set(self.auto) <= set(stored):
+            return {n: stored[n] for n in self.auto}
+        choice = AC.choose(source, m.translation.program.file, self.name, sizes, m.arch_for_choice, m.defines,
+                           facts, tuned=False, cache_dir=m.cache_dir)
+        top = [c.defines for c in choice.candidates if c.estimate is not None][:AUTOTUNE_TOP]
+        try:
+            result = T.tune(source, self.name, sizes, defines=m.defines, candidates=top, cache_dir=m.cache_dir)
+        except Exception as e:  # noqa: BLE001 - timing is a refinement: the model's choice stands
+            import warnings
+
+            warnings.warn(f"tilex: tune-on-first-call of {self.name} failed ({e}); using the model's choice",
+                          stacklevel=3)
+            return defines
+        best = result.best
+        return {n: best.defines[n] for n in self.auto} if best is not None else defines
 
     def __call__(self, *args, stream: Any = None, **kwargs):
         return self.variant_for(*args, **kwargs)(*args, stream=stream, **kwargs)

@@ -591,14 +591,16 @@ def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
          runner: Runner | None = None, arch: str | None = None, warmup_ms: float = 25.0, rep: int = 100,
          reference: str = "auto", seed: int = 0, store: bool = True,
          cache_dir: str | os.PathLike | None = None,
-         progress: Callable[[str], None] | None = None, args: Mapping[str, str] | None = None) -> TuneResult:
+         progress: Callable[[str], None] | None = None, args: Mapping[str, str] | None = None,
+         candidates: Sequence[Mapping[str, Any]] | None = None) -> TuneResult:
     """Try every configuration of the search space for `kernel` at `shapes`; return them
     ranked and (with `store`) record the fastest correct one for `best()`.
 
     `reference`: "interp" (compare with the NumPy interpreter), "first" (with the first
     candidate that ran), or "auto" (interp when the problem is small). `runner` defaults to
     a `CupyRunner(arch, warmup_ms, rep)`. `args`: scalar parameter values as text (`--arg`), for
-    scalars without a declared default.
+    scalars without a declared default. `candidates`: time exactly these configurations (each a
+    value for every searched parameter, e.g. the model's best few) instead of the whole space.
     """
     from . import __version__
     from .inputs import make_inputs, resolve_symbols, tensor_bytes
@@ -621,6 +623,8 @@ def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
     sp = search_space(kdecl.cparams, space, fixed, kernel=kdecl)
     declared = {c.name: c.default for c in kdecl.cparams if c.default is not None}
     configs = configurations(sp, {**declared, **fixed})
+    if candidates is not None:
+        configs = [{**{n: v[0] for n, v in sp.items()}, **dict(c), **fixed} for c in candidates]
     if runner is None:
         runner = CupyRunner(arch, warmup_ms=warmup_ms, rep=rep)
     arch = runner.arch
