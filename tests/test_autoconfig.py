@@ -358,3 +358,23 @@ def test_tune_on_first_call_uses_the_timed_winner(monkeypatch, tmp_path):
     (kernel, shapes, cands), = calls
     assert kernel == "matmul" and shapes == {"M": 300, "K": 512, "N": 512}
     assert 1 <= len(cands) <= S.AUTOTUNE_TOP and all(set(c) == {"BM", "BN", "BK", "STAGES"} for c in cands)
+
+
+# ---------------------------------------------------------------- tilex.stdlib.linear through the model
+def test_linear_tiles_come_from_the_model(monkeypatch):
+    import importlib
+
+    LN = importlib.import_module("tilex.stdlib.linear")
+    monkeypatch.setattr(LN, "_CHOSEN", {})
+    pick = lambda m, n, k: LN._model_config("linear", "bf16", m, n, k, LN._SPACE, {"table": True})  # noqa: E731
+    # where the measured table was right, the model reproduces it
+    assert pick(8192, 8192, 8192) == LN._LARGE and pick(4096, 13824, 5120) == LN._LARGE
+    assert pick(16, 5120, 5120) == LN._SKINNY
+    # the known gap: M=256, K=N=5120 had 2 x 20 = 40 programs of 128x256 for 132 SMs
+    cfg = pick(256, 5120, 5120)
+    assert -(-256 // cfg["BM"]) * -(-5120 // cfg["BN"]) >= 80
+    assert LN._model_config("gated_mlp", "bf16", 8192, 14336, 4096, LN._GATED_SPACE, {}) == LN._GATED
+    # memoized per shape: the second call is a dict lookup
+    assert ("linear", "bf16", 256, 5120, 5120) in LN._CHOSEN
+    monkeypatch.setattr(LN, "_MODEL", False)
+    assert pick(999, 999, 999) == {"table": True}

@@ -12,6 +12,7 @@ documented in docs/language.md ("Compile-time parameters tilex chooses").
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import math
@@ -125,6 +126,7 @@ _PROGRAMS: dict[tuple, Any] = {}
 _MAX_PROGRAMS = 4096
 
 
+@functools.lru_cache(maxsize=64)  # a few sources, asked per call
 def digest(source: str) -> str:
     return hashlib.sha256(source.encode("utf-8")).hexdigest()
 
@@ -401,22 +403,25 @@ def _first_line(e: CompileError) -> str:
 
 def choose(source: str, file: str, kernel: str, shapes: Mapping[str, int], arch: str = "sm_90a",
            defines: Mapping[str, Any] | None = None, assume: tuple = (), tuned: bool = True,
-           cache_dir=None) -> Choice:
+           cache_dir=None, space: Mapping[str, Sequence] | None = None) -> Choice:
     """The auto parameters of `kernel` for `shapes` (every symbol): a `tilex tune` winner stored for this
     bucket if there is one (with `tuned`), else the configuration the model predicts fastest at the model
     bucket of `shapes`. `defines` fixes parameters (not searched); `assume` are launch facts (sym, divisor).
-    Cached per (source digest, kernel, bucket, arch, defines, facts)."""
-    from .parser import parse
-
+    `space` searches these candidates instead of the declared ones (any parameters: a wrapper choosing the
+    tiles of a kernel whose parameters have defaults, as tilex.stdlib.linear does).
+    Cached per (source digest, kernel, bucket, arch, defines, facts, space)."""
     src_digest = digest(source)
     fixed = dict(defines or {})
     bucket = bucket_of(shapes)
-    key = (src_digest, file, kernel, tuple(bucket.items()), arch, tuple(sorted(fixed.items())), tuple(assume), tuned)
+    given = tuple((n, tuple(v)) for n, v in space.items()) if space is not None else None
+    key = (src_digest, file, kernel, tuple(bucket.items()), arch, tuple(sorted(fixed.items())), tuple(assume), tuned,
+           given)
     hit = _CHOICES.get(key)
     if hit is not None:
         return hit
-    kdecl = parse(source, file).kernel(kernel)
-    space = {n: v for n, v in declared_space(kdecl).items() if n not in fixed}
+    kdecl = _parsed(source, file, src_digest).kernel(kernel)
+    space = {n: tuple(v) for n, v in (dict(given) if given is not None else declared_space(kdecl)).items()
+             if n not in fixed}
     if tuned and space:
         stored = _tuned(source, kernel, shapes, arch, cache_dir)
         if stored is not None and set(space) <= set(stored):
@@ -440,6 +445,13 @@ def choose(source: str, file: str, kernel: str, shapes: Mapping[str, int], arch:
     choice = Choice(kernel, dict(shapes), bucket, arch, dict(ok[0].defines), "model" if names else "fixed",
                     ok + bad, space)
     return _remember(key, choice)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(source: str, file: str, src_digest: str):
+    from .parser import parse
+
+    return parse(source, file)
 
 
 def _remember(key, choice):
