@@ -4,6 +4,8 @@ Syntax errors become `CompileError`s at the offending token, with what was expec
 """
 from __future__ import annotations
 
+import functools
+
 from functools import lru_cache
 from importlib import resources
 
@@ -42,7 +44,13 @@ def _parser() -> lark.Lark:
 
 
 def parse(source: str, file: str = "<string>") -> A.Program:
-    """Parse a whole .tile file. Raises CompileError on a syntax error."""
+    """Parse a whole .tile file. Raises CompileError on a syntax error. The AST is immutable, so the last
+    few results are reused (tilex.autoconfig translates one source once per candidate configuration)."""
+    return _parse_cached(source, file)
+
+
+@functools.lru_cache(maxsize=32)
+def _parse_cached(source: str, file: str) -> A.Program:
     try:
         tree = _parser().parse(source)
     except lark.exceptions.UnexpectedInput as e:
