@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from . import ast as A
 from .diagnostics import CompileError
+from .explain import stmt_exprs as _stmt_exprs, walk_exprs as _walk, walk_stmts
 
 # ---------------------------------------------------------------- the machine (H200 SXM, bf16 dense)
 SMS = 132  # streaming multiprocessors
@@ -64,7 +65,7 @@ def role(k: A.Kernel, name: str) -> str | None:
     def mentions(e) -> bool:
         return any(isinstance(x, A.Name) and x.id == name for x in _walk(e))
 
-    for s in _stmts(k.body):
+    for s, _ in walk_stmts(k.body):
         if isinstance(s, A.For):
             if s.pipelined and isinstance(s.stages, A.Expr) and mentions(s.stages):
                 roles.add("stages")
@@ -152,39 +153,6 @@ def translated(source: str, file: str, kernel: str, defines: Mapping[str, Any], 
 
 
 # ---------------------------------------------------------------- what one program does
-def _walk(e):
-    if e is None:
-        return
-    if isinstance(e, A.Expr):
-        yield e
-        for c in e.children():
-            yield from _walk(c)
-
-
-def _stmts(block):
-    if block is None:
-        return
-    for s in block.stmts:
-        yield s
-        if isinstance(s, A.For):
-            yield from _stmts(s.body)
-        elif isinstance(s, A.If):
-            yield from _stmts(s.then)
-            yield from _stmts(s.orelse)
-
-
-def _stmt_exprs(s):
-    if isinstance(s, A.Assign):
-        return (s.value,)
-    if isinstance(s, A.Store):
-        return (s.target, s.value)
-    if isinstance(s, A.For):
-        return (s.start, s.stop, s.step)
-    if isinstance(s, A.If):
-        return (s.cond,)
-    return ()
-
-
 _ARITH = {A.BinOpKind.ADD: lambda a, b: a + b, A.BinOpKind.SUB: lambda a, b: a - b,
           A.BinOpKind.MUL: lambda a, b: a * b, A.BinOpKind.FLOORDIV: lambda a, b: a // b if b else None,
           A.BinOpKind.MOD: lambda a, b: a % b if b else None}
