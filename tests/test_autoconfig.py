@@ -378,3 +378,21 @@ def test_linear_tiles_come_from_the_model(monkeypatch):
     assert ("linear", "bf16", 256, 5120, 5120) in LN._CHOSEN
     monkeypatch.setattr(LN, "_MODEL", False)
     assert pick(999, 999, 999) == {"table": True}
+
+
+def test_keyword_arguments_and_cupy_style_pointers():
+    k = tilex.compile(str(MATMUL), arch="sm_90a").matmul
+    by_pos = k.variant_for(Addr((512, 512)), Addr((512, 512)), Addr((512, 512)))
+    assert k.variant_for(a=Addr((512, 512)), b=Addr((512, 512)), c=Addr((512, 512))) is by_pos
+    assert k.variant_for(Addr((512, 512)), Addr((512, 512))) is k.base  # c missing: the kernel's error
+
+    class Mem:
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+    class CupyLike:
+        def __init__(self, ptr):
+            self.data = Mem(ptr)
+    assert S.data_pointer(CupyLike(0x1000)) == 0x1000 and S.data_pointer(object()) is None
+    z = np.zeros(4)
+    assert S.data_pointer(z) == z.__array_interface__["data"][0]

@@ -24,8 +24,12 @@ AUTOTUNE_TOP = 6
 def data_pointer(x: Any) -> int | None:
     """The device (or host) address of an array argument, or None when it has none we can read."""
     try:
-        if hasattr(x, "data_ptr") and callable(x.data_ptr):  # torch
-            return int(x.data_ptr())
+        get = getattr(x, "data_ptr", None)  # torch
+        if get is not None:
+            return int(get())
+        ptr = getattr(getattr(x, "data", None), "ptr", None)  # CuPy: MemoryPointer.ptr (offset included)
+        if isinstance(ptr, int):
+            return ptr
         cai = getattr(x, "__cuda_array_interface__", None)  # CuPy and others
         if isinstance(cai, dict):
             return int(cai["data"][0])
@@ -77,10 +81,6 @@ def facts_that_hold(spec: KernelSpec, wanted: Mapping[str, int], sizes: Mapping[
     return tuple(out)
 
 
-def alignment_key(ptrs: Mapping[str, int | None]) -> tuple:
-    return tuple(p is not None and p % ALIGN == 0 for p in ptrs.values())
-
-
 class Specializer:
     """A kernel of a `tilex.compile` module whose translation can use launch facts or whose compile-time
     parameters tilex chooses: each call binds the sizes, picks (once per sizes and pointer alignment) the
@@ -97,21 +97,36 @@ class Specializer:
         k = module.translation.program.kernel(name)
         self.wanted = dict(getattr(k.facts, "wanted", {}) or {})
         self.auto = [c.name for c in k.cparams if c.auto and c.name not in module.defines]
+        self._tensors = tuple((i, p.name) for i, p in enumerate(self.spec.params) if p.kind == "tensor")
         self._plans: dict[tuple, Any] = {}
 
     def __repr__(self) -> str:
         return f"<tilex specializing kernel {self.name}: facts tried {self.wanted or 'none'}, chosen {self.auto or 'none'}>"
 
+    def _key(self, args, kwargs) -> tuple | None:
+        """The tensor arguments' shapes and whether each address is 16-byte aligned: what a variant depends on."""
+        key = []
+        n = len(args)
+        try:
+            for i, name in self._tensors:
+                x = args[i] if i < n else kwargs[name]
+                key.append(tuple(x.shape))
+                ptr = data_pointer(x)
+                key.append(ptr is not None and ptr % ALIGN == 0)
+        except (KeyError, AttributeError, TypeError):
+            return None
+        return tuple(key)
+
     def variant_for(self, *args, **kwargs):
-        """The runtime Kernel these arguments launch (the nominal one when they do not bind)."""
-        bound = bind_sizes(self.spec, args, kwargs)
-        if bound is None:
-            return self.base
-        sizes, ptrs = bound
-        key = (tuple(sizes.items()), alignment_key(ptrs))
-        kern = self._plans.get(key)
+        """The runtime Kernel these arguments launch (the nominal one when they do not bind). After the first
+        call with these shapes and alignments: one tuple and one dict lookup."""
+        key = self._key(args, kwargs)
+        kern = self._plans.get(key) if key is not None else None
         if kern is None:
-            kern = self._plan(sizes, ptrs)
+            bound = bind_sizes(self.spec, args, kwargs)
+            if bound is None:
+                return self.base  # its binding reports what is wrong
+            kern = self._plan(*bound)
             if len(self._plans) >= self.MAX_PLANS:
                 self._plans.clear()
             self._plans[key] = kern
