@@ -381,7 +381,8 @@ def test_explain_json(runner):
     (k,) = json.loads(r.stdout)
     assert k["kernel"] == "matmul"
     assert {"threads", "smem_bytes", "grid", "symbols", "params", "constraints", "tiles"} <= set(k)
-    d = k["defines"]  # the tiles tilex chose at its nominal sizes (no --shape)
+    d = k["defines"]  # the tiles tilex chose at its nominal sizes (no --shape), and which they are
+    assert k["nominal"] == ["BM", "BN", "BK", "STAGES"]
     assert k["grid"] == [f"cdiv(M, {d['BM']})", f"cdiv(N, {d['BN']})"]
     assert k["symbols"] == ["M", "K", "N"]
     assert [p["name"] for p in k["params"]] == ["a", "b", "c"] and k["params"][2]["out"] is True

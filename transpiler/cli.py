@@ -550,7 +550,8 @@ def tune(
     space: Optional[List[str]] = typer.Option(
         None, "--space", metavar="NAME=V1,V2,...",
         help="Candidate values of a compile-time parameter (repeatable). Parameters without "
-             "--space get half, the default and double (powers of two; STAGES: default -1/+1)."),
+             "--space get half, the default and double (powers of two; STAGES: default -1/+1); "
+             "parameters left to tilex (= auto, in (...)) their implied or declared space."),
     define: Optional[List[str]] = typer.Option(
         None, "-D", "--define", metavar="NAME=VALUE", help="Fix a compile-time parameter (not searched)."),
     warmup: float = typer.Option(25.0, "--warmup", metavar="MS", help="Warm-up per configuration, in ms."),
@@ -655,6 +656,12 @@ def explain(
         else:
             program = compile_program(source, name, _options(defines, kernel, arch))
             data = do_explain(program)
+            parsed = {k.name: k for k in compile_program(source, name, _options(defines, kernel, arch),
+                                                         stop_after="parse").kernels}
+            for d in data:  # parameters left to tilex were chosen at the nominal sizes
+                left = [c.name for c in parsed[d["kernel"]].cparams if c.auto and c.name not in defines]
+                if left:
+                    d["nominal"] = left
         if as_json:
             _stdout(json.dumps(_json_safe(data), indent=2) + "\n")
         else:
@@ -747,6 +754,9 @@ def _print_explain(data: list[dict], top: int = 8) -> None:
                   style="bold")
         if "shapes" in k:
             _print_autoconfig(con, k, top)
+        elif k.get("nominal"):
+            con.print(f"  note:        {', '.join(k['nominal'])} left to tilex: chosen here for every size 4096 and no "
+                      "launch facts; --shape M=..,N=.. shows the choice for your sizes", markup=False)
         con.print(f"  symbols:     {', '.join(k['symbols']) or '-'}")
         for p in k["params"]:
             t = p["dtype"] if p["dims"] is None else f"{p['dtype']}[{', '.join(str(d) for d in p['dims'])}]"
