@@ -308,7 +308,8 @@ def test_explain_shape_text():
 # ---------------------------------------------------------------- nvcc builds of the choices
 @pytest.mark.nvcc
 @pytest.mark.parametrize("M, N, K, facts", [(8192, 8192, 8192, FACTS), (4096, 13824, 5120, FACTS),
-                                            (16, 5120, 5120, FACTS), (1000, 999, 1001, ())])
+                                            (16, 5120, 5120, FACTS), (1000, 999, 1001, ()),
+                                            (256, 5120, 5120, FACTS), (64, 4096, 4096, FACTS)])
 def test_chosen_configurations_build(M, N, K, facts, tmp_path):
     nvcc = shutil.which("nvcc")
     if nvcc is None:
