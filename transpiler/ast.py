@@ -284,12 +284,15 @@ class If(Stmt):
 # ---------------------------------------------------------------- declarations
 @dataclass(frozen=True)
 class CParam:
-    """A compile-time parameter `<BLOCK: int = 1024>`."""
+    """A compile-time parameter `<BLOCK: int = 1024>`, or one tilex chooses per shape:
+    `<BM: int = auto>` (a search space implied by its role) or `<BM: int in (64, 128)>` (declared)."""
 
     name: str
     kind: str  # "int" | "float" | "bool"
     default: int | float | bool | None
     span: Span = NO_SPAN
+    auto: bool = False  # chosen by tilex (tilex.autoconfig) unless defined
+    space: tuple | None = None  # the declared candidates of `in (...)`; None: implied by the role (`= auto`)
 
 
 @dataclass(frozen=True)

@@ -550,7 +550,8 @@ def tune(
     space: Optional[List[str]] = typer.Option(
         None, "--space", metavar="NAME=V1,V2,...",
         help="Candidate values of a compile-time parameter (repeatable). Parameters without "
-             "--space get half, the default and double (powers of two; STAGES: default -1/+1)."),
+             "--space get half, the default and double (powers of two; STAGES: default -1/+1); "
+             "parameters left to tilex (= auto, in (...)) their implied or declared space."),
     define: Optional[List[str]] = typer.Option(
         None, "-D", "--define", metavar="NAME=VALUE", help="Fix a compile-time parameter (not searched)."),
     warmup: float = typer.Option(25.0, "--warmup", metavar="MS", help="Warm-up per configuration, in ms."),
@@ -632,6 +633,11 @@ def explain(
     define: Optional[List[str]] = DEFINE_OPT,
     arch: str = ARCH_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print the same data as one JSON list (one object per kernel)."),
+    shape: Optional[List[str]] = typer.Option(
+        None, "--shape", "-s", metavar="SYM=VAL[,SYM=VAL...]",
+        help="Sizes of the shape symbols: explain the configuration tilex chooses for them (parameters left to "
+             "tilex, launch facts the sizes allow with aligned pointers), with every candidate's model score."),
+    top: int = typer.Option(8, "--top", metavar="N", help="With --shape: how many scored candidates to print."),
 ) -> None:
     """Show what each kernel becomes: symbols, params, constraints, launch grid, threads,
     shared memory, each tensor-core loop's strategy (wgmma or mma.sync, tiles, stages, warps,
@@ -645,15 +651,98 @@ def explain(
         from .pipeline import compile_program
 
         name, source = _read_source(file)
-        program = compile_program(source, name, _options(defines, kernel, arch))
-        data = do_explain(program)
-        if as_json:
-            _stdout(json.dumps(data, indent=2) + "\n")
+        if shape:
+            data = _explain_shapes(source, name, defines, kernel, arch, shape)
         else:
-            _print_explain(data)
+            program = compile_program(source, name, _options(defines, kernel, arch))
+            data = do_explain(program)
+            parsed = {k.name: k for k in compile_program(source, name, _options(defines, kernel, arch),
+                                                         stop_after="parse").kernels}
+            for d in data:  # parameters left to tilex were chosen at the nominal sizes
+                left = [c.name for c in parsed[d["kernel"]].cparams if c.auto and c.name not in defines]
+                if left:
+                    d["nominal"] = left
+        if as_json:
+            _stdout(json.dumps(_json_safe(data), indent=2) + "\n")
+        else:
+            _print_explain(data, top)
 
 
-def _print_explain(data: list[dict]) -> None:
+def _explain_shapes(source: str, name: str, defines: dict, kernel: Optional[str], arch: str,
+                    shape: List[str]) -> list:
+    """explain() of each kernel as a launch at these sizes compiles it: the chosen configuration (with the
+    candidates and their scores under "autoconfig") and the launch facts the sizes allow (under "facts")."""
+    from . import autoconfig as AC
+    from .explain import explain as do_explain
+    from .inputs import InputError, parse_shapes
+    from .pipeline import Options, compile_program
+
+    try:
+        shapes = parse_shapes(shape)
+    except InputError as e:
+        raise typer.BadParameter(str(e), param_hint="'--shape'") from None
+    parsed = compile_program(source, name, _options(defines, kernel, arch), stop_after="parse")
+    out = []
+    for kd in parsed.kernels:
+        syms = list(dict.fromkeys(d.id for p in kd.params for d in (p.type.dims or ()) if hasattr(d, "id")
+                                  and d.id not in {c.name for c in kd.cparams}))
+        missing = [s for s in syms if s not in shapes]
+        if missing:
+            raise typer.BadParameter(f"kernel '{kd.name}' needs a size for {', '.join(missing)}",
+                                     param_hint="'--shape'")
+        sizes = {s: int(shapes[s]) for s in syms}
+        fixed = {n: v for n, v in defines.items() if n in {c.name for c in kd.cparams}}
+        choice, facts = None, ()
+        for _ in range(4):  # the facts the translation wants and the sizes satisfy (aligned pointers assumed)
+            if any(c.auto and c.name not in fixed for c in kd.cparams):
+                choice = AC.choose(source, name, kd.name, sizes, arch, fixed, facts)
+            chosen = {**fixed, **(choice.defines if choice else {})}
+            k = AC.translated(source, name, kd.name, chosen, arch, facts)
+            if isinstance(k, Exception):
+                raise k
+            wanted = dict(getattr(k.facts, "wanted", {}) or {})
+            more = tuple(sorted(set(facts) | {(s, d) for s, d in wanted.items() if sizes.get(s, 1) % d == 0}))
+            if more == facts:
+                break
+            facts = more
+        program = compile_program(source, name, Options(defines=chosen, arch=arch, kernel=kd.name, assume=facts))
+        (data,) = do_explain(program)
+        data["shapes"] = sizes
+        data["facts"] = [f"{s} % {d} == 0" for s, d in facts]
+        data["autoconfig"] = choice.as_dict() if choice else None
+        out.append(data)
+    return out
+
+
+def _print_autoconfig(con, k: dict, top: int) -> None:
+    """The --shape part of `tilex explain`: sizes, launch facts, the chosen configuration and why."""
+    con.print(f"  sizes:       {', '.join(f'{s}={v}' for s, v in k['shapes'].items())}"
+              f"   launch facts: {', '.join(k['facts']) or 'none'} (pointers 16-byte aligned assumed)", markup=False)
+    ac = k.get("autoconfig")
+    if not ac:
+        return
+    chosen = " ".join(f"{n}={v}" for n, v in ac["chosen"].items())
+    con.print(f"  chosen:      {chosen}  (by the {ac['by']}; model bucket "
+              f"{','.join(f'{s}={v}' for s, v in ac['bucket'].items())}; space "
+              + ", ".join(f"{n} in {tuple(v)}" for n, v in ac["space"].items()) + ")", markup=False)
+    ok = [c for c in ac["candidates"] if "time_us" in c]
+    bad = [c for c in ac["candidates"] if "time_us" not in c]
+    for c in ok[:top]:
+        cfg = " ".join(f"{n}={v}" for n, v in c["defines"].items())
+        con.print(f"  {'*' if c['status'] == 'chosen' else ' '} {c['time_us']:10.1f} us  {cfg:<32} {c['strategy']:<7} "
+                  f"stages {c['stages']}, {c['programs']} programs, {c['per_sm']}/SM, {c['waves']:.2f} waves, "
+                  f"{c['threads']} threads, {c['smem_bytes']} B smem, ~{c['regs_per_thread']} regs, "
+                  f"eff {c['eff']:.2f}, {c['limit']}-bound", markup=False)
+    if len(ok) > top:
+        con.print(f"    ... {len(ok) - top} more scored candidates (--top N, or --json)")
+    reasons: dict = {}
+    for c in bad:
+        reasons.setdefault(c.get("reason", "?"), []).append(" ".join(f"{n}={v}" for n, v in c["defines"].items()))
+    for why, cfgs in reasons.items():
+        con.print(f"  rejected ({len(cfgs)}): {why}  [{cfgs[0]}{', ...' if len(cfgs) > 1 else ''}]", markup=False)
+
+
+def _print_explain(data: list[dict], top: int = 8) -> None:
     from rich.table import Table
 
     con = _console()
@@ -663,6 +752,11 @@ def _print_explain(data: list[dict]) -> None:
         defs = ", ".join(f"{n}={v}" for n, v in k["defines"].items())
         con.print(f"kernel {k['kernel']}" + (f"<{defs}>" if defs else "") + f"  ({k['file']}:{k['line']})",
                   style="bold")
+        if "shapes" in k:
+            _print_autoconfig(con, k, top)
+        elif k.get("nominal"):
+            con.print(f"  note:        {', '.join(k['nominal'])} left to tilex: chosen here for every size 4096 and no "
+                      "launch facts; --shape M=..,N=.. shows the choice for your sizes", markup=False)
         con.print(f"  symbols:     {', '.join(k['symbols']) or '-'}")
         for p in k["params"]:
             t = p["dtype"] if p["dims"] is None else f"{p['dtype']}[{', '.join(str(d) for d in p['dims'])}]"

@@ -4,6 +4,8 @@ Syntax errors become `CompileError`s at the offending token, with what was expec
 """
 from __future__ import annotations
 
+import functools
+
 from functools import lru_cache
 from importlib import resources
 
@@ -42,7 +44,13 @@ def _parser() -> lark.Lark:
 
 
 def parse(source: str, file: str = "<string>") -> A.Program:
-    """Parse a whole .tile file. Raises CompileError on a syntax error."""
+    """Parse a whole .tile file. Raises CompileError on a syntax error. The AST is immutable, so the last
+    few results are reused (tilex.autoconfig translates one source once per candidate configuration)."""
+    return _parse_cached(source, file)
+
+
+@functools.lru_cache(maxsize=32)
+def _parse_cached(source: str, file: str) -> A.Program:
     try:
         tree = _parser().parse(source)
     except lark.exceptions.UnexpectedInput as e:
@@ -135,6 +143,14 @@ class _ToAst(Transformer):
         name, kind = ch[0], ch[1]
         default = ch[2] if len(ch) > 2 else None
         return A.CParam(str(name), str(kind), default, self._span(meta))
+
+    @v_args(meta=True)
+    def cparam_auto(self, meta, ch):
+        return A.CParam(str(ch[0]), str(ch[1]), None, self._span(meta), auto=True)
+
+    @v_args(meta=True)
+    def cparam_space(self, meta, ch):
+        return A.CParam(str(ch[0]), str(ch[1]), None, self._span(meta), auto=True, space=tuple(ch[2:]))
 
     def const_value(self, ch):
         t = ch[0]

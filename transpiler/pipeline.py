@@ -5,7 +5,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from . import ast as A
@@ -27,13 +27,19 @@ class Options:
     defines: dict = field(default_factory=dict)
     arch: str = "sm_90a"
     kernel: str | None = None  # restrict to one kernel
+    # launch facts added as `where` constraints (checked at launch like the written ones): ((symbol, divisor), ...),
+    # the launch-time specialization of tilex.specialize
+    assume: tuple = ()
+    # the values of parameters left to tilex (`= auto`, `in (...)`) per kernel, ((kernel, ((name, value), ...)), ...);
+    # those not given here nor in `defines` are chosen by tilex.autoconfig at its nominal sizes
+    auto: tuple = ()
 
     def key(self) -> str:
-        return repr((sorted(self.defines.items()), self.arch, self.kernel))
+        return repr((sorted(self.defines.items()), self.arch, self.kernel, self.assume, self.auto))
 
 
 PASSES: list[tuple[str, Callable]] = [
-    ("resolve_names", lambda p, o: resolve_names(p, o.defines)),
+    ("resolve_names", lambda p, o: resolve_names(p, o.defines, {k: dict(v) for k, v in o.auto})),
     ("infer_dtypes", lambda p, o: infer_dtypes(p, o.arch)),
     ("infer_shapes", lambda p, o: infer_shapes(p)),
     ("check_constraints", lambda p, o: check_constraints(p)),
@@ -59,6 +65,8 @@ def compile_program(source: str, file: str = "<string>", options: Options | None
         _check_defines(program, options)
         if stop_after == "parse":
             return program
+        program = _assume(program, options.assume)
+        options = _choose_auto(program, options)
         for name, run in PASSES:
             program = run(program, options)
             if check:
@@ -76,6 +84,34 @@ def _check_defines(program: A.Program, options: Options) -> None:
         if name not in known:
             raise CompileError(f"-D {name}: no kernel in {program.file} has a compile-time parameter '{name}'"
                                + (f" (they have: {', '.join(sorted(known))})" if known else ""), Span(program.file, 0, 0, 0, 0))
+
+
+def _assume(program: A.Program, facts: tuple) -> A.Program:
+    """Each kernel with the launch facts `(symbol, divisor)` of its own symbols added as `where SYM % D == 0`."""
+    if not facts:
+        return program
+    kernels = []
+    for k in program.kernels:
+        dims = {d.id for p in k.params for d in (p.type.dims or ()) if isinstance(d, A.Name)}
+        span = Span(program.file, 0, 0, 0, 0)
+        extra = tuple(A.BinOp(A.BinOpKind.EQ, A.BinOp(A.BinOpKind.MOD, A.Name(sym, span), A.IntLit(int(d), span), span),
+                              A.IntLit(0, span), span) for sym, d in facts if sym in dims)
+        kernels.append(replace(k, where=k.where + extra) if extra else k)
+    return A.Program(tuple(kernels), program.file, program.source)
+
+
+def _choose_auto(program: A.Program, options: Options) -> Options:
+    """`options` with a value for every parameter left to tilex (what tilex.autoconfig picks at nominal sizes
+    for those neither defined nor in `options.auto`)."""
+    given = {k: dict(v) for k, v in options.auto}
+    if not any(c.auto and c.name not in options.defines and c.name not in given.get(k.name, {})
+               for k in program.kernels for c in k.cparams):
+        return options
+    from .autoconfig import nominal_defines
+
+    chosen = nominal_defines(program, options)
+    merged = {k: {**chosen.get(k, {}), **given.get(k, {})} for k in {*chosen, *given}}
+    return replace(options, auto=tuple((k, tuple(sorted(v.items()))) for k, v in sorted(merged.items())))
 
 
 def compile_file(path: str, options: Options | None = None, **kw) -> A.Program:

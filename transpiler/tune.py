@@ -11,8 +11,10 @@ reference (the interpreter for small shapes, else the first candidate that ran: 
 declared defaults when they are in the space), then timed with CUDA events (median of
 `rep` launches after `warmup_ms` of warm-up, L2 flushed before each timed launch).
 
+Parameters left to tilex (`= auto`, `in (...)`) are searched over their declared or implied space.
+Candidates are translated with the launch facts the shapes allow (as `tilex.compile` specializes).
 The best configuration is stored in `$TILEX_CACHE_DIR/tuned.json` (`TuneStore`), keyed by
-(sha256 of the .tile source, kernel name, shape bucket, arch); `best()` and
+(sha256 of the .tile source, kernel name, shape bucket, arch, CUDA toolkit); `best()` and
 `tilex.tuned_defines()` read it back. The shape bucket rounds each symbol up to a power of
 two (`bucket`), so M=4096, N=13824, K=5120 is tuned once for M=4096, N=16384, K=8192.
 
@@ -128,13 +130,20 @@ def parse_space(items: Sequence[str] | None) -> dict[str, list]:
 
 
 def search_space(cparams: Sequence[Any], space: Mapping[str, Sequence] | None = None,
-                 fixed: Mapping[str, Any] | None = None) -> dict[str, list]:
+                 fixed: Mapping[str, Any] | None = None, kernel: Any = None) -> dict[str, list]:
     """{parameter: candidate values} for a kernel's compile-time parameters (`A.CParam`s).
 
     `fixed` (-D) pins a parameter to one value; `space` (--space) gives the candidates of
-    the parameters it names; the rest get `default_candidates`. Values are checked against
-    the declared kinds; a parameter without a default must be fixed or given a space.
+    the parameters it names; parameters left to tilex (`= auto`, `in (...)`) get their declared
+    or implied space (`tilex.autoconfig.declared_space` of the parsed `kernel`); the rest get
+    `default_candidates`. Values are checked against the declared kinds; a parameter without a
+    default must be fixed or given a space.
     """
+    declared = {}
+    if kernel is not None and any(getattr(c, "auto", False) for c in cparams):
+        from .autoconfig import declared_space
+
+        declared = declared_space(kernel)
     space = dict(space or {})
     fixed = dict(fixed or {})
     by_name = {c.name: c for c in cparams}
@@ -151,6 +160,8 @@ def search_space(cparams: Sequence[Any], space: Mapping[str, Sequence] | None = 
             values = [fixed[c.name]]
         elif c.name in space:
             values = list(space[c.name])
+        elif c.name in declared:
+            values = list(declared[c.name])
         else:
             values = default_candidates(c.name, c.kind, c.default)
             if not values:
@@ -193,9 +204,22 @@ def source_sha256(source: str) -> str:
     return hashlib.sha256(source.encode("utf-8")).hexdigest()
 
 
-def store_key(source_digest: str, kernel: str, shapes: Mapping[str, int], arch: str) -> str:
-    """`KERNEL|SHA256|BUCKET|ARCH`, e.g. `matmul|3f2a...|K=8192,M=4096,N=16384|sm_90a`."""
-    return f"{kernel}|{source_digest}|{bucket_text(shapes)}|{arch}"
+@functools.lru_cache(maxsize=None)
+def toolkit() -> str:
+    """The CUDA toolkit that builds the kernels (NVRTC's version, `nvrtc-12.8`), or `none` without CuPy."""
+    try:
+        from .runtime.nvrtc import toolkit_version
+
+        return toolkit_version()
+    except Exception:  # no CuPy / NVRTC here: nothing tuned on a GPU applies anyway
+        return "none"
+
+
+def store_key(source_digest: str, kernel: str, shapes: Mapping[str, int], arch: str,
+              toolkit_id: str | None = None) -> str:
+    """`KERNEL|SHA256|BUCKET|ARCH|TOOLKIT`, e.g. `matmul|3f2a...|K=8192,M=4096,N=16384|sm_90a|nvrtc-13.0`
+    (TOOLKIT: `toolkit()` unless given)."""
+    return f"{kernel}|{source_digest}|{bucket_text(shapes)}|{arch}|{toolkit_id or toolkit()}"
 
 
 def _warn(message: str) -> None:
@@ -567,14 +591,16 @@ def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
          runner: Runner | None = None, arch: str | None = None, warmup_ms: float = 25.0, rep: int = 100,
          reference: str = "auto", seed: int = 0, store: bool = True,
          cache_dir: str | os.PathLike | None = None,
-         progress: Callable[[str], None] | None = None, args: Mapping[str, str] | None = None) -> TuneResult:
+         progress: Callable[[str], None] | None = None, args: Mapping[str, str] | None = None,
+         candidates: Sequence[Mapping[str, Any]] | None = None) -> TuneResult:
     """Try every configuration of the search space for `kernel` at `shapes`; return them
     ranked and (with `store`) record the fastest correct one for `best()`.
 
     `reference`: "interp" (compare with the NumPy interpreter), "first" (with the first
     candidate that ran), or "auto" (interp when the problem is small). `runner` defaults to
     a `CupyRunner(arch, warmup_ms, rep)`. `args`: scalar parameter values as text (`--arg`), for
-    scalars without a declared default.
+    scalars without a declared default. `candidates`: time exactly these configurations (each a
+    value for every searched parameter, e.g. the model's best few) instead of the whole space.
     """
     from . import __version__
     from .inputs import make_inputs, resolve_symbols, tensor_bytes
@@ -594,9 +620,11 @@ def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
         kernel = names[0]
     kdecl = parsed.kernel(kernel)
     fixed = dict(defines or {})
-    sp = search_space(kdecl.cparams, space, fixed)
+    sp = search_space(kdecl.cparams, space, fixed, kernel=kdecl)
     declared = {c.name: c.default for c in kdecl.cparams if c.default is not None}
     configs = configurations(sp, {**declared, **fixed})
+    if candidates is not None:
+        configs = [{**{n: v[0] for n, v in sp.items()}, **dict(c), **fixed} for c in candidates]
     if runner is None:
         runner = CupyRunner(arch, warmup_ms=warmup_ms, rep=rep)
     arch = runner.arch
@@ -605,6 +633,7 @@ def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
         f"{n} configuration{'s' if n != 1 else ''}")
 
     candidates: list[Candidate] = []
+    facts = None
     symbols = None
     first_spec = None
     ref_outputs: dict[str, np.ndarray] | None = None
@@ -618,7 +647,9 @@ def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
         candidates.append(cand)
         tag = f"[{i:>{width}}/{n}] {config_text(cfg)}"
         try:
-            t = translate(source, file, Options(defines=dict(cfg), arch=arch, kernel=kernel))
+            if facts is None:  # launch facts these shapes allow (fresh inputs are aligned), as tilex.compile infers
+                facts = _shape_facts(source, file, kernel, dict(cfg), arch, shapes)
+            t = translate(source, file, Options(defines=dict(cfg), arch=arch, kernel=kernel, assume=facts))
         except CompileError as e:
             cand.status, cand.reason = "skipped", _first_line(e)
             say(f"{tag}: skipped: {cand.reason}")
@@ -704,7 +735,7 @@ def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
                   "bucket": result.bucket, "arch": arch, "shapes": result.shapes,
                   "defines": dict(b.defines), "time_ms": b.time_ms,
                   "default_time_ms": d.time_ms if d else None,
-                  "tilex_version": __version__,
+                  "tilex_version": __version__, "toolkit": toolkit(), "facts": [list(f) for f in (facts or ())],
                   "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
         try:
             st.put(store_key(result.source_sha256, kernel, result.shapes, arch), record)
@@ -712,6 +743,15 @@ def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
         except OSError as e:
             _warn(f"tilex cache: cannot write {st.path} ({e}); the tuned configuration was not stored")
     return result
+
+
+def _shape_facts(source, file, kernel, cfg, arch, shapes) -> tuple:
+    """The facts the translation wants (`Facts.wanted`) that `shapes` satisfy (pointers of fresh inputs are aligned)."""
+    from .pipeline import Options, compile_program
+
+    k = compile_program(source, file, Options(defines=cfg, arch=arch, kernel=kernel)).kernel(kernel)
+    wanted = getattr(k.facts, "wanted", {}) or {}
+    return tuple((s, d) for s, d in sorted(wanted.items()) if s in shapes and int(shapes[s]) % d == 0)
 
 
 # ---------------------------------------------------------------- report

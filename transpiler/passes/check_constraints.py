@@ -4,7 +4,8 @@ Needs: infer_shapes. Guarantees: each constraint is a bool scalar over shape sym
 a constraint with no symbol left (only compile-time parameters) is decided now, and a
 false one is an error; `kernel.facts` records what later passes may assume about the
 symbols: known divisors (`N % 8 == 0`) and lower bounds (`K >= 64`). Every constraint is
-also checked again at launch.
+also checked again at launch. Later passes ask `facts.proves(sym, d)`; what they asked and could not be
+proven is kept in `facts.wanted`: the facts launch-time specialization (tilex.specialize) tries.
 """
 from __future__ import annotations
 
@@ -19,9 +20,19 @@ from ..exprs import fold, unparse
 class Facts:
     divisors: dict[str, int] = field(default_factory=dict)  # symbol -> known divisor
     lower: dict[str, int] = field(default_factory=dict)  # symbol -> known minimum
+    wanted: dict[str, int] = field(default_factory=dict)  # symbol -> a divisor a pass asked for and did not get
 
     def divisor(self, sym: str) -> int:
         return self.divisors.get(sym, 1)
+
+    def proves(self, sym: str, d: int) -> bool:
+        """True when `sym % d == 0` is known; else the wish is recorded in `wanted` (the lcm of those asked)."""
+        if self.divisor(sym) % d == 0:
+            return True
+        from math import lcm
+
+        self.wanted[sym] = lcm(self.wanted.get(sym, 1), d)
+        return False
 
     def minimum(self, sym: str) -> int:
         return self.lower.get(sym, 0)

@@ -1018,7 +1018,7 @@ def tma_obstacle(k: A.Kernel, t: "StreamTile", load: A.Index) -> str | None:
     if isinstance(last, A.IntLit):
         ok = last.value % per == 0
     else:
-        ok = k.facts is not None and k.facts.divisor(last.id) % per == 0
+        ok = k.facts is not None and k.facts.proves(last.id, per)
     if not ok:
         return (f"the row pitch of '{name}' is not known to be a multiple of 16 bytes "
                 f"(add `where {unparse(last)} % {per} == 0`)")

@@ -343,10 +343,12 @@ class _Planner(Rewriter):
             return f"wgmma needs sm_90a (target {self.arch})"
         if self.specialized:
             return "only one warp-specialized loop per kernel"
-        for t in sorted({p.a.tensor for p in products} | {p.b.tensor for p in products}):
-            why = self.tma_pitch(t)
-            if why:
-                return why
+        # every operand's pitch is asked (not only up to the first unproven one): launch-time specialization
+        # learns all the facts this loop wants from one translation (Facts.wanted)
+        whys = [self.tma_pitch(t) for t in sorted({p.a.tensor for p in products} | {p.b.tensor for p in products})]
+        why = next((w for w in whys if w), None)
+        if why:
+            return why
         if bm % 64 or bm > 256:
             return "wgmma needs BM a multiple of 64, at most 256"
         if bk % SWIZZLE_ELEMS:
@@ -430,7 +432,7 @@ class _Planner(Rewriter):
         if isinstance(last, A.IntLit):
             ok = last.value % per == 0
         else:
-            ok = self.k.facts is not None and self.k.facts.divisor(last.id) % per == 0
+            ok = self.k.facts is not None and self.k.facts.proves(last.id, per)
         return None if ok else f"TMA needs the row pitch of '{tensor}' to be a multiple of 16 bytes: add `where {unparse(last)} % {per} == 0`"
 
 

@@ -27,9 +27,12 @@ CONSTANTS = {"inf": math.inf, "nan": math.nan, "pi": math.pi}
 CALLABLES = frozenset(FUNCTIONS) | {"range", "pipeline"}
 
 
-def resolve_names(program: A.Program, defines: dict[str, object] | None = None) -> A.Program:
+def resolve_names(program: A.Program, defines: dict[str, object] | None = None,
+                  auto: dict[str, dict] | None = None) -> A.Program:
+    """`auto`: per kernel, the values chosen for its parameters left to tilex (`= auto`, `in (...)`)."""
     defines = dict(defines or {})
-    kernels = tuple(_resolve_kernel(k, defines, program.source) for k in program.kernels)
+    auto = auto or {}
+    kernels = tuple(_resolve_kernel(k, {**auto.get(k.name, {}), **defines}, program.source) for k in program.kernels)
     names = {k.name for k in kernels}
     if len(names) != len(kernels):
         seen = set()
@@ -61,6 +64,27 @@ def _coerce(kind: str, value, cp: A.CParam):
     except (ValueError, TypeError):
         raise CompileError(f"compile-time parameter '{cp.name}' is {kind}, got {value!r}", cp.span) from None
     raise CompileError(f"compile-time parameter '{cp.name}' has unknown type '{kind}' (use int, float or bool)", cp.span)
+
+
+def check_space(cp: A.CParam) -> None:
+    """A parameter left to tilex: `= auto` is an int (its role implies the space); `in (...)` values have its kind."""
+    if cp.kind not in ("int", "float", "bool"):
+        _coerce(cp.kind, 0, cp)  # the unknown-type error
+    if cp.space is None:
+        if cp.kind != "int":
+            raise CompileError(f"compile-time parameter '{cp.name}' is {cp.kind}: `= auto` implies a search space "
+                               "for int parameters only", cp.span, (f"declare one: `{cp.name}: {cp.kind} in (...)`",))
+        return
+    seen = []
+    for v in cp.space:
+        bad = (cp.kind == "int" and (isinstance(v, bool) or not isinstance(v, int))) or \
+              (cp.kind == "float" and (isinstance(v, bool) or not isinstance(v, (int, float)))) or \
+              (cp.kind == "bool" and not isinstance(v, bool))
+        if bad:
+            raise CompileError(f"compile-time parameter '{cp.name}' is {cp.kind}: its search space has {v!r}", cp.span)
+        if v in seen:
+            raise CompileError(f"compile-time parameter '{cp.name}' lists {v!r} twice in its search space", cp.span)
+        seen.append(v)
 
 
 def _literal(value, span):
@@ -100,7 +124,12 @@ def _resolve_kernel(k: A.Kernel, defines: dict, source: str) -> A.Kernel:
     for cp in k.cparams:
         if cp.name in consts:
             raise CompileError(f"compile-time parameter '{cp.name}' is declared twice", cp.span)
+        if cp.auto:
+            check_space(cp)
         value = defines.get(cp.name, cp.default)
+        if value is None and cp.auto:
+            raise CompileError(f"compile-time parameter '{cp.name}' is chosen by tilex per shape: pass -D {cp.name}=VALUE "
+                               "or compile through tilex.compile / tilex explain --shape", cp.span)
         if value is None:
             raise CompileError(f"compile-time parameter '{cp.name}' has no default: give one or pass -D {cp.name}=VALUE", cp.span)
         consts[cp.name] = _coerce(cp.kind, value, cp)

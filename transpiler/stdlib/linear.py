@@ -6,7 +6,10 @@ there is no bias) and 64-row tiles for M <= 64; for decode (M <= 16) on the GPU 
 which puts the weight rows on the tensor cores' 64-row side (y.T = w @ x.T) and streams the weights
 in one pass; for 16 < M <= 64 `linear_splitk` + `splitk_sum(_bias)` where too few column tiles would
 leave SMs idle; `linear_any` for other K (16-row mma.sync tiles at M <= 16 there and in the
-interpreter). A configuration stored by `tilex tune` for the shape's bucket overrides these defaults.
+interpreter). Outside the decode paths, `linear`, `linear_bias` and `gated_mlp` take their tiles from
+tilex.autoconfig's resource model (`_model_config`: BM, BN and the pipeline depth over `_SPACE`, chosen per model
+bucket, memoized per shape); `linear_persistent` / `gated_mlp_persistent` when the model picks the 128x256
+(gated: 128x128) 4-stage tile. A configuration stored by `tilex tune` for the shape's bucket overrides these.
 """
 from __future__ import annotations
 
@@ -72,6 +75,34 @@ def _partials(x2, weight, dt: str, m: int, n: int, k: int):
     part = L.empty(x2, (max(1, _splits(m, n, k)), m, n), "f32")
     L.run(L.load("linear", T=dt, **_SPLITK), "linear_splitk", x2, weight, part)
     return part
+
+
+# linear, linear_bias and gated_mlp take their tiles from tilex.autoconfig's model over these spaces (the decode
+# paths above, swap and split-K, stay as measured); _MODEL = False takes the measured table below instead (A/B)
+_MODEL = True
+_SPACE = dict(BM=(16, 64, 128), BN=(64, 128, 256), BK=(64,), STAGES=(3, 4, 5, 6))
+_GATED_SPACE = dict(BM=(16, 64, 128), BN=(32, 64, 128), BK=(64,), STAGES=(3, 4, 5, 6))
+_CHOSEN: dict = {}  # (kernel, dtype, m, n, k) -> the model's tiles: one dict lookup per call after the first
+_MAX_CHOSEN = 4096
+
+
+def _model_config(kernel: str, dt: str, m: int, n: int, k: int, space: dict, table: dict) -> dict:
+    """The tiles of `kernel` for this shape: the model's choice over `space` (`tilex.autoconfig.choose` on the
+    file as compiled for `dt`, at the model bucket of (m, n, k)), or `table` with `_MODEL` off."""
+    key = (kernel, dt, m, n, k)
+    hit = _CHOSEN.get(key)
+    if hit is None:
+        if _MODEL:
+            from ..autoconfig import choose
+
+            hit = choose(L.source("linear", (("T", dt),)), "linear.tile", kernel, dict(M=m, N=n, K=k),
+                         "sm_90a", space=space, tuned=False).defines
+        else:
+            hit = table
+        if len(_CHOSEN) >= _MAX_CHOSEN:
+            _CHOSEN.clear()
+        _CHOSEN[key] = hit = dict(hit)
+    return dict(hit)
 
 
 def _config(m: int, skinny: dict, medium: dict, large: dict) -> dict:
@@ -143,9 +174,10 @@ def linear(x, weight, bias=None):
             cfg = _tuned(kernel, dt, m, n, k, _swap_config(n))
         elif k % 8 == 0:
             kernel = "linear_bias" if bias is not None else "linear"
-            cfg = _tuned(kernel, dt, m, n, k, _config(m, _SKINNY, _MEDIUM, _LARGE))
+            cfg = _tuned(kernel, dt, m, n, k,
+                         _model_config(kernel, dt, m, n, k, _SPACE, _config(m, _SKINNY, _MEDIUM, _LARGE)))
             if kernel == "linear" and gpu and cfg == _LARGE and m > 64 and _PERSISTENT:
-                kernel, cfg = "linear_persistent", dict(_LARGE, PROGRAMS=L.sm_count(x2))
+                kernel, cfg = "linear_persistent", dict(cfg, PROGRAMS=L.sm_count(x2))
         else:
             kernel, cfg = "linear_any", dict(BM=64 if m > 16 else 16, BN=128 if m > 16 else 64, BK=32, STAGES=4)
             if bias is not None:
@@ -219,9 +251,10 @@ def gated_mlp(x, w_gate, w_up):
     y = L.empty(x2, (m, n))
     if m and n:
         kernel = "gated_mlp"
-        cfg = _tuned(kernel, dt, m, n, k, _config(m, _GATED_SKINNY, _GATED, _GATED))
+        cfg = _tuned(kernel, dt, m, n, k,
+                     _model_config(kernel, dt, m, n, k, _GATED_SPACE, _config(m, _GATED_SKINNY, _GATED, _GATED)))
         if L.kind_of(x2) != "numpy" and m > 64 and cfg == _GATED and _PERSISTENT:
-            kernel, cfg = "gated_mlp_persistent", dict(_GATED, PROGRAMS=L.sm_count(x2))
+            kernel, cfg = "gated_mlp_persistent", dict(cfg, PROGRAMS=L.sm_count(x2))
         mod = L.load("linear", kernel=kernel, T=dt, **cfg)
         L.run(mod, kernel, x2, L.contiguous(w_gate), L.contiguous(w_up), y)
     return L.reshape(y, tuple(x.shape[:-1]) + (n,))
