@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Session 16's device calls (issues 17 and 18): correctness first, then the benchmarks behind RESULTS.md.
+#   OUT=out bash benchmarks/gpu_session16.sh tests   # every GPU test in 8 shards, compute-sanitizer on the new paths,
+#                                                    # then the shape grid and the eager costs
+#   OUT=out bash benchmarks/gpu_session16.sh bench   # the benchmarks of the new paths (torch ops, bmm, auto matmul,
+#                                                    # linear model, rows, backend, LLM eager vs graph)
+set -uo pipefail
+OUT=${OUT:-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TILEX_CACHE_DIR=${TILEX_CACHE_DIR:-$PWD/.tilex-cache}
+t() { local name=$1 secs=$2; shift 2; echo "== $name"; timeout -s ABRT "$secs" "$@" > "$OUT/$name.log" 2>&1; echo "rc=$?" >> "$OUT/$name.log"; }
+case "${1:-}" in
+  tests)
+    SHARD_TIMEOUT=${SHARD_TIMEOUT:-240} bash benchmarks/gpu_tests_parallel.sh 8 "gpu and not slow" tests 2>&1 | tee "$OUT/gpu_tests.log"
+    t bench_eager 90 python3 benchmarks/bench_eager.py --json "$OUT/bench_eager.json"
+    tail -25 "$OUT/bench_eager.log"
+    t bench_shapes 150 python3 benchmarks/bench_shapes.py --grid quick --budget-s 110 --json "$OUT/bench_shapes.json"
+    grep -A16 "^family" "$OUT/bench_shapes.log"
+    t sanitize_bmm 50 compute-sanitizer --tool memcheck --error-exitcode 9 python3 benchmarks/sanitize_bmm.py
+    t sanitize_new 80 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -x -p no:cacheprovider \
+        tests/test_runtime_launch_gpu.py tests/test_stdlib_rows_gpu.py -k "5120 or split or linear or rms"
+    for f in sanitize_bmm sanitize_new; do echo "$f: $(grep -E 'ERROR SUMMARY|rc=|passed|failed' "$OUT/$f.log" | tr '\n' ' ')"; done ;;
+  bench)
+    t bench_torch_ops 90 python3 benchmarks/bench_torch_ops.py --tokens 1,16 --reps 200
+    tail -12 "$OUT/bench_torch_ops.log"
+    t bench_auto_matmul 90 python3 benchmarks/bench_auto_matmul.py --json "$OUT/auto_matmul.json"
+    tail -12 "$OUT/bench_auto_matmul.log"
+    t bench_linear_model 90 python3 benchmarks/bench_linear_model.py --json "$OUT/linear_model.json"
+    tail -16 "$OUT/bench_linear_model.log"
+    t bench_bmm 90 python3 benchmarks/bench_bmm.py
+    tail -10 "$OUT/bench_bmm.log"
+    t bench_rows 120 python3 benchmarks/bench_stdlib.py --rows --json "$OUT/bench_rows.json"
+    tail -22 "$OUT/bench_rows.log" ;;
+  *) echo "usage: gpu_session16.sh tests|bench" >&2; exit 2 ;;
+esac
