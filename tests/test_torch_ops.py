@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,8 @@ import tilex  # noqa: E402
 import tilex.torch as tt  # noqa: E402
 from tilex import stdlib as S  # noqa: E402
 from tilex.torch._convert import to_numpy  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
 
 ops = torch.ops.tilex
 f64 = torch.float64
@@ -482,8 +485,12 @@ def test_in_place_ops_refuse_inputs_that_require_grad():
 
 @pytest.fixture(scope="module")
 def user_ops():
-    rms = tilex.compile("examples/rmsnorm.tile", BLOCK=16)
-    add = tilex.compile("examples/vector_add.tile", BLOCK=8)
+    # the example with a `where` constraint of its own (the shipped file has none): its launch-time message is
+    # what the op's fake rule must give at trace time
+    src = (ROOT / "examples" / "rmsnorm.tile").read_text().replace("    grid (M,)", "    where N % 8 == 0\n    grid (M,)")
+    assert "where N % 8 == 0" in src
+    rms = tilex.compile(src, BLOCK=16)
+    add = tilex.compile(str(ROOT / "examples" / "vector_add.tile"), BLOCK=8)
     return (tt.op(rms, "rmsnorm", name="tilextest::rmsnorm"), tt.op(add, "vector_add", name="tilextest::vadd"))
 
 
@@ -531,7 +538,7 @@ def test_user_kernel_op_compiles_dynamic_and_checks_constraints(user_ops):
 
 def test_user_kernel_op_errors_and_backward(user_ops):
     _, vadd = user_ops
-    mod = tilex.compile("examples/vector_add.tile", BLOCK=8)
+    mod = tilex.compile(str(ROOT / "examples" / "vector_add.tile"), BLOCK=8)
     with pytest.raises(ValueError, match="no kernel named 'nope'"):
         tt.op(mod, "nope", name="tilextest::nope")
     with pytest.raises(ValueError, match="namespace::opname"):
