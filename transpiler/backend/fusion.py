@@ -1,0 +1,194 @@
+"""Fusion grouping: partition the fusible nodes of an ATen FX graph (elementwise ops, broadcasts,
+casts, last-axis row reductions) into groups, each of which becomes one generated kernel.
+
+Rules (docs/backend.md, "Fusion rules"):
+* a member's shape has the group's rank and leading dims, and its last dim is the group's or 1
+  (a `keepdim=True` row reduction); inputs may broadcast in any dim;
+* a row reduction needs the whole row in one tile: a static last dim of at most MAX_ROW;
+* a node joins the group of one of its producers unless that would make a cycle (an input of the
+  node outside the group depends on the group); otherwise it starts a group.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch.fx import Node
+
+from . import ops
+
+MAX_ROW = 16384
+
+
+def tensor_meta(node) -> torch.Tensor | None:
+    v = node.meta.get("val") if isinstance(node, Node) else None
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def same_dim(a, b) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return str(a) == str(b)
+
+
+def _node_args(node: Node) -> list:
+    return list(node.args) + list(node.kwargs.values())
+
+
+def _scalar_ok(v) -> bool:
+    return isinstance(v, (int, float, bool)) and not isinstance(v, torch.SymInt)
+
+
+def template(node: Node) -> str | None:
+    """The `.tile` template of a fusible elementwise or cast node (None: not fusible)."""
+    t = node.target
+    val = tensor_meta(node)
+    if val is None or val.dtype not in ops.DTYPES:
+        return None
+    for a in node.args:
+        if isinstance(a, Node):
+            m = tensor_meta(a)
+            if m is None or m.dtype not in ops.DTYPES or m.device != val.device:
+                return None
+        elif not _scalar_ok(a):
+            return None
+    if t in ops.CASTS:
+        allowed = {"dtype", "device", "layout"}
+        if set(node.kwargs) - allowed or tensor_meta(node.args[0]).device != val.device:
+            return None
+        return "cast"
+    if t is torch.ops.aten.pow.Tensor_Scalar:
+        return ops.pow_template(node.args[1])
+    if t is torch.ops.aten.gelu.default:
+        return ops.gelu_template(node.kwargs.get("approximate", "none"))
+    if t in ops.ELEMENTWISE:
+        if node.kwargs.get("alpha", 1) != 1 or set(node.kwargs) - {"alpha"}:
+            return None
+        return ops.ELEMENTWISE[t]
+    return None
+
+
+def reduction(node: Node) -> tuple[str, str] | None:
+    """(tile reduction, pad) for a last-axis keepdim row reduction over a static row <= MAX_ROW."""
+    spec = ops.REDUCTIONS.get(node.target)
+    val = tensor_meta(node)
+    if spec is None or val is None or not node.args or not isinstance(node.args[0], Node):
+        return None
+    src = tensor_meta(node.args[0])
+    if src is None or src.dtype not in ops.FLOAT_DTYPES or val.dtype not in ops.FLOAT_DTYPES:
+        return None
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    if set(node.kwargs) - {"dim", "keepdim"}:
+        return None
+    nd = src.dim()
+    if nd == 0 or not keep or list(dims or []) not in ([-1], [nd - 1]):
+        return None
+    last = src.shape[-1]
+    if not isinstance(last, int) or last > MAX_ROW:
+        return None
+    return spec
+
+
+@dataclass
+class Group:
+    id: int
+    shape: tuple                      # the iteration shape (meta sizes, ints or SymInts)
+    nodes: list = field(default_factory=list)
+    has_reduction: bool = False
+
+    def fits(self, node: Node, is_reduction: bool) -> bool:
+        shape = tuple(tensor_meta(node).shape)
+        if len(shape) != len(self.shape) or not all(map(same_dim, shape[:-1], self.shape[:-1])):
+            return False
+        if not (same_dim(shape[-1], self.shape[-1]) or same_dim(shape[-1], 1)):
+            return False
+        if is_reduction:
+            src = tuple(tensor_meta(node.args[0]).shape)
+            return len(src) == len(self.shape) and same_dim(src[-1], self.shape[-1])
+        return True
+
+
+def group_nodes(graph: torch.fx.Graph, excluded: set) -> list[Group]:
+    """Fusion groups over `graph`'s fusible nodes not in `excluded`, members in graph order.
+
+    A node joins the first producer group it fits without a cycle; the other producer groups
+    it fits are merged into that one when no node outside both lies on a path between them
+    (so `q * cos + rotate_half(q) * sin` is one kernel, not three).
+    """
+    group_of: dict[Node, Group] = {}
+    deps: dict[Node, frozenset] = {}   # ids of the groups a node depends on (transitively)
+    groups: dict[int, Group] = {}
+    alias: dict[int, int] = {}         # merged group id -> the group it went into
+
+    def find(i: int) -> int:
+        while i in alias:
+            i = alias[i]
+        return i
+
+    def closure(m: Node) -> set:
+        d = {find(i) for i in deps.get(m, ())}
+        if m in group_of:
+            d.add(group_of[m].id)
+        return d
+
+    def outside_inputs(g: Group, other: Group):
+        for n in g.nodes:
+            for o in n.all_input_nodes:
+                if group_of.get(o) is not g and group_of.get(o) is not other:
+                    yield o
+
+    def can_merge(a: Group, b: Group) -> bool:
+        if len(a.shape) != len(b.shape) or not all(map(same_dim, a.shape, b.shape)):
+            return False
+        return not any(a.id in closure(o) for o in outside_inputs(b, a)) and \
+            not any(b.id in closure(o) for o in outside_inputs(a, b))
+
+    for node in graph.nodes:
+        inputs = list(node.all_input_nodes)
+        deps[node] = frozenset().union(*(closure(m) for m in inputs)) if inputs else frozenset()
+        if node.op != "call_function" or node in excluded:
+            continue
+        red = reduction(node)
+        if red is None and template(node) is None:
+            continue
+        chosen = None
+        for m in inputs:
+            g = group_of.get(m)
+            if g is None or g is chosen or not g.fits(node, red is not None):
+                continue
+            if red is not None and not isinstance(g.shape[-1], int):
+                continue
+            if chosen is None:
+                if any(group_of.get(o) is not g and g.id in closure(o) for o in inputs):
+                    continue
+                chosen = g
+            elif can_merge(chosen, g) and not any(
+                    group_of.get(o) not in (g, chosen) and (g.id in closure(o) or chosen.id in closure(o))
+                    for o in inputs):
+                for n in g.nodes:
+                    group_of[n] = chosen
+                chosen.nodes = sorted(chosen.nodes + g.nodes, key=_position(graph))
+                chosen.has_reduction |= g.has_reduction
+                alias[g.id] = chosen.id
+                del groups[g.id]
+        if chosen is None:
+            shape = tuple(tensor_meta(node.args[0] if red is not None else node).shape)
+            if len(shape) == 0:
+                continue
+            chosen = Group(len(groups) + len(alias), shape)
+            if not chosen.fits(node, red is not None):
+                continue
+            groups[chosen.id] = chosen
+        chosen.nodes.append(node)
+        chosen.has_reduction |= red is not None
+        group_of[node] = chosen
+    out = list(groups.values())
+    for i, g in enumerate(out):
+        g.id = i
+    return out
+
+
+def _position(graph: torch.fx.Graph):
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    return order.__getitem__
