@@ -139,7 +139,7 @@ def group_nodes(graph: torch.fx.Graph, excluded: set) -> list[Group]:
                     yield o
 
     def can_merge(a: Group, b: Group) -> bool:
-        if len(a.shape) != len(b.shape) or not all(map(same_dim, a.shape, b.shape)):
+        if not all(a.fits(n, reduction(n) is not None) for n in b.nodes):
             return False
         return not any(a.id in closure(o) for o in outside_inputs(b, a)) and \
             not any(b.id in closure(o) for o in outside_inputs(a, b))
@@ -153,13 +153,15 @@ def group_nodes(graph: torch.fx.Graph, excluded: set) -> list[Group]:
         if red is None and template(node) is None:
             continue
         chosen = None
-        for m in inputs:
+        # producer groups over whole rows first, so that a [..., 1] group merges into them
+        candidates = sorted(inputs, key=lambda m: m in group_of and same_dim(group_of[m].shape[-1], 1))
+        for m in candidates:
             g = group_of.get(m)
-            if g is None or g is chosen or not g.fits(node, red is not None):
-                continue
-            if red is not None and not isinstance(g.shape[-1], int):
+            if g is None or g is chosen:
                 continue
             if chosen is None:
+                if not g.fits(node, red is not None) or (red is not None and not isinstance(g.shape[-1], int)):
+                    continue
                 if any(group_of.get(o) is not g and g.id in closure(o) for o in inputs):
                     continue
                 chosen = g

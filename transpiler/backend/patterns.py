@@ -139,11 +139,15 @@ def match_gated_mlp(node: Node):
         return None
     if tuple(tensor_meta(g_view).shape) != tuple(tensor_meta(u_view).shape):
         return None
+    x_base = _strip_views(pg[0])  # the product's input before it was flattened to 2-D
+    lead, glead = tuple(tensor_meta(x_base).shape[:-1]), tuple(tensor_meta(g_view).shape[:-1])
+    if len(lead) != len(glead) or any(str(a) != str(b) for a, b in zip(lead, glead)):
+        return None
     S = _stdlib()
-    out_meta = tensor_meta(node)
 
     def call(x, wg, wu, like):
-        return S.gated_mlp(x, wg, wu).reshape(tuple(like.shape))
+        y = S.gated_mlp(x, wg, wu)
+        return y.reshape(tuple(like.shape[:-1]) + (y.shape[-1],))
 
     interior = {a, g_view, u_view, g, u, pg[3], pu[3]}
     while _is(g_view, *VIEW_OPS) and g_view is not g:
@@ -152,9 +156,7 @@ def match_gated_mlp(node: Node):
     while _is(u_view, *VIEW_OPS) and u_view is not u:
         interior.add(u_view)
         u_view = u_view.args[0]
-    del out_meta
-    # `like` is the silu input's shape carrier: the gate view, evaluated as a view (free)
-    return Match("gated_mlp", node, [pg[0], pg[1], pu[1], a.args[0]], call, interior - {a.args[0]})
+    return Match("gated_mlp", node, [pg[0], pg[1], pu[1], x_base], call, interior)
 
 
 _SDPA = {aten._scaled_dot_product_flash_attention_for_cpu.default: ("cpu_flash", 3),
