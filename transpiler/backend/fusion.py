@@ -45,6 +45,13 @@ def template(node: Node) -> str | None:
     val = tensor_meta(node)
     if val is None or val.dtype not in ops.DTYPES:
         return None
+    if t in ops.CASTS:  # _to_copy(x, dtype=...) or convert_element_type(x, dtype)
+        src = tensor_meta(node.args[0]) if isinstance(node.args[0], Node) else None
+        if src is None or src.dtype not in ops.DTYPES or src.device != val.device:
+            return None
+        if set(node.kwargs) - {"dtype", "device", "layout"} or (t is ops.aten._to_copy.default and len(node.args) > 1):
+            return None
+        return "cast"
     for a in node.args:
         if isinstance(a, Node):
             m = tensor_meta(a)
@@ -52,11 +59,6 @@ def template(node: Node) -> str | None:
                 return None
         elif not _scalar_ok(a):
             return None
-    if t in ops.CASTS:
-        allowed = {"dtype", "device", "layout"}
-        if set(node.kwargs) - allowed or tensor_meta(node.args[0]).device != val.device:
-            return None
-        return "cast"
     if t is torch.ops.aten.pow.Tensor_Scalar:
         return ops.pow_template(node.args[1])
     if t is torch.ops.aten.gelu.default:

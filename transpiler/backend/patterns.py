@@ -189,17 +189,18 @@ def _unrepeat_kv(k: Node):
     if not _is(node, aten.expand.default) or len(node.args[1]) != 5:
         return k, []
     chain.append(node)
+    expand = node
     node = node.args[0]
     if not _is(node, aten.unsqueeze.default) or int(node.args[1]) != 2:
         return k, []
     chain.append(node)
     node = node.args[0]
-    while _is(node, aten.slice.Tensor) and len(node.args) >= 2 and (len(node.args) < 4 or (
-            node.args[2] in (0, None) and isinstance(node.args[3], int) and node.args[3] >= 2 ** 62)):
-        chain.append(node)
+    while _is(node, aten.slice.Tensor) and (len(node.args) < 3 or node.args[2] in (0, None)) and \
+            [str(d) for d in tensor_meta(node).shape] == [str(d) for d in tensor_meta(node.args[0]).shape]:
+        chain.append(node)  # a slice that keeps everything (HF's k[:, :, None, :, :])
         node = node.args[0]
     base = tensor_meta(node)
-    if base is None or base.dim() != 4 or str(base.shape[1]) != str(tensor_meta(chain[-2] if len(chain) > 1 else k).shape[1]):
+    if base is None or base.dim() != 4 or str(base.shape[1]) != str(tensor_meta(expand).shape[1]):
         return k, []
     return node, chain
 
@@ -288,7 +289,7 @@ def match_argmax(node: Node):
 def _cast_of(node, dtype=None):
     """(source, node) when node is a dtype cast (to `dtype`), else (node, None)."""
     if _is(node, aten._to_copy.default, torch.ops.prims.convert_element_type.default) and \
-            set(node.kwargs) <= {"dtype"}:
+            set(node.kwargs) <= {"dtype"} and (len(node.args) == 1 or node.target is not aten._to_copy.default):
         if dtype is None or tensor_meta(node).dtype == dtype:
             return node.args[0], node
     return node, None
