@@ -161,7 +161,8 @@ def match_gated_mlp(node: Node):
 
 _SDPA = {aten._scaled_dot_product_flash_attention_for_cpu.default: ("cpu_flash", 3),
          aten._scaled_dot_product_flash_attention.default: ("flash", 3),
-         aten._scaled_dot_product_efficient_attention.default: ("efficient", 4)}
+         aten._scaled_dot_product_efficient_attention.default: ("efficient", 4),
+         aten._scaled_dot_product_cudnn_attention.default: ("cudnn", 4)}
 
 
 def _is_causal_mask(mask, sq: int, sk: int) -> bool:
@@ -216,7 +217,8 @@ def match_sdpa(node: Node):
     kind, _ = _SDPA[sd.target]
     q, k, v = sd.args[:3]
     names = {"cpu_flash": ["dropout_p", "is_causal"], "flash": ["dropout_p", "is_causal", "return_debug_mask"],
-             "efficient": ["attn_bias", "compute_log_sumexp", "dropout_p", "is_causal"]}[kind]
+             "efficient": ["attn_bias", "compute_log_sumexp", "dropout_p", "is_causal"],
+             "cudnn": ["attn_bias", "compute_log_sumexp", "dropout_p", "is_causal", "return_debug_mask"]}[kind]
     params = dict(zip(names, sd.args[3:]))
     params.update(sd.kwargs)
     mask = params.get("attn_mask", params.get("attn_bias"))
@@ -245,8 +247,18 @@ def match_sdpa(node: Node):
                                 scale=scale, layout="bshd")
         return o.swapaxes(1, 2)
 
+    decided: dict = {}  # id(mask) -> (mask, verdict): a folded mask is one object per size binding,
+    #                     so it is looked at once (no device sync per call on the GPU)
+
     def check(q, k, v, mask):
-        return mask is None or _is_causal_mask(mask, q.shape[2], k.shape[2])
+        if mask is None:
+            return True
+        hit = decided.get(id(mask))
+        if hit is None or hit[0] is not mask:
+            if len(decided) >= 16:
+                decided.clear()
+            hit = decided[id(mask)] = (mask, _is_causal_mask(mask, q.shape[2], k.shape[2]))
+        return hit[1]
 
     return Match("attention_prefill", node, [q, k, v, mask], call, {sd, *k_chain, *v_chain}, check)
 
