@@ -92,6 +92,88 @@ def reduction(node: Node) -> tuple[str, str] | None:
     return spec
 
 
+@dataclass(frozen=True)
+class CatPart:
+    """Columns [lo, hi) of a last-axis cat are (-)src[..., col + shift] (src read from memory)."""
+    src: Node
+    lo: int
+    hi: int
+    shift: int
+    negate: bool = False
+
+
+def _full_slice(node, lo, hi) -> Node | None:
+    """x when node = x[..., lo:hi] (aten.slice on the last dim), else None."""
+    if not (isinstance(node, Node) and node.op == "call_function" and node.target is torch.ops.aten.slice.Tensor):
+        return None
+    x = node.args[0]
+    m = tensor_meta(x)
+    if m is None or m.dim() == 0 or int(node.args[1]) % m.dim() != m.dim() - 1:
+        return None
+    start = node.args[2] if len(node.args) > 2 else 0
+    end = node.args[3] if len(node.args) > 3 else 2 ** 63 - 1
+    n = m.shape[-1]
+    if not isinstance(n, int) or start != lo or not isinstance(end, int) or min(end, n) != hi:
+        return None
+    return x
+
+
+def cat_parts(node: Node) -> tuple[list, set] | None:
+    """(parts, absorbed nodes) for a fusible cat along the last dim: HF's rotate_half
+    cat([-x[..., h:], x[..., :h]]) (parts read x shifted by +-h; the slices and neg are absorbed)
+    or a cat of tensors with static last dims (each read shifted by its offset)."""
+    if not (node.op == "call_function" and node.target is torch.ops.aten.cat.default):
+        return None
+    val = tensor_meta(node)
+    if val is None or val.dtype not in ops.DTYPES or val.dim() == 0:
+        return None
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    if int(dim) % val.dim() != val.dim() - 1 or not isinstance(val.shape[-1], int) or val.shape[-1] > MAX_ROW:
+        return None
+    parts_in = list(node.args[0])
+    if len(parts_in) == 2 and isinstance(parts_in[0], Node) and parts_in[0].op == "call_function" and \
+            parts_in[0].target is torch.ops.aten.neg.default:
+        n = val.shape[-1]
+        h = n // 2
+        hi_src = _full_slice(parts_in[0].args[0], h, n)
+        lo_src = _full_slice(parts_in[1], 0, h)
+        if n % 2 == 0 and hi_src is not None and hi_src is lo_src and tensor_meta(hi_src).shape[-1] == n:
+            absorbed = {parts_in[0], parts_in[0].args[0], parts_in[1]}
+            return [CatPart(hi_src, 0, h, h, True), CatPart(hi_src, h, n, -h)], absorbed
+    parts, off = [], 0
+    for a in parts_in:
+        m = tensor_meta(a)
+        if m is None or m.dtype != val.dtype or m.dim() != val.dim() or not isinstance(m.shape[-1], int):
+            return None
+        parts.append(CatPart(a, off, off + m.shape[-1], -off))
+        off += m.shape[-1]
+    return parts, set()
+
+
+def member_inputs(node: Node) -> list:
+    """The values a member reads: a cat's sources (read from memory), else the node's inputs."""
+    spec = cat_parts(node)
+    if spec is not None:
+        return list(dict.fromkeys(p.src for p in spec[0]))
+    return list(node.all_input_nodes)
+
+
+def absorbed_nodes(graph: torch.fx.Graph, excluded: set) -> set:
+    """Nodes (rotate_half's slices and neg) that only feed a fusible cat, which reads their source itself."""
+    out: set = set()
+    for node in graph.nodes:
+        if node in excluded:
+            continue
+        spec = cat_parts(node)
+        if spec is None:
+            continue
+        absorbed = spec[1]
+        inside = absorbed | {node}
+        if all(all(u in inside for u in a.users) for a in absorbed):
+            out |= absorbed
+    return out
+
+
 @dataclass
 class Group:
     id: int
@@ -136,13 +218,18 @@ def group_nodes(graph: torch.fx.Graph, excluded: set) -> list[Group]:
 
     def outside_inputs(g: Group, other: Group):
         for n in g.nodes:
-            for o in n.all_input_nodes:
+            for o in member_inputs(n):
                 if group_of.get(o) is not g and group_of.get(o) is not other:
                     yield o
 
     def can_merge(a: Group, b: Group) -> bool:
         if not all(a.fits(n, reduction(n) is not None) for n in b.nodes):
             return False
+        if (a.has_reduction or b.has_reduction) and not isinstance(a.shape[-1], int):
+            return False
+        for x, y in ((a, b), (b, a)):  # a cat's sources are read from memory: not from the other group
+            if any(group_of.get(p) is y for n in x.nodes if cat_parts(n) for p in member_inputs(n)):
+                return False
         return not any(a.id in closure(o) for o in outside_inputs(b, a)) and \
             not any(b.id in closure(o) for o in outside_inputs(a, b))
 
@@ -152,8 +239,12 @@ def group_nodes(graph: torch.fx.Graph, excluded: set) -> list[Group]:
         if node.op != "call_function" or node in excluded:
             continue
         red = reduction(node)
-        if red is None and template(node) is None:
+        cat = cat_parts(node)
+        if red is None and cat is None and template(node) is None:
             continue
+        if cat is not None:  # reads its sources from memory: they may not be in its group
+            inputs = member_inputs(node)
+            red = ("cat", "")  # like a reduction, it needs the whole row in one tile
         chosen = None
         # producer groups over whole rows first, so that a [..., 1] group merges into them
         candidates = sorted(inputs, key=lambda m: m in group_of and same_dim(group_of[m].shape[-1], 1))
@@ -161,6 +252,8 @@ def group_nodes(graph: torch.fx.Graph, excluded: set) -> list[Group]:
             g = group_of.get(m)
             if g is None or g is chosen:
                 continue
+            if cat is not None:
+                continue  # a cat starts its group (its sources are read from memory)
             if chosen is None:
                 if not g.fits(node, red is not None) or (red is not None and not isinstance(g.shape[-1], int)):
                     continue
@@ -177,11 +270,11 @@ def group_nodes(graph: torch.fx.Graph, excluded: set) -> list[Group]:
                 alias[g.id] = chosen.id
                 del groups[g.id]
         if chosen is None:
-            shape = tuple(tensor_meta(node.args[0] if red is not None else node).shape)
+            shape = tuple(tensor_meta(node.args[0] if red is not None and cat is None else node).shape)
             if len(shape) == 0:
                 continue
             chosen = Group(len(groups) + len(alias), shape)
-            if not chosen.fits(node, red is not None):
+            if not chosen.fits(node, red is not None and cat is None):
                 continue
             groups[chosen.id] = chosen
         chosen.nodes.append(node)

@@ -23,7 +23,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 
 from . import kernels
-from .fusion import group_nodes, tensor_meta
+from .fusion import absorbed_nodes, group_nodes, member_inputs, tensor_meta
 from .patterns import Match, find_matches
 from .tilegen import GeneratedKernel, generate, tile_config
 
@@ -54,6 +54,7 @@ class Step:
     kernel: GeneratedKernel | None = None
     calls: int = 0
     fallbacks: int = 0            # library steps whose check sent a call to eager
+    copies: int = 0               # inputs a generated step copied (a layout it cannot read in place)
 
     @property
     def label(self) -> str:
@@ -109,6 +110,8 @@ class Program:
         matches = find_matches(graph, folded)
         by_root = {m.root: m for m in matches}
         covered = set().union(*(m.interior for m in matches)) if matches else set()
+        absorbed = absorbed_nodes(graph, folded | covered | set(by_root))
+        covered |= absorbed
         excluded = folded | covered | set(by_root)
         groups = group_nodes(graph, excluded)
         owner = {}
@@ -196,7 +199,7 @@ class Program:
                 return
             env[node] = kernels.call_library(m.call, *vals)
         else:
-            _run_generated(step.kernel, env)
+            step.copies += _run_generated(step.kernel, env)
 
 
 def _eager(node: Node, env: dict):
@@ -225,26 +228,51 @@ def _eager_match(m: Match, env: dict):
     return local[m.root]
 
 
-def _run_generated(k: GeneratedKernel, env: dict) -> None:
+def _strided_rows(t: torch.Tensor, rank: int, width: int):
+    """(t's storage as [rows, width] rows, the row stride of each leading dim), or None when t's
+    last dim is not contiguous or a leading stride is not a whole number of rows."""
+    s = [1] * (rank - t.dim()) + list(t.shape)
+    st = [0] * (rank - t.dim()) + list(t.stride())
+    if width > 1 and st[-1] != 1:
+        return None
+    rs = []
+    for j in range(rank - 1):
+        if s[j] == 1:
+            rs.append(0)
+        elif st[j] % width:
+            return None
+        else:
+            rs.append(st[j] // width)
+    rows = 1 + sum((s[j] - 1) * rs[j] for j in range(rank - 1))
+    return t.as_strided((rows, width), (width, 1)), rs
+
+
+def _run_generated(k: GeneratedKernel, env: dict) -> int:
+    """Launch a generated kernel; the number of inputs it had to copy (a layout it cannot read)."""
     ins = [env[op.node] for op in k.inputs]
-    shape = list(torch.broadcast_shapes(*[tuple(t.shape) for t in ins]))
-    shape = [1] * (k.rank - len(shape)) + shape
+    outs_meta = [tensor_meta(op.node) for op in k.outputs]
+    shape = list(outs_shape(k, ins))
     n = shape[-1]
     m = math.prod(shape[:-1])
-    arrays, scalars = [], {}
+    arrays, scalars, copies = [], {}, 0
     for i, (op, t) in enumerate(zip(k.inputs, ins)):
-        t = t.contiguous()
-        s = [1] * (k.rank - t.dim()) + list(t.shape)
-        last = s[-1] if op.last == "N" else 1
-        if op.rows == "vec":
-            arrays.append(t.reshape(last))
-        else:
-            arrays.append(t.reshape(-1, last))
+        width = t.shape[-1] if t.dim() else 1
+        if op.last == "1":
+            width = 1
         if op.rows == "gather":
-            stride = 1
-            for j in range(k.rank - 2, -1, -1):
-                scalars[f"s{i}_{j}"] = 0 if s[j] == 1 else stride
-                stride *= s[j]
+            got = _strided_rows(t, k.rank, width)
+            if got is None:
+                copies += 1
+                got = _strided_rows(t.contiguous(), k.rank, width)
+            view, rs = got
+            arrays.append(view)
+            for j, r in enumerate(rs):
+                scalars[f"s{i}_{j}"] = r
+            continue
+        if not t.is_contiguous():
+            copies += 1
+            t = t.contiguous()
+        arrays.append(t.reshape(width) if op.rows == "vec" else t.reshape(-1, width))
     if any(op.rows == "gather" for op in k.inputs):
         p = 1
         for j in range(k.rank - 2, -1, -1):
@@ -252,17 +280,31 @@ def _run_generated(k: GeneratedKernel, env: dict) -> None:
             p *= shape[j]
     outs = []
     device = ins[0].device if ins else torch.device("cpu")
-    for op in k.outputs:
-        meta = tensor_meta(op.node)
+    for op, meta in zip(k.outputs, outs_meta):
         oshape = shape[:-1] + [n if op.last == "N" else 1]
         y = torch.empty(oshape, dtype=meta.dtype, device=device)
         outs.append(y)
         arrays.append(y.view(m, oshape[-1]))
     kernels.launch_generated(k.source, k.name, tile_config(m, n, k.has_reduction), arrays, scalars)
-    for op, y in zip(k.outputs, outs):
-        meta_shape = tensor_meta(op.node).shape
-        env[op.node] = y if y.dim() == len(meta_shape) else y.reshape(
-            [int(d) if isinstance(d, int) else -1 for d in meta_shape])
+    for op, y, meta in zip(k.outputs, outs, outs_meta):
+        env[op.node] = y if y.dim() == meta.dim() else y.reshape(
+            [int(d) if isinstance(d, int) else -1 for d in meta.shape])
+    return copies
+
+
+def outs_shape(k: GeneratedKernel, ins: list) -> tuple:
+    """The iteration shape at run time: the inputs broadcast, a cat's sources counted by the cat's width."""
+    shapes = []
+    for op, t in zip(k.inputs, ins):
+        s = list(t.shape)
+        if op.last not in ("N", "1") and s:
+            s[-1] = 1  # a cat source: its width is not the group's
+        shapes.append(tuple(s))
+    shape = list(torch.broadcast_shapes(*shapes))
+    shape = [1] * (k.rank - len(shape)) + shape
+    if k.cat_width is not None:
+        shape[-1] = k.cat_width
+    return tuple(shape)
 
 
 def _order(steps: list) -> list:
@@ -278,7 +320,7 @@ def _order(steps: list) -> list:
         nodes = [s.match.root] if s.kind == "library" else s.nodes
         inputs = set()
         for n in nodes:
-            srcs = [a for a in s.match.args if isinstance(a, Node)] if s.kind == "library" else n.all_input_nodes
+            srcs = [a for a in s.match.args if isinstance(a, Node)] if s.kind == "library" else member_inputs(n)
             inputs |= {producer[a] for a in srcs if a in producer and producer[a] != i}
         deps.append(inputs)
     order, state = [], [0] * len(steps)
@@ -310,7 +352,7 @@ def _last_uses(steps: list, out: Node) -> dict:
     last = {}
     for i, s in enumerate(steps):
         reads = [a for a in s.match.args if isinstance(a, Node)] if s.kind == "library" else \
-            [a for n in s.nodes for a in n.all_input_nodes]
+            [a for n in s.nodes for a in member_inputs(n)]
         for a in reads:
             last[a] = i
     res: dict = {}

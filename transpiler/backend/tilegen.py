@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from torch.fx import Node
 
 from . import ops
-from .fusion import Group, reduction, same_dim, template, tensor_meta
+from .fusion import Group, cat_parts, member_inputs, reduction, same_dim, template, tensor_meta
 
 
 @dataclass(frozen=True)
 class Operand:
     node: Node
     rows: str   # "rows" | "vec" | "gather"
-    last: str   # "N" | "1"
+    last: str   # "N" | "1" | a static width (a cat's source)
 
 
 @dataclass(frozen=True)
@@ -34,22 +34,37 @@ class GeneratedKernel:
     rank: int
     inputs: tuple        # Operand per kernel input, in parameter order
     outputs: tuple       # Operand per kernel output (rows "rows")
-    has_reduction: bool
+    has_reduction: bool  # whole rows in one tile (a row reduction or a cat)
     members: tuple       # the ATen targets, for reports
+    cat_width: int | None = None  # the static last dim when the group has a cat (not from its inputs)
 
 
 def _classify(node: Node, shape: tuple) -> Operand:
     s = tuple(tensor_meta(node).shape)
     s = (1,) * (len(shape) - len(s)) + s
-    last = "N" if (same_dim(s[-1], shape[-1]) and not same_dim(s[-1], 1)) else "1"
+    if same_dim(s[-1], shape[-1]) and not same_dim(s[-1], 1):
+        last = "N"
+    elif same_dim(s[-1], 1):
+        last = "1"
+    else:
+        last = str(int(s[-1]))
     lead, glead = s[:-1], shape[:-1]
-    if all(same_dim(a, b) for a, b in zip(lead, glead)):
+    if not _contiguous(node):
+        rows = "gather"  # a strided view: rows found through its strides (no copy)
+    elif all(same_dim(a, b) for a, b in zip(lead, glead)):
         rows = "rows"
     elif all(same_dim(a, 1) for a in lead):
         rows = "vec"
     else:
         rows = "gather"
     return Operand(node, rows, last)
+
+
+def _contiguous(node: Node) -> bool:
+    try:
+        return bool(tensor_meta(node).is_contiguous())
+    except Exception:  # a symbolic layout it cannot decide: read through strides
+        return False
 
 
 def _kdtype(node: Node) -> str:
@@ -65,8 +80,11 @@ def generate(group: Group, name: str, used_outside) -> GeneratedKernel:
     rank = len(shape)
     inputs: list[Operand] = []
     seen: dict[Node, str] = {}
+    plain_use: set = set()   # inputs read unshifted (everything but a cat's sources)
     for n in group.nodes:
-        for a in n.all_input_nodes:
+        if cat_parts(n) is None:
+            plain_use |= set(n.all_input_nodes)
+        for a in member_inputs(n):
             if a not in members and a not in seen:
                 seen[a] = f"x{len(inputs)}"
                 inputs.append(_classify(a, shape))
@@ -78,7 +96,7 @@ def generate(group: Group, name: str, used_outside) -> GeneratedKernel:
     gathers = [i for i, op in enumerate(inputs) if op.rows == "gather"]
     for i, op in enumerate(inputs):
         dt = ops.DTYPES[tensor_meta(op.node).dtype]
-        last = ncols if op.last == "N" else "1"
+        last = ncols if op.last == "N" else op.last
         dims = {"rows": f"[M, {last}]", "vec": f"[{last}]", "gather": f"[M{i}, {last}]"}[op.rows]
         params.append(f"x{i}: {dt}{dims}")
     for k, op in enumerate(outputs):
@@ -100,13 +118,23 @@ def generate(group: Group, name: str, used_outside) -> GeneratedKernel:
     if group.has_reduction:
         body.append("        cols = c + arange(0, CB)")
     names: dict[Node, str] = {}
-    for i, op in enumerate(inputs):
-        cs = "c : c + CB" if op.last == "N" else "0 : 1"
-        read = {"rows": f"x{i}[r : r + RB, {cs}]", "vec": f"x{i}[{cs}]",
-                "gather": f"x{i}[g{i}, {cs}]"}[op.rows]
+    index = {op.node: i for i, op in enumerate(inputs)}
+
+    def read(i: int, shift: int | None = None) -> str:
+        op = inputs[i]
+        if shift is not None:
+            c0 = f"c + {shift}" if shift >= 0 else f"c - {-shift}"
+            cs = f"{c0} : {c0} + CB"
+        else:
+            cs = "0 : 1" if op.last == "1" else "c : c + CB"
+        text = {"rows": f"x{i}[r : r + RB, {cs}]", "vec": f"x{i}[{cs}]", "gather": f"x{i}[g{i}, {cs}]"}[op.rows]
         if tensor_meta(op.node).dtype in ops.FLOAT_DTYPES and tensor_meta(op.node).dtype != ops.torch.float32:
-            read += ".to(f32)"
-        body.append(f"        v{i} = {read}")
+            text += ".to(f32)"
+        return text
+
+    for i, op in enumerate(inputs):
+        if op.node in plain_use:
+            body.append(f"        v{i} = {read(i)}")
         names[op.node] = f"v{i}"
 
     def operand(a) -> str:
@@ -114,7 +142,17 @@ def generate(group: Group, name: str, used_outside) -> GeneratedKernel:
 
     for k, n in enumerate(group.nodes):
         red = reduction(n)
-        if red is not None:
+        cat = cat_parts(n)
+        if cat is not None:
+            parts = cat[0]
+            vals = []
+            for j, part in enumerate(parts):
+                body.append(f"        t{k}_{j} = {read(index[part.src], part.shift)}")
+                vals.append(f"(-t{k}_{j})" if part.negate else f"t{k}_{j}")
+            expr = vals[-1]
+            for part, v in zip(reversed(parts[:-1]), reversed(vals[:-1])):
+                expr = f"where(cols < {part.hi}, {v}, {expr})"
+        elif red is not None:
             fn, pad = red
             src = names[n.args[0]]
             masked = f"where(cols < {ncols}, {src}, {pad})"
@@ -145,7 +183,9 @@ def generate(group: Group, name: str, used_outside) -> GeneratedKernel:
     sig = ",\n    ".join(params + scalars)
     source = "\n".join(header + [f"kernel {name}<RB: int = 1, CB: int = 8>(\n    {sig})",
                                  "    grid (cdiv(M, RB),)", "{", *body, "}", ""])
-    return GeneratedKernel(name, source, rank, tuple(inputs), tuple(outputs), group.has_reduction, targets)
+    cat_width = int(shape[-1]) if any(cat_parts(n) is not None for n in group.nodes) else None
+    return GeneratedKernel(name, source, rank, tuple(inputs), tuple(outputs), group.has_reduction, targets,
+                           cat_width)
 
 
 def tile_config(m: int, n: int, has_reduction: bool) -> dict:
