@@ -66,6 +66,20 @@ def test_tiny_model_forward_matches_eager_on_cpu(arch):
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_tiny_model_bf16_error_within_eager_bf16_on_cpu(arch):
+    """Issue 19's bf16 bar: the compiled bf16 model's error against f32 eager is at most 1.25x eager
+    bf16's own (measured at this seed: qwen2 1.04x, llama 1.23x; the attention kernel rounds the
+    probabilities to bf16 before P @ V, as flash attention does)."""
+    model = tiny(arch)
+    ids = torch.randint(0, 96, (2, 8), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref32 = model(ids, use_cache=False).logits
+    out, ref16, progs = run(model.to(torch.bfloat16), ids)
+    assert rel_err(out, ref32) <= 1.25 * rel_err(ref16, ref32)
+    assert progs[0].fallbacks() == []
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
 def test_tiny_model_strict(arch):
     model = tiny(arch, layers=1)
     ids = torch.randint(0, 96, (1, 8), generator=torch.Generator().manual_seed(2))
