@@ -10,6 +10,7 @@ program runs through the NumPy interpreter. docs/backend.md explains the lowerin
 Options (torch.compile(..., options={...})):
   strict: bool    any node without a tilex kernel is an error (StrictError) instead of eager
   programs: list  every lowered Program is appended here (for tests and reports)
+  memory: bool    track each Program's peak live bytes (Program.peak_bytes; memory.py)
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from .program import Program, StrictError
 __all__ = ["tilex_backend", "Program", "StrictError", "OPTIONS", "DECOMPOSITIONS"]
 
 log = logging.getLogger("tilex.backend")
-OPTIONS = {"strict": False, "programs": None}
+OPTIONS = {"strict": False, "programs": None, "memory": False}
 aten = torch.ops.aten
 
 # ATen ops AOTAutograd decomposes for us before lowering: composite ops into the ones the
@@ -57,6 +58,7 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
 
     def fw_compiler(fgm: torch.fx.GraphModule, inputs):
         prog = Program.lower(fgm, strict=bool(opts["strict"]))
+        prog.measure_memory = bool(opts["memory"])
         if opts["programs"] is not None:
             opts["programs"].append(prog)
         log.info("tilex backend: lowered a graph of %d nodes into %d steps (%s)", len(fgm.graph.nodes),

@@ -22,7 +22,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 
-from . import kernels
+from . import kernels, memory
 from .fusion import absorbed_nodes, group_nodes, member_inputs, tensor_meta
 from .patterns import Match, find_matches
 from .tilegen import GeneratedKernel, generate, tile_config
@@ -101,6 +101,8 @@ class Program:
     last_use: dict                 # step index -> nodes whose values die after it
     folded_cache: dict = field(default_factory=dict)
     strict: bool = False
+    measure_memory: bool = False   # track peak_bytes (costs a scan of the live values per step)
+    peak_bytes: int = 0
 
     # ----------------------------------------------------------------- lowering
     @classmethod
@@ -175,8 +177,11 @@ class Program:
             if len(self.folded_cache) >= 16:
                 self.folded_cache.clear()
             self.folded_cache[sizes] = folded
+        exclude = memory.storage_keys(args) if self.measure_memory else None
         for i, step in enumerate(self.steps):
             self._run(step, env, folded)
+            if exclude is not None:  # before the frees: the step's inputs and outputs are both live
+                self.peak_bytes = max(self.peak_bytes, memory.live_bytes(list(env.values()), exclude))
             for n in self.last_use.get(i, ()):
                 env.pop(n, None)
         return map_arg(self.output_args, lambda n: env[n])
