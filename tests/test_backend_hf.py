@@ -122,3 +122,7 @@ def test_dynamic_sequence_length_compiles_once():
             ids = torch.randint(0, 96, (1, t), generator=g)
             assert rel_err(cm(ids, use_cache=False).logits, model(ids, use_cache=False).logits) < 1e-4
     assert len(progs) == 1  # one graph for every length: the sizes are symbols
+    (prog,) = progs
+    assert prog.fallbacks() == []  # the same patterns as with static shapes (eps, repeat_kv)
+    lib = [s.label for s in prog.steps if s.kind == "library"]
+    assert lib.count("rms_norm") == 3 and lib.count("attention_prefill") == 1

@@ -176,6 +176,15 @@ def _is_causal_mask(mask, sq: int, sk: int) -> bool:
     return bool((allowed == tril).all())
 
 
+def _strip_full_slices(node, chain: list):
+    """Skip slices that keep everything (HF's k[:, :, None, :, :]), appending them to chain."""
+    while _is(node, aten.slice.Tensor) and (len(node.args) < 3 or node.args[2] in (0, None)) and \
+            [str(d) for d in tensor_meta(node).shape] == [str(d) for d in tensor_meta(node.args[0]).shape]:
+        chain.append(node)
+        node = node.args[0]
+    return node
+
+
 def _unrepeat_kv(k: Node):
     """(k0, nodes) when k = repeat_kv(k0) as HF writes it (k0[:, :, None].expand(B, Hkv, n, S, D)
     .reshape(B, Hkv * n, S, D)): the attention kernel reads k0 directly (grouped-query heads)."""
@@ -191,15 +200,11 @@ def _unrepeat_kv(k: Node):
         return k, []
     chain.append(node)
     expand = node
-    node = node.args[0]
+    node = _strip_full_slices(node.args[0], chain)
     if not _is(node, aten.unsqueeze.default) or int(node.args[1]) != 2:
         return k, []
     chain.append(node)
-    node = node.args[0]
-    while _is(node, aten.slice.Tensor) and (len(node.args) < 3 or node.args[2] in (0, None)) and \
-            [str(d) for d in tensor_meta(node).shape] == [str(d) for d in tensor_meta(node.args[0]).shape]:
-        chain.append(node)  # a slice that keeps everything (HF's k[:, :, None, :, :])
-        node = node.args[0]
+    node = _strip_full_slices(node.args[0], chain)
     base = tensor_meta(node)
     if base is None or base.dim() != 4 or str(base.shape[1]) != str(tensor_meta(expand).shape[1]):
         return k, []
@@ -307,6 +312,21 @@ def _cast_of(node, dtype=None):
     return node, None
 
 
+def _scalar_of(v):
+    """(a float, or the 0-d CPU tensor node holding it, [cast nodes skipped]) for a norm's eps: a
+    literal, or under dynamic=True a float Dynamo passes as a 0-d tensor (through dtype casts)."""
+    if isinstance(v, float):
+        return v, []
+    casts = []
+    while _is(v, torch.ops.prims.convert_element_type.default, aten._to_copy.default):
+        casts.append(v)
+        v = v.args[0]
+    m = tensor_meta(v)
+    if m is None or m.dim() != 0 or m.device.type != "cpu" or not m.dtype.is_floating_point:
+        return None, []
+    return v, casts
+
+
 def match_rms_norm(node: Node):
     """HF RMSNorm: w * (x * rsqrt(mean(x**2, -1, keepdim) + eps)).to(dtype), x possibly cast to f32."""
     if not _is(node, aten.mul.Tensor) or not all(isinstance(a, Node) for a in node.args[:2]):
@@ -322,7 +342,8 @@ def match_rms_norm(node: Node):
             if not _is(r, aten.rsqrt.default) or not _is(r.args[0], aten.add.Tensor):
                 continue
             mean, eps = r.args[0].args[:2]
-            if not isinstance(eps, float) or not _is(mean, aten.mean.dim):
+            eps, eps_casts = _scalar_of(eps)
+            if eps is None or not _is(mean, aten.mean.dim):
                 continue
             if list(mean.args[1]) not in ([-1], [tensor_meta(xf).dim() - 1]) or not (
                     len(mean.args) > 2 and mean.args[2]):
@@ -337,8 +358,8 @@ def match_rms_norm(node: Node):
             if cast_back is not None and tensor_meta(cast_back).dtype != xm.dtype:
                 continue
             S = _stdlib()
-            interior = {h0, r, r.args[0], mean, p} | {n for n in (cast_back, cast_in) if n is not None}
-            return Match("rms_norm", node, [x, w], lambda x, w: S.rms_norm(x, w, eps), interior)
+            interior = {h0, r, r.args[0], mean, p, *eps_casts} | {n for n in (cast_back, cast_in) if n is not None}
+            return Match("rms_norm", node, [x, w, eps], lambda x, w, eps: S.rms_norm(x, w, float(eps)), interior)
     return None
 
 

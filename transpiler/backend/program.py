@@ -65,8 +65,16 @@ class Step:
         return str(self.nodes[0].target)
 
 
+def _host_scalar(v) -> bool:
+    return isinstance(v, torch.Tensor) and v.dim() == 0 and v.device.type == "cpu"
+
+
 def _is_metadata(node: Node) -> bool:
     if node.target in METADATA_OPS:
+        return True
+    # arithmetic on 0-d CPU tensors (floats Dynamo passes as tensors under dynamic=True): host work
+    if _host_scalar(node.meta.get("val")) and node.all_input_nodes and all(
+            _host_scalar(a.meta.get("val")) for a in node.all_input_nodes):
         return True
     # host arithmetic on sizes (SymInt nodes): operator.mul, sym_float, ...
     return not isinstance(node.meta.get("val"), torch.Tensor) and getattr(node.target, "__module__", "") in (
@@ -255,11 +263,14 @@ def _strided_rows(t: torch.Tensor, rank: int, width: int):
 def _run_generated(k: GeneratedKernel, env: dict) -> int:
     """Launch a generated kernel; the number of inputs it had to copy (a layout it cannot read)."""
     ins = [env[op.node] for op in k.inputs]
+    device = next((t.device for t in ins if t.is_cuda), ins[0].device if ins else torch.device("cpu"))
+    moved = sum(t.device != device for t in ins)
+    ins = [t.to(device) for t in ins]  # a 0-d CPU scalar (dynamic=True's floats) next to CUDA tensors
     outs_meta = [tensor_meta(op.node) for op in k.outputs]
     shape = list(outs_shape(k, ins))
     n = shape[-1]
     m = math.prod(shape[:-1])
-    arrays, scalars, copies = [], {}, 0
+    arrays, scalars, copies = [], {}, moved
     for i, (op, t) in enumerate(zip(k.inputs, ins)):
         width = t.shape[-1] if t.dim() else 1
         if op.last == "1":
@@ -284,7 +295,6 @@ def _run_generated(k: GeneratedKernel, env: dict) -> int:
             scalars[f"d{j}"], scalars[f"p{j}"] = shape[j], p
             p *= shape[j]
     outs = []
-    device = ins[0].device if ins else torch.device("cpu")
     for op, meta in zip(k.outputs, outs_meta):
         oshape = shape[:-1] + [n if op.last == "N" else 1]
         y = torch.empty(oshape, dtype=meta.dtype, device=device)
