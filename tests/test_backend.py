@@ -320,3 +320,32 @@ def test_memory_plan_peak_below_eager():
     close(out, f(x))
     assert p.peak_bytes == x.numel() * 4
     assert eager_peak_bytes(p.gm, [x]) >= 2 * x.numel() * 4
+
+
+def test_report_lists_steps_sources_and_fallbacks(tmp_path):
+    from html.parser import HTMLParser
+
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(14))
+    w = torch.randn(8, 8, generator=torch.Generator().manual_seed(15))
+
+    def f(x):
+        return torch.flip(F.linear(x, w), [-1]) * 2.0 + 1.0
+    out, (p,) = compiled(f, x, report=str(tmp_path), memory=True)
+    close(out, f(x), rtol=1e-5, atol=1e-5)
+    (path,) = tmp_path.glob("graph_*.html")
+    text = path.read_text()
+
+    class Rows(HTMLParser):
+        rows: list = []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "tr" and dict(attrs).get("class"):
+                self.rows.append(dict(attrs)["class"])
+    parser = Rows()
+    parser.feed(text)
+    assert parser.rows.count("library") == 1 and parser.rows.count("generated") == 1
+    assert parser.rows.count("eager") == 1 and "aten.flip.default" in text
+    k = _generated(p)[0]
+    assert __import__("html").escape(k.source) in text          # the generated .tile, readable
+    assert "torch.flip(F.linear(x, w), [-1])" in text             # the model's source line
+    assert f"peak live bytes of the plan (values freed at last use, inputs excluded): {p.peak_bytes}" in text

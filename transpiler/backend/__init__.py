@@ -11,6 +11,7 @@ Options (torch.compile(..., options={...})):
   strict: bool    any node without a tilex kernel is an error (StrictError) instead of eager
   programs: list  every lowered Program is appended here (for tests and reports)
   memory: bool    track each Program's peak live bytes (Program.peak_bytes; memory.py)
+  report: DIR     write DIR/graph_N.html per lowered graph (report.py), again after its first call
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from .program import Program, StrictError
 __all__ = ["tilex_backend", "Program", "StrictError", "OPTIONS", "DECOMPOSITIONS"]
 
 log = logging.getLogger("tilex.backend")
-OPTIONS = {"strict": False, "programs": None, "memory": False}
+OPTIONS = {"strict": False, "programs": None, "memory": False, "report": None}
+_GRAPHS = [0]  # graphs lowered in this process (names the reports)
 aten = torch.ops.aten
 
 # ATen ops AOTAutograd decomposes for us before lowering: composite ops into the ones the
@@ -59,6 +61,13 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
     def fw_compiler(fgm: torch.fx.GraphModule, inputs):
         prog = Program.lower(fgm, strict=bool(opts["strict"]))
         prog.measure_memory = bool(opts["memory"])
+        if opts["report"] is not None:
+            from . import report
+
+            name = f"graph_{_GRAPHS[0]}"
+            _GRAPHS[0] += 1
+            report.write(prog, opts["report"], name)
+            prog.after_first_call = lambda: report.write(prog, opts["report"], name)
         if opts["programs"] is not None:
             opts["programs"].append(prog)
         log.info("tilex backend: lowered a graph of %d nodes into %d steps (%s)", len(fgm.graph.nodes),
