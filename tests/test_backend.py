@@ -349,3 +349,22 @@ def test_report_lists_steps_sources_and_fallbacks(tmp_path):
     assert __import__("html").escape(k.source) in text          # the generated .tile, readable
     assert "torch.flip(F.linear(x, w), [-1])" in text             # the model's source line
     assert f"peak live bytes of the plan (values freed at last use, inputs excluded): {p.peak_bytes}" in text
+
+
+def test_graph_cache_second_compile_hits(tmp_cache_dir):
+    x = torch.randn(6, 24, generator=torch.Generator().manual_seed(16))
+
+    def f(x):
+        return torch.tanh(x) * 3.0 - x.amax(-1, keepdim=True)
+    out, (p,) = compiled(f, x)
+    close(out, f(x))
+    assert p.cache["hit"] is False and p.cache["reused"] == 0
+    (rec,) = (tmp_cache_dir / "graphs").glob("*.json")
+    assert p.cache["fingerprint"] in rec.name
+    torch._dynamo.reset()
+    out2, (p2,) = compiled(f, x)                    # a fresh Dynamo trace of the same graph
+    close(out2, f(x))
+    assert p2.cache == {"fingerprint": p.cache["fingerprint"], "hit": True, "reused": 1}
+    torch._dynamo.reset()
+    _, (p3,) = compiled(f, torch.randn(6, 40))     # another shape: another fingerprint
+    assert p3.cache["hit"] is False and p3.cache["fingerprint"] != p.cache["fingerprint"]

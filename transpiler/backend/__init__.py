@@ -61,13 +61,14 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
     def fw_compiler(fgm: torch.fx.GraphModule, inputs):
         prog = Program.lower(fgm, strict=bool(opts["strict"]))
         prog.measure_memory = bool(opts["memory"])
+        _use_cache(prog, fgm)
         if opts["report"] is not None:
             from . import report
 
             name = f"graph_{_GRAPHS[0]}"
             _GRAPHS[0] += 1
             report.write(prog, opts["report"], name)
-            prog.after_first_call = lambda: report.write(prog, opts["report"], name)
+            prog.after_first_call = _chain(prog.after_first_call, lambda: report.write(prog, opts["report"], name))
         if opts["programs"] is not None:
             opts["programs"].append(prog)
         log.info("tilex backend: lowered a graph of %d nodes into %d steps (%s)", len(fgm.graph.nodes),
@@ -80,6 +81,40 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
 
     return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                         decompositions=_decompositions())(gm, example_inputs)
+
+
+def _arch() -> str:
+    try:
+        from ..runtime.nvrtc import default_arch
+
+        return default_arch()
+    except Exception:  # no GPU: the interpreter runs, and the record says so
+        return "interp"
+
+
+def _chain(first, then):
+    if first is None:
+        return then
+
+    def both():
+        first()
+        then()
+    return both
+
+
+def _use_cache(prog: Program, fgm) -> None:
+    """Look the graph up in the graph cache (cache.py); record its kernels after the first call."""
+    from . import cache
+
+    fp = cache.fingerprint(fgm, _arch())
+    rec = cache.load(fp)
+    sources = {s.kernel.source for s in prog.steps if s.kind == "generated"}
+    reused = cache.prewarm(rec, sources) if rec is not None else 0
+    prog.cache = {"fingerprint": fp, "hit": rec is not None, "reused": reused}
+    log.info("tilex backend: graph %s: cache %s, %d kernel configuration(s) reused", fp[:12],
+             "hit" if rec is not None else "miss", reused)
+    if rec is None:
+        prog.after_first_call = _chain(prog.after_first_call, lambda: cache.store(fp, prog.launched))
 
 
 def _boxed(prog: Program):

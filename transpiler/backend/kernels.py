@@ -57,9 +57,14 @@ def module(source: str, defines: tuple):
     return tilex.compile(source, **dict(defines))
 
 
-def launch_generated(source: str, kernel: str, defines: dict, arrays: list, scalars: dict) -> None:
-    """Launch a generated kernel; `arrays` (torch, contiguous, outputs included) are written in place."""
-    mod = module(source, tuple(sorted(defines.items())))
+def launch_generated(source: str, kernel: str, defines: dict, arrays: list, scalars: dict,
+                     launched: set | None = None) -> None:
+    """Launch a generated kernel; `arrays` (torch, contiguous, outputs included) are written in place.
+    `launched` collects (kernel, source, defines) for the graph cache's record."""
+    items = tuple(sorted(defines.items()))
+    mod = module(source, items)
+    if launched is not None:
+        launched.add((kernel, source, items))
     if on_cuda(arrays):
         mod.kernel(kernel)(*arrays, **scalars)
         return

@@ -112,6 +112,8 @@ class Program:
     measure_memory: bool = False   # track peak_bytes (costs a scan of the live values per step)
     peak_bytes: int = 0
     after_first_call: object = None  # a callback (the report's rewrite), run once
+    launched: set = field(default_factory=set)   # (kernel, source, defines) launched: the cache record
+    cache: dict = field(default_factory=dict)    # {"fingerprint", "hit", "reused"} (cache.py)
 
     # ----------------------------------------------------------------- lowering
     @classmethod
@@ -217,7 +219,7 @@ class Program:
                 return
             env[node] = kernels.call_library(m.call, *vals)
         else:
-            step.copies += _run_generated(step.kernel, env)
+            step.copies += _run_generated(step.kernel, env, self.launched)
 
 
 def _eager(node: Node, env: dict):
@@ -265,7 +267,7 @@ def _strided_rows(t: torch.Tensor, rank: int, width: int):
     return t.as_strided((rows, width), (width, 1)), rs
 
 
-def _run_generated(k: GeneratedKernel, env: dict) -> int:
+def _run_generated(k: GeneratedKernel, env: dict, launched: set | None = None) -> int:
     """Launch a generated kernel; the number of inputs it had to copy (a layout it cannot read)."""
     ins = [env[op.node] for op in k.inputs]
     device = next((t.device for t in ins if t.is_cuda), ins[0].device if ins else torch.device("cpu"))
@@ -305,7 +307,7 @@ def _run_generated(k: GeneratedKernel, env: dict) -> int:
         y = torch.empty(oshape, dtype=meta.dtype, device=device)
         outs.append(y)
         arrays.append(y.view(m, oshape[-1]))
-    kernels.launch_generated(k.source, k.name, tile_config(m, n, k.has_reduction), arrays, scalars)
+    kernels.launch_generated(k.source, k.name, tile_config(m, n, k.has_reduction), arrays, scalars, launched)
     for op, y, meta in zip(k.outputs, outs, outs_meta):
         env[op.node] = y if y.dim() == meta.dim() else y.reshape(
             [int(d) if isinstance(d, int) else -1 for d in meta.shape])

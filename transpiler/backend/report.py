@@ -33,6 +33,10 @@ def render(prog, title: str) -> str:
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>",
            f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>",
            "<p>steps: " + ", ".join(f"{v} {e(k)}" for k, v in sorted(counts.items())) + "</p>"]
+    if prog.cache:
+        c = prog.cache
+        out.append(f"<p>graph cache: {'hit' if c['hit'] else 'miss'} (fingerprint <code>{e(c['fingerprint'][:16])}"
+                   f"</code>), {c['reused']} kernel configuration(s) reused</p>")
     fb = prog.fallbacks()
     out.append("<h2>Eager fallbacks</h2>" + ("<p>none</p>" if not fb else
                "<ul>" + "".join(f"<li><code>{e(n)}</code> {e(t)}</li>" for n, t in fb) + "</ul>"))
