@@ -12,6 +12,7 @@ Options (torch.compile(..., options={...})):
   programs: list  every lowered Program is appended here (for tests and reports)
   memory: bool    track each Program's peak live bytes (Program.peak_bytes; memory.py)
   report: DIR     write DIR/graph_N.html per lowered graph (report.py), again after its first call
+  cuda_graphs: bool  capture static-shape CUDA calls in a CUDA graph and replay it (cudagraphs.py)
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from .program import Program, StrictError
 __all__ = ["tilex_backend", "Program", "StrictError", "OPTIONS", "DECOMPOSITIONS"]
 
 log = logging.getLogger("tilex.backend")
-OPTIONS = {"strict": False, "programs": None, "memory": False, "report": None}
+OPTIONS = {"strict": False, "programs": None, "memory": False, "report": None, "cuda_graphs": False}
 _GRAPHS = [0]  # graphs lowered in this process (names the reports)
 aten = torch.ops.aten
 
@@ -73,6 +74,11 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
             opts["programs"].append(prog)
         log.info("tilex backend: lowered a graph of %d nodes into %d steps (%s)", len(fgm.graph.nodes),
                  len(prog.steps), prog.summary())
+        if opts["cuda_graphs"]:
+            from .cudagraphs import GraphRunner
+
+            prog.graph_runner = GraphRunner(prog)
+            return _boxed(prog.graph_runner)
         return _boxed(prog)
 
     def bw_compiler(fgm, inputs):

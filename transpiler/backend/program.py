@@ -114,6 +114,7 @@ class Program:
     after_first_call: object = None  # a callback (the report's rewrite), run once
     launched: set = field(default_factory=set)   # (kernel, source, defines) launched: the cache record
     cache: dict = field(default_factory=dict)    # {"fingerprint", "hit", "reused"} (cache.py)
+    graph_runner: object = None                  # the CUDA graph runner with cuda_graphs=True
 
     # ----------------------------------------------------------------- lowering
     @classmethod
