@@ -2,7 +2,9 @@
 
 A Qwen2-shaped model built from a config with random weights (no network): prefill at 1x512
 and 16x512 (ms per forward), compile time (first call) for each backend, peak memory, the
-share of steps in generated vs library kernels, and the eager fallbacks tilex listed. Decode
+share of steps in generated vs library kernels, and the eager fallbacks tilex listed.
+`tilex-cg` is the tilex backend with options={"cuda_graphs": True}, to compare with Inductor's
+mode="reduce-overhead" (`inductor-ro`). Decode
 with a static KV cache is NOT measured yet: the backend does not lower attention against a
 cache (docs/backend.md, "Not done").
 
@@ -55,7 +57,7 @@ def measure(name, model, ids_by_shape, compile_kwargs):
     else:
         kw = dict(compile_kwargs)
         if kw.get("backend") == "tilex":
-            kw["options"] = {"programs": progs}
+            kw["options"] = {"programs": progs, **kw.get("options", {})}
         fn = torch.compile(model, **kw)
     row = {"name": name}
     with torch.no_grad():
@@ -87,7 +89,7 @@ def main():
     ap.add_argument("--inter", type=int, default=18944)
     ap.add_argument("--vocab", type=int, default=152064)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
-    ap.add_argument("--only", default="eager,inductor,inductor-ro,tilex")
+    ap.add_argument("--only", default="eager,inductor,inductor-ro,tilex,tilex-cg")
     ap.add_argument("--json")
     args = ap.parse_args()
     model = build(args)
@@ -95,7 +97,8 @@ def main():
     ids = {f"{b}x512": torch.randint(0, args.vocab, (b, 512), device="cuda", generator=g) for b in (1, 16)}
     configs = {"eager": None, "inductor": {"backend": "inductor"},
                "inductor-ro": {"backend": "inductor", "mode": "reduce-overhead"},
-               "tilex": {"backend": "tilex"}}
+               "tilex": {"backend": "tilex"},
+               "tilex-cg": {"backend": "tilex", "options": {"cuda_graphs": True}}}
     rows = []
     for name in args.only.split(","):
         try:
