@@ -4,8 +4,8 @@ interpreter; the GPU tests run the same models on CUDA (f32 and bf16)."""
 from __future__ import annotations
 
 import pytest
-import torch
 
+torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import tilex.backend  # noqa: F401,E402  (registers "tilex")
