@@ -22,7 +22,7 @@ import torch
 
 from .program import Program, StrictError
 
-__all__ = ["tilex_backend", "Program", "StrictError", "OPTIONS", "DECOMPOSITIONS"]
+__all__ = ["tilex_backend", "Program", "StrictError", "OPTIONS"]
 
 log = logging.getLogger("tilex.backend")
 OPTIONS = {"strict": False, "programs": None, "memory": False, "report": None, "cuda_graphs": False}
@@ -31,7 +31,7 @@ aten = torch.ops.aten
 
 # ATen ops AOTAutograd decomposes for us before lowering: composite ops into the ones the
 # patterns and the fusion rules know.
-_DECOMPOSE = [aten.gelu_backward, aten.silu_backward, aten._log_softmax, aten.addcmul, aten.hardswish,
+_DECOMPOSE = [aten._log_softmax, aten.addcmul, aten.hardswish,
               aten.leaky_relu, aten.clamp_min, aten.clamp_max, aten.rsub, aten.var_mean]
 
 
@@ -40,8 +40,6 @@ def _decompositions():
 
     return get_decompositions(_DECOMPOSE)
 
-
-DECOMPOSITIONS = None
 
 
 def _check_options(options: dict | None) -> dict:
