@@ -52,6 +52,7 @@ def measure(name, model, ids_by_shape, compile_kwargs):
 
     torch._dynamo.reset()
     progs = []
+    kw = {}
     if compile_kwargs is None:
         fn = model
     else:
@@ -69,6 +70,14 @@ def measure(name, model, ids_by_shape, compile_kwargs):
             row[f"first_call_s {shape}"] = round(time.perf_counter() - t0, 2)
             row[f"ms {shape}"] = round(timed(lambda: fn(ids, use_cache=False)), 3)
             row[f"peak_MiB {shape}"] = round(torch.cuda.max_memory_allocated() / 2 ** 20, 1)
+    if progs and kw.get("backend") == "tilex":
+        torch._dynamo.reset()  # one profiled run (synchronized per step) for the time shares
+        pprogs = []
+        pf = torch.compile(model, backend="tilex", options={"programs": pprogs, "profile": True})
+        with torch.no_grad():
+            for ids in ids_by_shape.values():
+                pf(ids, use_cache=False)
+        row["time_share"] = {k: round(v, 3) for k, v in pprogs[-1].time_shares().items()}
     if progs:
         p = progs[-1]
         kinds = {}

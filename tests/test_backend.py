@@ -332,7 +332,7 @@ def test_report_lists_steps_sources_and_fallbacks(tmp_path):
 
     def f(x):
         return torch.flip(F.linear(x, w), [-1]) * 2.0 + 1.0
-    out, (p,) = compiled(f, x, report=str(tmp_path), memory=True)
+    out, (p,) = compiled(f, x, report=str(tmp_path), memory=True, profile=True)
     close(out, f(x), rtol=1e-5, atol=1e-5)
     (path,) = tmp_path.glob("graph_*.html")
     text = path.read_text()
@@ -351,6 +351,9 @@ def test_report_lists_steps_sources_and_fallbacks(tmp_path):
     assert __import__("html").escape(k.source) in text          # the generated .tile, readable
     assert "torch.flip(F.linear(x, w), [-1])" in text             # the model's source line
     assert f"peak live bytes of the plan (values freed at last use, inputs excluded): {p.peak_bytes}" in text
+    shares = p.time_shares()
+    assert abs(sum(shares.values()) - 1.0) < 1e-9 and shares["library"] > 0 and shares["generated"] > 0
+    assert "of the profiled time" in text
 
 
 def test_graph_cache_second_compile_hits(tmp_cache_dir):

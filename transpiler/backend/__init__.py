@@ -13,6 +13,7 @@ Options (torch.compile(..., options={...})):
   memory: bool    track each Program's peak live bytes (Program.peak_bytes; memory.py)
   report: DIR     write DIR/graph_N.html per lowered graph (report.py), again after its first call
   cuda_graphs: bool  capture static-shape CUDA calls in a CUDA graph and replay it (cudagraphs.py)
+  profile: bool   time every step (Step.seconds, Program.time_shares(); synchronizes on CUDA)
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from .program import Program, StrictError
 __all__ = ["tilex_backend", "Program", "StrictError", "OPTIONS"]
 
 log = logging.getLogger("tilex.backend")
-OPTIONS = {"strict": False, "programs": None, "memory": False, "report": None, "cuda_graphs": False}
+OPTIONS = {"strict": False, "programs": None, "memory": False, "report": None, "cuda_graphs": False,
+           "profile": False}
 _GRAPHS = [0]  # graphs lowered in this process (names the reports)
 aten = torch.ops.aten
 
@@ -60,6 +62,7 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
     def fw_compiler(fgm: torch.fx.GraphModule, inputs):
         prog = Program.lower(fgm, strict=bool(opts["strict"]))
         prog.measure_memory = bool(opts["memory"])
+        prog.profile = bool(opts["profile"])
         _use_cache(prog, fgm)
         if opts["report"] is not None:
             from . import report

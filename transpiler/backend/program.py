@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 import operator
 from dataclasses import dataclass, field
 
@@ -55,6 +56,7 @@ class Step:
     calls: int = 0
     fallbacks: int = 0            # library steps whose check sent a call to eager
     copies: int = 0               # inputs a generated step copied (a layout it cannot read in place)
+    seconds: float = 0.0          # time spent in this step, with profile=True (synchronized on CUDA)
 
     @property
     def label(self) -> str:
@@ -115,6 +117,7 @@ class Program:
     launched: set = field(default_factory=set)   # (kernel, source, defines) launched: the cache record
     cache: dict = field(default_factory=dict)    # {"fingerprint", "hit", "reused"} (cache.py)
     graph_runner: object = None                  # the CUDA graph runner with cuda_graphs=True
+    profile: bool = False                        # time every step (Step.seconds); synchronizes
 
     # ----------------------------------------------------------------- lowering
     @classmethod
@@ -174,6 +177,14 @@ class Program:
             counts[s.kind] = counts.get(s.kind, 0) + 1
         return ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
 
+    def time_shares(self) -> dict:
+        """Share of the profiled time per step kind (library, generated, eager, ...)."""
+        total = sum(s.seconds for s in self.steps) or 1.0
+        out: dict = {}
+        for s in self.steps:
+            out[s.kind] = out.get(s.kind, 0.0) + s.seconds / total
+        return out
+
     def fallbacks(self) -> list:
         return [(s.nodes[0].name, str(s.nodes[0].target)) for s in self.steps if s.kind == "eager"]
 
@@ -190,8 +201,17 @@ class Program:
                 self.folded_cache.clear()
             self.folded_cache[sizes] = folded
         exclude = memory.storage_keys(args) if self.measure_memory else None
+        cuda = self.profile and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
         for i, step in enumerate(self.steps):
+            if self.profile:
+                if cuda:
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
             self._run(step, env, folded)
+            if self.profile:
+                if cuda:
+                    torch.cuda.synchronize()
+                step.seconds += time.perf_counter() - t0
             if exclude is not None:  # before the frees: the step's inputs and outputs are both live
                 self.peak_bytes = max(self.peak_bytes, memory.live_bytes(list(env.values()), exclude))
             for n in self.last_use.get(i, ()):

@@ -3,8 +3,8 @@
 It lists every step in execution order with its kind (library / generated / view / folded / eager),
 the ATen nodes it covers with the model source line each came from, the library kernel or the
 generated `.tile` source, how often it ran and what it copied; then the eager fallbacks and the
-memory plan's peak (with options={"memory": True}). Not yet: per-kernel times, a memory heatmap,
-cache hits (docs/backend.md, "Not done").
+memory plan's peak (with options={"memory": True}), the graph cache's verdict, and with
+options={"profile": True} each step's time per call and share. Not yet: a memory heatmap.
 """
 from __future__ import annotations
 
@@ -43,8 +43,12 @@ def render(prog, title: str) -> str:
     if prog.measure_memory:
         out.append(f"<h2>Memory</h2><p>peak live bytes of the plan (values freed at last use, inputs "
                    f"excluded): {prog.peak_bytes}</p>")
+    total = sum(s.seconds for s in prog.steps)
+    if total > 0:
+        out.append("<h2>Time</h2><p>" + ", ".join(f"{e(k)} {v:.1%}" for k, v in sorted(prog.time_shares().items()))
+                   + " of the profiled time (profile=True; synchronized per step on CUDA)</p>")
     out.append("<h2>Steps</h2><table><tr><th>#</th><th>kind</th><th>kernel</th><th>ATen nodes (source line)"
-               "</th><th>calls</th><th>copies</th></tr>")
+               "</th><th>calls</th><th>copies</th><th>ms per call</th><th>share</th></tr>")
     for i, s in enumerate(prog.steps):
         nodes = "<br>".join(f"<code>{e(n.name)} = {e(str(n.target))}</code> <small>{e(_source_line(n))}</small>"
                             for n in s.nodes)
@@ -56,7 +60,9 @@ def render(prog, title: str) -> str:
             if s.fallbacks:
                 kernel += f" <small>({s.fallbacks} call(s) declined to eager)</small>"
         out.append(f"<tr class='{e(s.kind)}'><td>{i}</td><td>{e(s.kind)}</td><td>{kernel}</td><td>{nodes}</td>"
-                   f"<td>{s.calls}</td><td>{s.copies}</td></tr>")
+                   f"<td>{s.calls}</td><td>{s.copies}</td>"
+                   f"<td>{(1e3 * s.seconds / s.calls) if s.calls and total else 0:.3f}</td>"
+                   f"<td>{(s.seconds / total) if total else 0:.1%}</td></tr>")
     out.append("</table></body></html>\n")
     return "\n".join(out)
 
