@@ -354,6 +354,8 @@ def test_report_lists_steps_sources_and_fallbacks(tmp_path):
     shares = p.time_shares()
     assert abs(sum(shares.values()) - 1.0) < 1e-9 and shares["library"] > 0 and shares["generated"] > 0
     assert "of the profiled time" in text
+    assert len(p.live_trace) == len(p.steps) and max(p.live_trace) == p.peak_bytes
+    assert text.count("class='bar'") == len(p.steps)
 
 
 def test_graph_cache_second_compile_hits(tmp_cache_dir):

@@ -113,6 +113,7 @@ class Program:
     strict: bool = False
     measure_memory: bool = False   # track peak_bytes (costs a scan of the live values per step)
     peak_bytes: int = 0
+    live_trace: list = field(default_factory=list)  # live bytes at each step of the first measured call
     after_first_call: object = None  # a callback (the report's rewrite), run once
     launched: set = field(default_factory=set)   # (kernel, source, defines) launched: the cache record
     cache: dict = field(default_factory=dict)    # {"fingerprint", "hit", "reused"} (cache.py)
@@ -201,6 +202,7 @@ class Program:
                 self.folded_cache.clear()
             self.folded_cache[sizes] = folded
         exclude = memory.storage_keys(args) if self.measure_memory else None
+        trace = [] if exclude is not None and not self.live_trace else None
         cuda = self.profile and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
         for i, step in enumerate(self.steps):
             if self.profile:
@@ -213,9 +215,14 @@ class Program:
                     torch.cuda.synchronize()
                 step.seconds += time.perf_counter() - t0
             if exclude is not None:  # before the frees: the step's inputs and outputs are both live
-                self.peak_bytes = max(self.peak_bytes, memory.live_bytes(list(env.values()), exclude))
+                live = memory.live_bytes(list(env.values()), exclude)
+                self.peak_bytes = max(self.peak_bytes, live)
+                if trace is not None:
+                    trace.append(live)
             for n in self.last_use.get(i, ()):
                 env.pop(n, None)
+        if trace is not None:
+            self.live_trace = trace
         result = map_arg(self.output_args, lambda n: env[n])
         if self.after_first_call is not None:
             callback, self.after_first_call = self.after_first_call, None

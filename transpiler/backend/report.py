@@ -4,7 +4,8 @@ It lists every step in execution order with its kind (library / generated / view
 the ATen nodes it covers with the model source line each came from, the library kernel or the
 generated `.tile` source, how often it ran and what it copied; then the eager fallbacks and the
 memory plan's peak (with options={"memory": True}), the graph cache's verdict, and with
-options={"profile": True} each step's time per call and share. Not yet: a memory heatmap.
+options={"profile": True} each step's time per call and share; with memory, the live bytes after
+each step as bars (the plan's memory over time). Not yet: which buffers share memory.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ _CSS = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
 th{background:#eee}.library{background:#e6f2ff}.generated{background:#e9f7e9}.eager{background:#fde2e2}
 .folded,.view{color:#777}pre{background:#f7f7f7;padding:6px;font-size:12px;margin:2px 0}
-code{font-size:12px}"""
+code{font-size:12px}.heat{display:flex;align-items:flex-end;gap:1px;height:62px;border-bottom:1px solid #999}
+.bar{width:6px;background:#4a7bd0}"""
 
 
 def _source_line(node) -> str:
@@ -43,6 +45,11 @@ def render(prog, title: str) -> str:
     if prog.measure_memory:
         out.append(f"<h2>Memory</h2><p>peak live bytes of the plan (values freed at last use, inputs "
                    f"excluded): {prog.peak_bytes}</p>")
+        if prog.live_trace:
+            top = max(prog.live_trace) or 1
+            bars = "".join(f"<div class='bar' title='step {i}: {b} bytes' style='height:{max(1, round(60 * b / top))}px'>"
+                           "</div>" for i, b in enumerate(prog.live_trace))
+            out.append(f"<p>live bytes per step (first call):</p><div class='heat'>{bars}</div>")
     total = sum(s.seconds for s in prog.steps)
     if total > 0:
         out.append("<h2>Time</h2><p>" + ", ".join(f"{e(k)} {v:.1%}" for k, v in sorted(prog.time_shares().items()))
