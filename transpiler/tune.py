@@ -300,6 +300,8 @@ class TuneStore:
             data = {"format": STORE_FORMAT, "version": STORE_VERSION,
                     "entries": dict(sorted(entries.items()))}
             _atomic_write(self.path, json.dumps(data, indent=1, sort_keys=False) + "\n")
+        global WRITES
+        WRITES += 1
 
     @contextlib.contextmanager
     def _lock(self):
@@ -364,6 +366,7 @@ def _text_digest(text: str) -> str:
     return source_sha256(text)
 
 
+WRITES = 0  # TuneStore.put calls in this process: memos of looked-up configurations key on it
 _LOADED: dict[tuple, dict] = {}  # (store path, mtime, size) -> its entries: the store last read
 _FOUND: dict[tuple, dict | None] = {}  # (digest, kernel, shapes, arch) -> the entry's defines, in that store
 _MAX_FOUND = 4096
