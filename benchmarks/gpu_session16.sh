@@ -18,17 +18,24 @@ case "${1:-}" in
     t sanitize_bmm 50 compute-sanitizer --tool memcheck --error-exitcode 9 python3 benchmarks/sanitize_bmm.py
     t sanitize_new 80 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -x -p no:cacheprovider \
         tests/test_runtime_launch_gpu.py tests/test_stdlib_rows_gpu.py -k "5120 or split or linear or rms"
-    for f in sanitize_bmm sanitize_new; do echo "$f: $(grep -E 'ERROR SUMMARY|rc=|passed|failed' "$OUT/$f.log" | tr '\n' ' ')"; done ;;
-  bench)
-    t bench_torch_ops 90 python3 benchmarks/bench_torch_ops.py --tokens 1,16 --reps 200
-    tail -12 "$OUT/bench_torch_ops.log"
-    t bench_auto_matmul 90 python3 benchmarks/bench_auto_matmul.py --json "$OUT/auto_matmul.json"
-    tail -12 "$OUT/bench_auto_matmul.log"
-    t bench_linear_model 90 python3 benchmarks/bench_linear_model.py --json "$OUT/linear_model.json"
+    for f in sanitize_bmm sanitize_new; do echo "$f: $(grep -E 'ERROR SUMMARY|rc=|passed|failed' "$OUT/$f.log" | tr '\n' ' ')"; done
+    tar czf "$OUT/logs.tgz" -C "$OUT" $(cd "$OUT" && ls *.log *.json 2>/dev/null) ;;
+  bench)  # the tests changed since `tests`, then the benchmarks; every log goes back in one archive ($OUT/logs.tgz)
+    t pytest_followup 150 python3 -m pytest -q -rf -p no:cacheprovider -m gpu -o faulthandler_timeout=120 \
+        tests/test_stdlib_rows_gpu.py tests/test_backend_hf.py tests/test_runtime_cache.py tests/test_runtime_gpu.py
+    tail -8 "$OUT/pytest_followup.log"
+    t bench_torch_ops 70 python3 benchmarks/bench_torch_ops.py --tokens 1,16 --reps 200
+    tail -14 "$OUT/bench_torch_ops.log"
+    t bench_auto_matmul 70 python3 benchmarks/bench_auto_matmul.py --json "$OUT/auto_matmul.json"
+    tail -14 "$OUT/bench_auto_matmul.log"
+    t bench_rows 90 python3 benchmarks/bench_stdlib.py --rows --json "$OUT/bench_rows.json"
+    tail -24 "$OUT/bench_rows.log"
+    t bench_backend 100 python3 benchmarks/bench_backend.py --layers 4 --json "$OUT/backend.json"
+    tail -14 "$OUT/bench_backend.log"
+    t bench_linear_model 60 python3 benchmarks/bench_linear_model.py --json "$OUT/linear_model.json"
     tail -16 "$OUT/bench_linear_model.log"
-    t bench_bmm 90 python3 benchmarks/bench_bmm.py
+    t bench_bmm 50 python3 benchmarks/bench_bmm.py --quick
     tail -10 "$OUT/bench_bmm.log"
-    t bench_rows 120 python3 benchmarks/bench_stdlib.py --rows --json "$OUT/bench_rows.json"
-    tail -22 "$OUT/bench_rows.log" ;;
+    tar czf "$OUT/logs.tgz" -C "$OUT" $(cd "$OUT" && ls *.log *.json 2>/dev/null) ;;
   *) echo "usage: gpu_session16.sh tests|bench" >&2; exit 2 ;;
 esac
