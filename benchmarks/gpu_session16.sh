@@ -9,7 +9,7 @@ OUT=${OUT:-out}; mkdir -p "$OUT"
 # logs and JSON are written under $LOG and come back as one archive, $OUT/logs.tgz (a device call returns 8 files)
 LOG=${LOG:-$(mktemp -d)}; mkdir -p "$LOG"
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TILEX_CACHE_DIR=${TILEX_CACHE_DIR:-$PWD/.tilex-cache}
-t() { local name=$1 secs=$2; shift 2; echo "== $name"; timeout -s ABRT "$secs" "$@" > "$LOG/$name.log" 2>&1; echo "rc=$?" >> "$LOG/$name.log"; }
+t() { local name=$1 secs=$2; shift 2; echo "== $name"; OUT="$LOG" timeout -s ABRT "$secs" "$@" > "$LOG/$name.log" 2>&1; echo "rc=$?" >> "$LOG/$name.log"; }
 case "${1:-}" in
   tests)
     SHARD_TIMEOUT=${SHARD_TIMEOUT:-240} OUT=$LOG bash benchmarks/gpu_tests_parallel.sh 8 "gpu and not slow" tests 2>&1 | tee "$LOG/gpu_tests.log"
