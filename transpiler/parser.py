@@ -90,6 +90,25 @@ def _describe(tok: Token) -> str:
     return f"'{tok}'"
 
 
+I64_MIN, I64_MAX = -2**63, 2**63 - 1
+
+
+def int_literal(text: str, sign: int = 1) -> int:
+    """The value of integer literal `text` (decimal without leading zeros, or 0x hex), times `sign`.
+
+    Raises ValueError with the message for the user when it is malformed or outside i64 (the
+    interpreter and the generated CUDA would disagree on a wrapped value)."""
+    t = text.strip()
+    try:
+        value = sign * int(t, 0)
+    except ValueError:
+        raise ValueError(f"invalid integer literal '{t}' (no leading zeros; hex is 0x...)") from None
+    if not I64_MIN <= value <= I64_MAX:
+        raise ValueError(f"integer literal {'-' if sign < 0 else ''}{t} does not fit in i64 "
+                         f"({I64_MIN} to {I64_MAX})")
+    return value
+
+
 class _ToAst(Transformer):
     """Lark tree -> tilex.ast, one method per grammar rule."""
 
@@ -136,17 +155,22 @@ class _ToAst(Transformer):
         default = ch[2] if len(ch) > 2 else None
         return A.CParam(str(name), str(kind), default, self._span(meta))
 
+    def _number(self, t: Token, sign: int = 1) -> int | float:
+        if t.type == "INT":
+            try:
+                return int_literal(str(t), sign)
+            except ValueError as e:
+                raise CompileError(str(e), self._tspan(t), source=self.source) from None
+        return sign * float(str(t))
+
     def const_value(self, ch):
         t = ch[0]
-        if t.type == "INT":
-            return int(str(t), 0)
-        if t.type == "FLOAT":
-            return float(str(t))
+        if t.type in ("INT", "FLOAT"):
+            return self._number(t)
         return t.type == "TRUE"
 
     def neg_const(self, ch):
-        t = ch[0]
-        return -int(str(t), 0) if t.type == "INT" else -float(str(t))
+        return self._number(ch[0], -1)
 
     def params(self, ch):
         return ("params", tuple(ch))
@@ -353,11 +377,7 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def int_lit(self, meta, ch):
-        try:
-            return A.IntLit(int(str(ch[0]), 0), self._span(meta))
-        except ValueError:
-            raise CompileError(f"invalid integer literal '{ch[0]}' (no leading zeros; hex is 0x...)", self._span(meta),
-                               source=self.source) from None
+        return A.IntLit(self._number(ch[0]), self._span(meta))
 
     @v_args(meta=True)
     def float_lit(self, meta, ch):

@@ -32,6 +32,8 @@ def check_constraints(program: A.Program) -> A.Program:
 
 
 def _kernel(k: A.Kernel) -> A.Kernel:
+    for e in k.where + k.grid:
+        _no_division_by_zero(e)
     facts = Facts()
     for c in k.where:
         v = fold(c)
@@ -43,6 +45,29 @@ def _kernel(k: A.Kernel) -> A.Kernel:
         for part in _conjuncts(c):
             _learn(part, facts)
     return replace(k, facts=facts)
+
+
+_DIVISIONS = (A.BinOpKind.FLOORDIV, A.BinOpKind.MOD, A.BinOpKind.DIV)
+
+
+def _no_division_by_zero(e: A.Expr) -> None:
+    """A header divisor that is the constant 0 (`cdiv(N, 0)`, `N // 0`, `N % 0`) is an error here: the launch
+    (and the --host launcher) would divide by zero."""
+    todo = [e]
+    while todo:
+        n = todo.pop()
+        divisor = None
+        if isinstance(n, A.BinOp):
+            todo += [n.lhs, n.rhs]
+            divisor = n.rhs if n.op in _DIVISIONS else None
+        elif isinstance(n, A.UnaryOp):
+            todo.append(n.operand)
+        elif isinstance(n, A.Call):
+            todo += list(n.args)
+            divisor = n.args[1] if n.func == "cdiv" and len(n.args) == 2 else None
+        if divisor is not None and fold(divisor) == 0:
+            raise CompileError(f"division by zero in '{unparse(n)}'", n.span,
+                               ("the divisor is 0 for these compile-time parameters",))
 
 
 def _conjuncts(e: A.Expr):
