@@ -11,6 +11,7 @@ import lark
 from lark import Token, Transformer, v_args
 
 from . import ast as A
+from .deep import deep
 from .diagnostics import CompileError, Span
 
 AUG_OPS = {
@@ -41,18 +42,41 @@ def _parser() -> lark.Lark:
     return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
 
 
+# How deeply a program may nest, in parse-tree levels: a chained binary operator or a unary minus adds
+# one level, a nested block (`if`, `for`) or call two. The recursive walks run under `deep`'s budget,
+# which covers far more than this; beyond it the program gets a CompileError.
+MAX_NESTING = 10_000
+
+
+@deep
 def parse(source: str, file: str = "<string>") -> A.Program:
     """Parse a whole .tile file. Raises CompileError on a syntax error."""
     try:
         tree = _parser().parse(source)
     except lark.exceptions.UnexpectedInput as e:
         raise _syntax_error(e, source, file) from None
+    _check_nesting(tree, source, file)
     try:
         return _ToAst(file, source).transform(tree)
     except lark.exceptions.VisitError as e:
         if isinstance(e.orig_exc, CompileError):
             raise e.orig_exc from None
         raise
+
+
+def _check_nesting(tree: lark.Tree, source: str, file: str) -> None:
+    """CompileError at the first subtree deeper than MAX_NESTING (an iterative walk)."""
+    todo = [(tree, 1)]
+    while todo:
+        node, depth = todo.pop()
+        if depth > MAX_NESTING:
+            meta = node.meta
+            span = Span(file, meta.line, meta.column, meta.line, meta.column + 1) if not getattr(meta, "empty", True) \
+                else Span(file, 0, 0, 0, 0)
+            raise CompileError(f"the program nests too deeply here (more than {MAX_NESTING} levels of "
+                               "expressions and blocks)", span,
+                               ("split long chains of operators and deeply nested blocks into named steps",), source)
+        todo.extend((c, depth + 1) for c in node.children if isinstance(c, lark.Tree))
 
 
 def _syntax_error(e: lark.exceptions.UnexpectedInput, source: str, file: str) -> CompileError:
