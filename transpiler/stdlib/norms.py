@@ -37,7 +37,7 @@ def rms_norm(x, weight=None, eps: float = 1e-6):
     w = _vector("weight", weight, n, dt, x2, 1.0)
     y = L.empty(x2, (m, n))
     mod = L.load("rms_norm", T=dt, **L.row_config(n, m, L.sm_count(x2)))
-    L.run(mod, "rms_norm", x2, w, y, eps=float(eps))
+    L.run(mod, "rms_norm", x2, w, y, eps=L.check_number("eps", eps))
     return L.reshape(y, tuple(x.shape))
 
 
@@ -61,7 +61,7 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
         # a row per program: the kernel writes x and residual, so its loads are not streamed
         cfg = dict(BLOCK=cfg["BLOCK"], ONE_PASS=cfg["ONE_PASS"], WARPS=min(32, max(1, cfg["BLOCK"] // 256)))
         mod = L.load("fused_add_rms_norm", kernel="fused_add_rms_norm_inplace", T=dt, **cfg)
-        L.run(mod, "fused_add_rms_norm_inplace", x2, r2, w, eps=float(eps))
+        L.run(mod, "fused_add_rms_norm_inplace", x2, r2, w, eps=L.check_number("eps", eps))
         return x, residual
     if cfg["ONE_PASS"]:
         # one step per program straight into registers (no shared-memory ring): x's and residual's loads
@@ -74,7 +74,7 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
     y = L.empty(x2, (m, n))
     r_out = L.empty(x2, (m, n))
     mod = L.load("fused_add_rms_norm", kernel="fused_add_rms_norm", T=dt, **cfg)
-    L.run(mod, "fused_add_rms_norm", x2, r2, w, y, r_out, eps=float(eps))
+    L.run(mod, "fused_add_rms_norm", x2, r2, w, y, r_out, eps=L.check_number("eps", eps))
     return L.reshape(y, tuple(x.shape)), L.reshape(r_out, tuple(x.shape))
 
 
@@ -97,5 +97,5 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
     cfg = L.row_config(n, m, L.sm_count(x2), threads_per_sm=768, stages=3 if n <= 8192 else 2)
     cfg["EXACT"] = cfg["ONE_PASS"] and cfg["BLOCK"] == n  # rows exactly BLOCK wide need no column mask
     mod = L.load("layer_norm", T=dt, **cfg)
-    L.run(mod, "layer_norm", x2, w, b, y, eps=float(eps))
+    L.run(mod, "layer_norm", x2, w, b, y, eps=L.check_number("eps", eps))
     return L.reshape(y, tuple(x.shape))
