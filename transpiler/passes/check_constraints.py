@@ -33,7 +33,7 @@ def check_constraints(program: A.Program) -> A.Program:
 
 def _kernel(k: A.Kernel) -> A.Kernel:
     for e in k.where + k.grid:
-        _no_division_by_zero(e)
+        _no_division_by_zero(e, k)
     facts = Facts()
     for c in k.where:
         v = fold(c)
@@ -50,7 +50,7 @@ def _kernel(k: A.Kernel) -> A.Kernel:
 _DIVISIONS = (A.BinOpKind.FLOORDIV, A.BinOpKind.MOD, A.BinOpKind.DIV)
 
 
-def _no_division_by_zero(e: A.Expr) -> None:
+def _no_division_by_zero(e: A.Expr, k: A.Kernel) -> None:
     """A header divisor that is the constant 0 (`cdiv(N, 0)`, `N // 0`, `N % 0`) is an error here: the launch
     (and the --host launcher) would divide by zero."""
     todo = [e]
@@ -67,7 +67,8 @@ def _no_division_by_zero(e: A.Expr) -> None:
             divisor = n.args[1] if n.func == "cdiv" and len(n.args) == 2 else None
         if divisor is not None and fold(divisor) == 0:
             raise CompileError(f"division by zero in '{unparse(n)}'", n.span,
-                               ("the divisor is 0 for these compile-time parameters",))
+                               ("compile-time parameters: " + ", ".join(f"{a} = {v}" for a, v in k.defines),)
+                               if k.defines else ())
 
 
 def _conjuncts(e: A.Expr):
