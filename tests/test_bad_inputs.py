@@ -317,3 +317,27 @@ def test_stdlib_scalar_and_weight_arguments(kw, err, msg):
     for fn in (stdlib.rms_norm, stdlib.layer_norm):
         with pytest.raises(err, match=msg):
             fn(x, **kw)
+
+
+# ---------------------------------------------------------------- 10: the --host launcher's divisions
+def test_host_launcher_divides_like_python_and_flags_a_zero_divisor(tmp_path):
+    """The host helpers (extracted from a generated launcher) against Python's //, % and cdiv."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    t = translate("kernel f(x: f32[M, K], y: out f32[M])\n    where M % K == 0\n    grid (cdiv(M, K), M // K)\n"
+                  "{\n    y[0] = x[0, 0]\n}\n", "h.tile", host=True)
+    helpers = [ln for ln in t.host.splitlines() if ln.startswith("static ")]
+    assert any("tilex_div_by_zero" in ln for ln in helpers)
+    assert "if (tilex_div_by_zero) return cudaErrorInvalidValue;" in t.host
+    pairs = [(int(a), int(b)) for a, b in RNG.integers(-1000, 1000, size=(300, 2))] + [(7, 0), (-7, 0), (0, 0)]
+    body = "\n".join(f'  {{ tilex_div_by_zero = false; long long q = tilex_floordiv({a}LL, {b}LL), '
+                     f'r = tilex_mod({a}LL, {b}LL), c = tilex_cdiv({a}LL, {b}LL); '
+                     f'printf("%lld %lld %lld %d\\n", q, r, c, (int)tilex_div_by_zero); }}' for a, b in pairs)
+    src = tmp_path / "h.cpp"
+    src.write_text("#include <cstdio>\n" + "\n".join(helpers) + "\nint main() {\n" + body + "\n}\n")
+    subprocess.run([cxx, "-std=c++17", "-O1", "-o", str(tmp_path / "h"), str(src)], check=True, timeout=120)
+    out = subprocess.run([str(tmp_path / "h")], capture_output=True, text=True, check=True).stdout.splitlines()
+    for (a, b), line in zip(pairs, out):
+        want = "0 0 0 1" if b == 0 else f"{a // b} {a % b} {-(-a // b)} 0"
+        assert line == want, (a, b, line)
