@@ -42,6 +42,16 @@ def test_the_oracle_flags_a_crash_and_a_badly_formed_diagnostic(monkeypatch):
     assert F.examine("kernel", False, False, 0)[0][0] == "crash"
 
 
+def test_hang_detection_reads_the_workers_cpu_time():
+    pool = F._Pool()
+    try:
+        assert pool.run((0, "kernel", False, False, 0), 30)[0][0] == "diagnosed"
+        if Path("/proc/self/stat").exists():
+            assert isinstance(pool._cpu_seconds(), float)
+    finally:
+        pool.close()
+
+
 def test_ci_slice():
     res = F.campaign(3000, seed=0, nvcc_every=150, interp_every=25, timeout=60)
     c = res["counts"]
