@@ -338,6 +338,10 @@ def _param_text(p: ParamSpec) -> str:
     return p.dtype
 
 
+# the largest finite value of each float dtype whose conversion overflows to inf (f8e4m3 saturates instead)
+_FLOAT_MAX = {"f16": 65504.0, "bf16": 3.3895313892515355e38, "f32": 3.4028234663852886e38}
+
+
 def _check_scalar(p: ParamSpec, v: Any) -> Any:
     """Check a scalar's Python/NumPy type and range; return a plain Python value."""
     if isinstance(v, np.generic):
@@ -360,10 +364,15 @@ def _check_scalar(p: ParamSpec, v: Any) -> Any:
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise LaunchError(f"argument '{p.name}': expected a number ({p.dtype}), "
                               f"got {type(v).__name__} {v!r}")
-        v = float(v)
-        with np.errstate(over="ignore", invalid="ignore"):
-            rounded = float(np.asarray(v).astype(_numpy_dtypes()[p.dtype]))
-        if np.isfinite(v) and not np.isfinite(rounded) and p.dtype != "f8e4m3":
+        try:
+            v = float(v)
+        except OverflowError:  # an int beyond any float
+            raise LaunchError(f"argument '{p.name}': {v} is out of the range of {p.dtype}") from None
+        if abs(v) > _FLOAT_MAX.get(p.dtype, np.inf) and v - v == 0:  # rare: beyond the largest finite value
+            with np.errstate(over="ignore", invalid="ignore"):
+                rounded = float(np.asarray(v).astype(_numpy_dtypes()[p.dtype]))
+            if np.isfinite(rounded):  # within half an ulp of the largest value: rounds to it
+                return v
             # out of range: f32/f16/bf16 would silently become inf (f8e4m3 saturates to +-448 on both backends)
             raise LaunchError(f"argument '{p.name}': {v!r} is out of the range of {p.dtype} "
                               f"(largest finite value {float(np.finfo(_numpy_dtypes()[p.dtype]).max)!r})")
