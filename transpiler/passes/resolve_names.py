@@ -150,6 +150,9 @@ def _resolve_kernel(k: A.Kernel, defines: dict, source: str) -> A.Kernel:
                     d = replace(d, kind=A.NameKind.SYMBOL)
                 elif not (isinstance(d, A.IntLit) and d.value > 0):
                     raise CompileError("a tensor dimension is a symbol (like N) or a positive integer", d.span)
+                elif d.value > 2**31 - 1:  # as shape symbols are checked at launch: dimensions are i32
+                    raise CompileError(f"tensor dimension {d.value} is larger than 2147483647 (dimensions are i32, "
+                                       "as shape symbols)", d.span)
                 new_dims.append(d)
             dims = tuple(new_dims)
         if p.name in kinds:  # a tensor whose own dimensions use its name: x: f32[x]
