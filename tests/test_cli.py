@@ -412,7 +412,7 @@ def test_explain_api_before_memory_pass():
 
 # ---------------------------------------------------------------- inputs.py
 def test_parse_literals_and_defines():
-    assert parse_literal("3") == 3 and parse_literal("-0x10") == -16 and parse_literal("010") == 10
+    assert parse_literal("3") == 3 and parse_literal("-0x10") == -16 and parse_literal("0") == 0
     assert parse_literal("1e-6") == 1e-6 and parse_literal("True") is True and parse_literal("False") is False
     with pytest.raises(InputError):
         parse_literal("abc")
@@ -463,3 +463,37 @@ def test_compare():
     assert compare(c, a, "f32")["ok"] is False and math.isinf(compare(c, a, "f32")["rel_err"])
     i = np.arange(5, dtype=np.int32)
     assert compare(i, i, "i32")["ok"] and not compare(i + (i == 4), i, "i32")["ok"]
+
+
+# ---------------------------------------------------------------- issue 22: run's sizes, seed and -D values
+@pytest.mark.parametrize("args, msg", [
+    (["--shape", "N=2147483648"], "size must be at most 2147483647"),
+    (["--shape", "N=2**100"], "size must be an integer, got '2**100'"),
+    (["--shape", "N=4,N=5"], "--shape N is given twice (N=4 and N=5)"),
+    (["--shape", "N=4", "--shape", "N=5"], "--shape N is given twice"),
+    (["--shape", "N=8", "--seed", "-1"], "--seed"),
+    (["--shape", "N=8", "-D", "BLOCK=08"], "invalid integer literal '08'"),
+])
+def test_run_bad_sizes_and_values_are_usage_errors(runner, args, msg):
+    r = invoke(runner, "run", VECTOR_ADD, "--backend", "interp", *args)
+    assert r.exit_code == 2 and msg in r.stderr, r.stderr
+    no_traceback(r.stderr)
+
+
+def test_run_inputs_too_large_for_memory_fail_before_allocating(runner, monkeypatch):
+    import tilex.inputs
+
+    monkeypatch.setattr(tilex.inputs, "_memory_bytes", lambda: 16 << 30)  # the same answer on any machine
+    r = invoke(runner, "run", VECTOR_ADD, "--backend", "interp", "--shape", "N=2147483647")
+    assert r.exit_code == 1 and "the random inputs would take 24.0 GiB" in r.stderr and "allows 8.0 GiB" in r.stderr
+    no_traceback(r.stderr)
+
+
+def test_run_define_bool_for_an_int_parameter(runner):
+    r = invoke(runner, "run", VECTOR_ADD, "--backend", "interp", "--shape", "N=8", "-D", "BLOCK=True")
+    assert r.exit_code == 1 and "compile-time parameter 'BLOCK' is int, got True" in r.stderr
+    no_traceback(r.stderr)
+
+
+def test_parse_shapes_repeated_same_value_is_fine():
+    assert parse_shapes(["M=4", "M=4"]) == {"M": 4}

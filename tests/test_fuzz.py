@@ -37,19 +37,10 @@ SETTINGS = dict(derandomize=True, deadline=None, database=None,
 
 # ---------------------------------------------------------------- the oracle
 def known_bug(exc: BaseException, src: str) -> str | None:
-    """The name of a known, already-reported bug that `exc` is an instance of, else None."""
-    text = f"{type(exc).__name__}: {exc}"
-    orig = getattr(exc, "orig_exc", None)  # lark.exceptions.VisitError
-    if isinstance(orig, ValueError) and "invalid literal for int()" in str(orig):
-        return "leading-zero integer literal"  # test_parser.py::test_leading_zero_integer_is_a_compile_error
-    if isinstance(exc, KeyError) and exc.args and exc.args[0] in ("range", "pipeline"):
-        return "range()/pipeline() as an expression"  # test_errors.py::test_bug_range_as_expression
-    if isinstance(exc, KeyError) and re.search(r":\s*\w+\s*=\s*[A-Za-z_]", src):
-        return "name in a parameter default"  # test_errors.py::test_bug_param_default_*
-    if isinstance(exc, SemanticError):
-        return "SemanticError from a header or default"  # test_errors.py::test_bug_header_type_errors
-    if isinstance(exc, IRInvariantError) and "IntLit" in text and ("has no dtype" in text or "memory space" in text):
-        return "IntLit without ty (axis=)"  # test_passes.py::test_reduction_axis_passes_verify
+    """The name of a known, already-reported bug that `exc` is an instance of, else None.
+
+    Empty since issue 22: the leading-zero literal, range()/pipeline() as an expression, names in
+    parameter defaults, header SemanticErrors and axis= IntLits are all fixed (each has its test)."""
     return None
 
 

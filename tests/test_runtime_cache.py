@@ -215,7 +215,7 @@ def test_compile_cubin_cache_key_covers_inputs(tmp_path, monkeypatch):
 
     def fake_compile(source, arch, options):
         calls.append((source, arch, options))
-        return f"{source}|{arch}|{options}".encode()
+        return b"\x7fELF" + f"{source}|{arch}|{options}".encode()  # cached payloads must look like cubins
 
     version = ["nvrtc 13.0"]
     monkeypatch.setattr(tnvrtc, "compile_with_nvrtc", fake_compile)
@@ -223,7 +223,7 @@ def test_compile_cubin_cache_key_covers_inputs(tmp_path, monkeypatch):
     src = f'extern "C" __global__ void k_{os.urandom(4).hex()}() {{}}'
     c1 = tnvrtc.compile_cubin(src, "sm_90a", (), tmp_path)
     assert calls == [(src, "sm_90a", ("--std=c++17", "-default-device"))]
-    assert c1 == f"{src}|sm_90a|('--std=c++17', '-default-device')".encode()
+    assert c1 == b"\x7fELF" + f"{src}|sm_90a|('--std=c++17', '-default-device')".encode()
     assert tnvrtc.compile_cubin(src, "sm_90a", (), tmp_path) == c1 and len(calls) == 1
     tnvrtc.compile_cubin(src, "sm_80", (), tmp_path)
     tnvrtc.compile_cubin(src, "sm_90a", ("-lineinfo",), tmp_path)
@@ -234,6 +234,29 @@ def test_compile_cubin_cache_key_covers_inputs(tmp_path, monkeypatch):
     assert len(calls) == 5
     tnvrtc.compile_cubin(src, "sm_90a", (), False)  # cache disabled
     assert len(calls) == 6 and len(entries(tmp_path)) == 5
+
+
+def test_cached_payload_that_is_not_a_cubin_is_warned_removed_and_rebuilt(tmp_path, monkeypatch):
+    """An entry with a valid header (magic, version, sha256) whose payload is not an ELF cubin
+    would fail in cuModuleLoadData: compile_cubin treats it as damaged and rebuilds it."""
+    calls = []
+
+    def fake_compile(source, arch, options):
+        calls.append(source)
+        return b"\x7fELF fresh cubin"
+
+    monkeypatch.setattr(tnvrtc, "compile_with_nvrtc", fake_compile)
+    monkeypatch.setattr(tnvrtc, "toolkit_version", lambda backend="nvrtc": "nvrtc 13.0")
+    src = f'extern "C" __global__ void k_{os.urandom(4).hex()}() {{}}'
+    assert tnvrtc.compile_cubin(src, "sm_90a", (), tmp_path) == b"\x7fELF fresh cubin" and len(calls) == 1
+    (entry,) = entries(tmp_path)
+    cache.write_entry(entry, b"#include <not a cubin>")  # intact header, wrong payload
+    with pytest.warns(CacheWarning, match="not a cubin"):
+        assert tnvrtc.compile_cubin(src, "sm_90a", (), tmp_path) == b"\x7fELF fresh cubin"
+    assert len(calls) == 2 and cache.read_entry(entry) == b"\x7fELF fresh cubin"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tnvrtc.compile_cubin(src, "sm_90a", (), tmp_path) == b"\x7fELF fresh cubin" and len(calls) == 2
 
 
 def test_nvrtc_compile_error_is_internal_error_with_log():

@@ -360,7 +360,7 @@ def run(
         "auto", "--backend", "-b", metavar="auto|cuda|interp",
         help="cuda: run on the GPU and compare every output with the interpreter; "
              "interp: the NumPy interpreter only; auto: cuda when CuPy sees a GPU, else interp."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the random inputs (a non-negative integer)."),
     input_: Optional[List[str]] = typer.Option(
         None, "--input", "-i", metavar="NAME=FILE.npy",
         help="Use this array for tensor parameter NAME (dtype and shape are checked) instead of "

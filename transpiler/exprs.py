@@ -220,9 +220,11 @@ def to_python(e: A.Expr) -> str:
 def to_c(e: A.Expr) -> str:
     """A C++ expression over `long long` symbol variables and `tilex_cdiv` (host launcher)."""
     if isinstance(e, A.BinOp):
-        ops = {"and": "&&", "or": "||", "//": "/"}
+        ops = {"and": "&&", "or": "||"}
         if e.op in (A.BinOpKind.MAX, A.BinOpKind.MIN):
             return f"tilex_{e.op.value}({to_c(e.lhs)}, {to_c(e.rhs)})"
+        if e.op in (A.BinOpKind.FLOORDIV, A.BinOpKind.MOD):  # Python semantics; a zero divisor is flagged
+            return f"tilex_{'floordiv' if e.op is A.BinOpKind.FLOORDIV else 'mod'}({to_c(e.lhs)}, {to_c(e.rhs)})"
         return f"({to_c(e.lhs)} {ops.get(e.op.value, e.op.value)} {to_c(e.rhs)})"
     if isinstance(e, A.UnaryOp):
         return f"(!{to_c(e.operand)})" if e.op is A.UnaryOpKind.NOT else f"(-{to_c(e.operand)})"

@@ -7,6 +7,7 @@ message meant for the command line.
 from __future__ import annotations
 
 import math
+import os
 import re
 from typing import Any, Mapping, Sequence
 
@@ -17,6 +18,7 @@ from .runtime.args import eval_expr, expr_symbols
 from .spec import KernelSpec, ParamSpec
 from .types import DType, numpy_dtype
 
+SYMBOL_MAX = 2**31 - 1  # shape symbols are i32 in generated kernels
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # relative tolerance of a compared output, by dtype; 0 means exact
@@ -44,8 +46,10 @@ def parse_literal(text: str) -> int | float | bool:
         return True
     if t in ("False", "false"):
         return False
+    if re.match(r"^[+-]?0\d+$", t):  # as in .tile source: 010 is neither 10 nor octal 8
+        raise InputError(f"invalid integer literal {t!r} (no leading zeros; hex is 0x...)")
     try:
-        return int(t, 0) if not re.match(r"^[+-]?0\d", t) else int(t)
+        return int(t, 0)
     except ValueError:
         pass
     try:
@@ -80,6 +84,11 @@ def parse_shapes(items: Sequence[str]) -> dict[str, int]:
                 raise InputError(f"--shape {part.strip()}: size must be an integer, got {value!r}") from None
             if n < 0:
                 raise InputError(f"--shape {part.strip()}: size must be >= 0")
+            if n > SYMBOL_MAX:
+                raise InputError(f"--shape {part.strip()}: size must be at most {SYMBOL_MAX} "
+                                 "(shape symbols are i32 in the kernel)")
+            if name in out and out[name] != n:
+                raise InputError(f"--shape {name} is given twice ({name}={out[name]} and {name}={n})")
             out[name] = n
     return out
 
@@ -236,6 +245,9 @@ def make_inputs(spec: KernelSpec, symbols: Mapping[str, int], seed: int = 0,
     for name in args:
         if by_name[name].kind != "scalar":
             raise InputError(f"'{name}' is a tensor parameter: pass --input {name}=FILE.npy, not --arg")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InputError(f"--seed {seed}: the seed is a non-negative integer")
+    _check_memory(spec, symbols, loaded)
     rng = np.random.default_rng(seed)
     arrays: dict[str, np.ndarray] = {}
     scalars: dict[str, Any] = {}
@@ -258,6 +270,26 @@ def make_inputs(spec: KernelSpec, symbols: Mapping[str, int], seed: int = 0,
             else:
                 raise InputError(f"scalar parameter '{p.name}' needs a value: pass --arg {p.name}=VALUE")
     return arrays, scalars
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 40
+
+
+def _check_memory(spec: KernelSpec, symbols: Mapping[str, int], loaded: Mapping[str, np.ndarray]) -> None:
+    """InputError before allocating random tensors larger than half of this machine's memory."""
+    sizes = {p.name: math.prod(tensor_shape(p, symbols)) * np_dtype(p.dtype).itemsize
+             for p in spec.params if p.kind == "tensor" and p.name not in loaded}
+    limit = _memory_bytes() // 2
+    if sum(sizes.values()) > limit:
+        big = max(sizes, key=sizes.get)
+        shapes = ", ".join(f"{s}={v}" for s, v in symbols.items())
+        raise InputError(f"the random inputs would take {sum(sizes.values()) / 2**30:.1f} GiB ('{big}' alone "
+                         f"{sizes[big] / 2**30:.1f} GiB) with {shapes}; this machine allows {limit / 2**30:.1f} GiB: "
+                         "pass smaller --shape sizes")
 
 
 def tensor_bytes(spec: KernelSpec, symbols: Mapping[str, int]) -> int:

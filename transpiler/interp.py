@@ -27,7 +27,8 @@ import numpy as np
 
 from . import ast as A
 from .builtins import FUNCTIONS, NUMPY_MATH
-from .diagnostics import TilexError
+from .deep import deep
+from .diagnostics import LaunchError, TilexError
 from .passes.infer_dtypes import operand_dtype
 from .types import DType, numpy_dtype
 
@@ -491,6 +492,7 @@ def _gathers(e: A.Index) -> bool:
 
 
 # ---------------------------------------------------------------- entry points
+@deep
 def run_kernel(kernel: A.Kernel, arrays: Mapping[str, np.ndarray], scalars: Mapping[str, Any],
                symbols: Mapping[str, int]) -> None:
     """Execute every program instance of `kernel`'s grid, writing outputs into `arrays` in place.
@@ -499,11 +501,17 @@ def run_kernel(kernel: A.Kernel, arrays: Mapping[str, np.ndarray], scalars: Mapp
     to Python/NumPy values (missing ones take their declared default), `symbols` shape
     symbols to sizes. No argument checks are made here; `launch` makes them.
     """
+    for p in kernel.params:
+        a = arrays.get(p.name)
+        if p.is_out and isinstance(a, np.ndarray) and not a.flags.writeable:
+            raise LaunchError(f"argument '{p.name}': an output ({p.type.dtype} tensor) must be writable, got a "
+                              "read-only NumPy array; pass a writable copy (numpy.array(x))")
     interp = _Interp(kernel, arrays, scalars, symbols)
     with np.errstate(all="ignore"):
         interp.run()
 
 
+@deep
 def launch(program: A.Program, kernel_name: str, *args, **kwargs) -> None:
     """Bind and check NumPy arrays / Python scalars like a GPU launch, then run the kernel.
 

@@ -13,6 +13,7 @@ import lark
 from lark import Token, Transformer, v_args
 
 from . import ast as A
+from .deep import deep
 from .diagnostics import CompileError, Span
 
 AUG_OPS = {
@@ -43,6 +44,13 @@ def _parser() -> lark.Lark:
     return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
 
 
+# How deeply a program may nest, in parse-tree levels: a chained binary operator or a unary minus adds
+# one level, a nested block (`if`, `for`) or call two. The recursive walks run under `deep`'s budget,
+# which covers far more than this; beyond it the program gets a CompileError.
+MAX_NESTING = 10_000
+
+
+@deep
 def parse(source: str, file: str = "<string>") -> A.Program:
     """Parse a whole .tile file. Raises CompileError on a syntax error. The AST is immutable, so the last
     few results are reused (tilex.autoconfig translates one source once per candidate configuration)."""
@@ -55,12 +63,28 @@ def _parse_cached(source: str, file: str) -> A.Program:
         tree = _parser().parse(source)
     except lark.exceptions.UnexpectedInput as e:
         raise _syntax_error(e, source, file) from None
+    _check_nesting(tree, source, file)
     try:
         return _ToAst(file, source).transform(tree)
     except lark.exceptions.VisitError as e:
         if isinstance(e.orig_exc, CompileError):
             raise e.orig_exc from None
         raise
+
+
+def _check_nesting(tree: lark.Tree, source: str, file: str) -> None:
+    """CompileError at the first subtree deeper than MAX_NESTING (an iterative walk)."""
+    todo = [(tree, 1)]
+    while todo:
+        node, depth = todo.pop()
+        if depth > MAX_NESTING:
+            meta = node.meta
+            span = Span(file, meta.line, meta.column, meta.line, meta.column + 1) if not getattr(meta, "empty", True) \
+                else Span(file, 0, 0, 0, 0)
+            raise CompileError(f"the program nests too deeply here (more than {MAX_NESTING} levels of "
+                               "expressions and blocks)", span,
+                               ("split long chains of operators and deeply nested blocks into named steps",), source)
+        todo.extend((c, depth + 1) for c in node.children if isinstance(c, lark.Tree))
 
 
 def _syntax_error(e: lark.exceptions.UnexpectedInput, source: str, file: str) -> CompileError:
@@ -96,6 +120,25 @@ def _describe(tok: Token) -> str:
     if tok.type in ("INT", "FLOAT"):
         return f"number {tok}"
     return f"'{tok}'"
+
+
+I64_MIN, I64_MAX = -2**63, 2**63 - 1
+
+
+def int_literal(text: str, sign: int = 1) -> int:
+    """The value of integer literal `text` (decimal without leading zeros, or 0x hex), times `sign`.
+
+    Raises ValueError with the message for the user when it is malformed or outside i64 (the
+    interpreter and the generated CUDA would disagree on a wrapped value)."""
+    t = text.strip()
+    try:
+        value = sign * int(t, 0)
+    except ValueError:
+        raise ValueError(f"invalid integer literal '{t}' (no leading zeros; hex is 0x...)") from None
+    if not I64_MIN <= value <= I64_MAX:
+        raise ValueError(f"integer literal {'-' if sign < 0 else ''}{t} does not fit in i64 "
+                         f"({I64_MIN} to {I64_MAX})")
+    return value
 
 
 class _ToAst(Transformer):
@@ -152,17 +195,22 @@ class _ToAst(Transformer):
     def cparam_space(self, meta, ch):
         return A.CParam(str(ch[0]), str(ch[1]), None, self._span(meta), auto=True, space=tuple(ch[2:]))
 
+    def _number(self, t: Token, sign: int = 1) -> int | float:
+        if t.type == "INT":
+            try:
+                return int_literal(str(t), sign)
+            except ValueError as e:
+                raise CompileError(str(e), self._tspan(t), source=self.source) from None
+        return sign * float(str(t))
+
     def const_value(self, ch):
         t = ch[0]
-        if t.type == "INT":
-            return int(str(t), 0)
-        if t.type == "FLOAT":
-            return float(str(t))
+        if t.type in ("INT", "FLOAT"):
+            return self._number(t)
         return t.type == "TRUE"
 
     def neg_const(self, ch):
-        t = ch[0]
-        return -int(str(t), 0) if t.type == "INT" else -float(str(t))
+        return self._number(ch[0], -1)
 
     def params(self, ch):
         return ("params", tuple(ch))
@@ -369,11 +417,7 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def int_lit(self, meta, ch):
-        try:
-            return A.IntLit(int(str(ch[0]), 0), self._span(meta))
-        except ValueError:
-            raise CompileError(f"invalid integer literal '{ch[0]}' (no leading zeros; hex is 0x...)", self._span(meta),
-                               source=self.source) from None
+        return A.IntLit(self._number(ch[0]), self._span(meta))
 
     @v_args(meta=True)
     def float_lit(self, meta, ch):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from . import ast as A
+from .deep import deep
 from .diagnostics import CompileError, Span
 from .parser import parse
 from .passes.check_constraints import check_constraints
@@ -50,6 +51,7 @@ PASSES: list[tuple[str, Callable]] = [
 PASS_NAMES = ["parse"] + [n for n, _ in PASSES]
 
 
+@deep
 def compile_program(source: str, file: str = "<string>", options: Options | None = None,
                     stop_after: str | None = None, check: bool = False) -> A.Program:
     """Parse and check a .tile program; returns the annotated IR (after `stop_after`, if given)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import ast as A
+from .deep import deep
 from .launchspec import make_spec
 from .pipeline import Options, compile_program
 from .spec import KernelSpec
@@ -19,6 +20,7 @@ class Translation:
     host: str | None = None  # C++ host launcher (with host=True)
 
 
+@deep
 def translate(source: str, file: str = "<string>", options: Options | None = None, host: bool = False) -> Translation:
     """Compile `source`; raises CompileError (render() it) on a bad program."""
     from .codegen import generate  # imported late: codegen pulls in Jinja

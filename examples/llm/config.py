@@ -39,9 +39,15 @@ class ModelConfig:
 
     def __post_init__(self):
         for f in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
-                  "num_kv_heads", "head_dim"):
-            if int(getattr(self, f)) <= 0:
+                  "num_kv_heads", "head_dim", "max_position_embeddings"):
+            if not _is_int(getattr(self, f)):
+                raise ConfigError(f"config field {f} must be an integer, got {getattr(self, f)!r}")
+            if getattr(self, f) <= 0:
                 raise ConfigError(f"config field {f} must be positive, got {getattr(self, f)}")
+        if not self.rms_norm_eps > 0:
+            raise ConfigError(f"rms_norm_eps must be positive, got {self.rms_norm_eps}")
+        if not self.rope_theta > 0:
+            raise ConfigError(f"rope_theta must be positive, got {self.rope_theta}")
         if self.num_heads % self.num_kv_heads:
             raise ConfigError(f"num_attention_heads ({self.num_heads}) is not a multiple of "
                               f"num_key_value_heads ({self.num_kv_heads})")
@@ -93,7 +99,10 @@ class ModelConfig:
     # -- Hugging Face config.json --------------------------------------------------------
     @classmethod
     def from_hf(cls, cfg: dict, name: str = "") -> "ModelConfig":
-        mt = cfg.get("model_type", "llama")
+        if not isinstance(cfg, dict):
+            raise ConfigError(f"config.json must hold a JSON object, got a {type(cfg).__name__}")
+        g = _Fields(cfg)
+        mt = g.str("model_type", "llama")
         if mt not in SUPPORTED_MODEL_TYPES:
             raise ConfigError(f"model_type '{mt}' is not supported (this engine runs: "
                               f"{', '.join(SUPPORTED_MODEL_TYPES)})")
@@ -101,39 +110,52 @@ class ModelConfig:
                     "num_attention_heads"):
             if req not in cfg:
                 raise ConfigError(f"config.json has no '{req}'")
-        heads = int(cfg["num_attention_heads"])
-        kv = int(cfg.get("num_key_value_heads") or heads)
-        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+        hidden = g.int("hidden_size")
+        heads = g.int("num_attention_heads")
+        kv = g.int("num_key_value_heads", None) or heads
+        head_dim = g.int("head_dim", None)
+        if head_dim is None:
+            if heads <= 0 or hidden % heads:
+                raise ConfigError(f"config.json has no 'head_dim' and hidden_size ({hidden}) is not a multiple of "
+                                  f"num_attention_heads ({heads})")
+            head_dim = hidden // heads
         # transformers >= 5 keeps rope_theta inside rope_parameters; older files at top level
-        rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        rope = g.dict("rope_parameters") or g.dict("rope_scaling") or {}
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type not in ("default", None):
             raise ConfigError(f"rope type '{rope_type}' (rope_scaling / rope_parameters) is not "
                               "supported; only the default rotary embedding is")
-        theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
-        if cfg.get("partial_rotary_factor", 1.0) != 1.0:
+        theta = _Fields(rope, "rope_parameters").float("rope_theta", None) if "rope_theta" in rope else None
+        if theta is None:
+            theta = g.float("rope_theta", 10000.0)
+        if g.float("partial_rotary_factor", 1.0) != 1.0:
             raise ConfigError("partial_rotary_factor != 1 is not supported")
         if mt == "qwen2":
             bias = True  # Qwen2 always has q/k/v biases
         else:
-            bias = bool(cfg.get("attention_bias", False))
-        if cfg.get("mlp_bias"):
+            bias = g.bool("attention_bias", False)
+        if g.bool("mlp_bias", False):
             raise ConfigError("mlp_bias = true is not supported")
-        if cfg.get("hidden_act", "silu") != "silu":
-            raise ConfigError(f"hidden_act '{cfg['hidden_act']}' is not supported (only silu)")
+        act = g.str("hidden_act", "silu")
+        if act != "silu":
+            raise ConfigError(f"hidden_act '{act}' is not supported (only silu)")
         eos = cfg.get("eos_token_id")
-        eos = () if eos is None else (tuple(eos) if isinstance(eos, (list, tuple)) else (eos,))
-        dt = str(cfg.get("dtype") or cfg.get("torch_dtype") or "bfloat16")
+        eos = () if eos is None else (tuple(eos) if isinstance(eos, list) else (eos,))
+        if not all(_is_int(e) and e >= 0 for e in eos):
+            raise ConfigError(f"config.json: 'eos_token_id' must be a token id or a list of them, "
+                              f"got {cfg.get('eos_token_id')!r}")
+        bos = g.int("bos_token_id", None)
+        dt = g.str("dtype", None) or g.str("torch_dtype", None) or "bfloat16"
         dt = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}.get(dt, "bf16")
         return cls(
-            vocab_size=int(cfg["vocab_size"]), hidden_size=int(cfg["hidden_size"]),
-            intermediate_size=int(cfg["intermediate_size"]),
-            num_layers=int(cfg["num_hidden_layers"]), num_heads=heads, num_kv_heads=kv,
-            head_dim=int(head_dim), rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(theta), qkv_bias=bias,
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
-            eos_token_ids=tuple(int(e) for e in eos), bos_token_id=cfg.get("bos_token_id"),
+            vocab_size=g.int("vocab_size"), hidden_size=hidden,
+            intermediate_size=g.int("intermediate_size"),
+            num_layers=g.int("num_hidden_layers"), num_heads=heads, num_kv_heads=kv,
+            head_dim=head_dim, rms_norm_eps=g.float("rms_norm_eps", 1e-6),
+            rope_theta=theta, qkv_bias=bias,
+            tie_word_embeddings=g.bool("tie_word_embeddings", False),
+            max_position_embeddings=g.int("max_position_embeddings", 4096),
+            eos_token_ids=tuple(eos), bos_token_id=bos,
             model_type=mt, dtype=dt, name=name,
         )
 
@@ -157,6 +179,69 @@ class ModelConfig:
         if self.bos_token_id is not None:
             d["bos_token_id"] = self.bos_token_id
         return d
+
+
+_REQUIRED = object()
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class _Fields:
+    """Typed reads of config.json fields: a wrong type is a ConfigError naming the field."""
+
+    def __init__(self, cfg: dict, where: str = "config.json"):
+        self.cfg, self.where = cfg, where
+
+    def _get(self, key, default):
+        v = self.cfg.get(key, default)
+        if v is _REQUIRED:
+            raise ConfigError(f"{self.where} has no '{key}'")
+        return v
+
+    def _bad(self, key, want, v):
+        return ConfigError(f"{self.where}: '{key}' must be {want}, got {type(v).__name__} {v!r}"[:300])
+
+    def int(self, key, default=_REQUIRED):
+        v = self._get(key, default)
+        if v is None and default is None:
+            return None
+        if isinstance(v, float) and v.is_integer():  # 64.0; but never 64.7 silently truncated
+            v = int(v)
+        if not _is_int(v):
+            raise self._bad(key, "an integer", v)
+        return v
+
+    def float(self, key, default=_REQUIRED):
+        v = self._get(key, default)
+        if v is None and default is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
+            raise self._bad(key, "a finite number", v)
+        return float(v)
+
+    def bool(self, key, default=_REQUIRED):
+        v = self._get(key, default)
+        if v is None:
+            return bool(default) if default is not _REQUIRED else False
+        if not isinstance(v, bool):
+            raise self._bad(key, "true or false", v)
+        return v
+
+    def str(self, key, default=_REQUIRED):
+        v = self._get(key, default)
+        if v is None and default is None:
+            return None
+        if not isinstance(v, str):
+            raise self._bad(key, "a string", v)
+        return v
+
+    def dict(self, key):
+        v = self.cfg.get(key)
+        if v is not None and not isinstance(v, dict):
+            raise self._bad(key, "an object (or null)", v)
+        return v
 
 
 def _named() -> dict[str, dict]:
@@ -210,9 +295,13 @@ def load_config(path_or_name: str) -> ModelConfig:
         raise ConfigError(f"'{path_or_name}' is neither a named config ({', '.join(NAMED_CONFIGS)}) "
                           "nor a directory or file with a config.json")
     try:
-        cfg = json.loads(p.read_text())
+        cfg = json.loads(p.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"{p}: not valid JSON ({e})") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read it ({e.strerror or e})") from None
     return ModelConfig.from_hf(cfg, name=str(path_or_name))
 
 

@@ -2,7 +2,10 @@
 
     python examples/llm/run.py MODEL_DIR_OR_CONFIG --prompt-ids 1,2,3 --max-new-tokens 16
     python examples/llm/run.py --random-weights --config qwen2.5-14b --prompt-ids 1,2,3 --json
-    python examples/llm/run.py tiny --backend interp --prompt-ids "1,2,3;4,5" --max-new-tokens 4
+    python examples/llm/run.py tiny --random-weights --backend interp --prompt-ids "1,2,3;4,5" --max-new-tokens 4
+
+The weights come from the model directory's safetensors checkpoint; a missing or unreadable
+one is an error unless --random-weights is given (named configs have no weights).
 
 Several prompts: separate them with ';' in --prompt-ids, or repeat --prompt.
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -20,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # import llm.* 
 from llm.backend import DTYPES, make_backend  # noqa: E402
 from llm.config import ConfigError  # noqa: E402
 from llm.engine import Engine  # noqa: E402
-from llm.loader import load_model  # noqa: E402
+from llm.loader import TokenizerError, load_model  # noqa: E402
 from llm.weights import WeightError  # noqa: E402
 
 
@@ -60,6 +64,20 @@ def parse_args(argv=None):
     args.model = args.model or args.config
     if not args.model:
         ap.error("give a model directory / config, or --config NAME")
+    for opt, value, least in (("--block-size", args.block_size, 1), ("--max-new-tokens", args.max_new_tokens, 1),
+                              ("--batch", args.batch, 1)):
+        if value < least:
+            ap.error(f"{opt} must be at least {least}, got {value}")
+    if not args.temperature >= 0:
+        ap.error(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
+    if not 0 < args.top_p <= 1:
+        ap.error(f"--top-p must be in (0, 1], got {args.top_p}")
+    if args.dump_logits:  # checked before the run, not after generating
+        parent = Path(args.dump_logits).resolve().parent
+        if not parent.is_dir():
+            ap.error(f"--dump-logits {args.dump_logits}: directory {parent} does not exist")
+        if not os.access(parent, os.W_OK):
+            ap.error(f"--dump-logits {args.dump_logits}: directory {parent} is not writable")
     return args
 
 
@@ -129,8 +147,8 @@ def main(argv=None) -> int:
     try:
         backend = make_backend(args.backend)
         cfg, weights, tok = load_model(args.model, backend, args.dtype, random=args.random_weights,
-                                       seed=args.seed)
-    except (ConfigError, WeightError, RuntimeError) as e:
+                                       seed=args.seed, need_tokenizer=bool(args.prompt))
+    except (ConfigError, WeightError, TokenizerError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     prompts = prompts_from(args, tok)

@@ -31,21 +31,58 @@ def read_header(path: Path) -> tuple[dict, int]:
 
     Raises WeightError when the file is too short to hold its own header.
     """
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise WeightError(f"{path.name}: truncated safetensors file ({size} bytes, no header)")
-        (n,) = struct.unpack("<Q", head)
-        if 8 + n > size:
-            raise WeightError(f"{path.name}: truncated safetensors file: the header says "
-                              f"{n} bytes of JSON but the file has {size} bytes")
-        try:
-            header = json.loads(f.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise WeightError(f"{path.name}: not a safetensors file (bad JSON header: {e})") from None
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise WeightError(f"{path.name}: truncated safetensors file ({size} bytes, no header)")
+            (n,) = struct.unpack("<Q", head)
+            if 8 + n > size:
+                raise WeightError(f"{path.name}: truncated safetensors file: the header says "
+                                  f"{n} bytes of JSON but the file has {size} bytes")
+            raw = f.read(n)
+    except OSError as e:
+        raise WeightError(f"{path}: cannot read the checkpoint file ({e.strerror or e})") from None
+    try:
+        header = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise WeightError(f"{path.name}: not a safetensors file (bad JSON header: {e})") from None
+    if not isinstance(header, dict):
+        raise WeightError(f"{path.name}: not a safetensors file (the header is a JSON {type(header).__name__}, "
+                          "not an object of tensors)")
     header.pop("__metadata__", None)
-    return header, size - 8 - n
+    data_size = size - 8 - n
+    for name, info in header.items():
+        _check_entry(path, name, info)
+    spans = sorted((info["data_offsets"][0], info["data_offsets"][1], name) for name, info in header.items())
+    for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
+        if b1 < e0:
+            raise WeightError(f"{path.name}: tensors '{n0}' (bytes {b0}-{e0}) and '{n1}' (bytes {b1}-{e1}) "
+                              "overlap in the data section")
+    return header, data_size
+
+
+def _check_entry(path: Path, name: str, info) -> None:
+    """One header entry: {"dtype": str, "shape": [ints >= 0], "data_offsets": [begin, end]}, else WeightError."""
+    what = f"tensor '{name}' in {path.name}"
+    if not isinstance(info, dict):
+        raise WeightError(f"{what}: the header entry is a JSON {type(info).__name__}, not an object")
+    for key in ("dtype", "shape", "data_offsets"):
+        if key not in info:
+            raise WeightError(f"{what}: the header entry has no '{key}'")
+    if not isinstance(info["dtype"], str):
+        raise WeightError(f"{what}: 'dtype' must be a string, got {info['dtype']!r}")
+    shape = info["shape"]
+    if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
+        raise WeightError(f"{what}: 'shape' must be a list of non-negative integers, got {shape!r}")
+    off = info["data_offsets"]
+    if not (isinstance(off, list) and len(off) == 2 and all(_is_uint(o) for o in off) and off[0] <= off[1]):
+        raise WeightError(f"{what}: 'data_offsets' must be [begin, end] with 0 <= begin <= end, got {off!r}")
+
+
+def _is_uint(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def checkpoint_files(ckpt_dir: Path) -> dict[str, Path]:
@@ -54,15 +91,47 @@ def checkpoint_files(ckpt_dir: Path) -> dict[str, Path]:
     index = ckpt_dir / INDEX_FILE
     if index.is_file():
         try:
-            wm = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError) as e:
+            data = json.loads(index.read_bytes())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise WeightError(f"{INDEX_FILE}: unreadable index ({type(e).__name__}: {e})") from None
+        except OSError as e:
+            raise WeightError(f"{index}: cannot read the index ({e.strerror or e})") from None
+        wm = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(wm, dict):
+            got = "no 'weight_map'" if not isinstance(data, dict) or "weight_map" not in data \
+                else f"'weight_map' is a JSON {type(wm).__name__}"
+            raise WeightError(f"{INDEX_FILE}: 'weight_map' must be an object of tensor name -> file name ({got})")
+        for k, v in wm.items():
+            if not isinstance(v, str) or not v or Path(v).name != v:
+                raise WeightError(f"{INDEX_FILE}: tensor '{k}' maps to {v!r}, not a file name in {ckpt_dir}")
         return {k: ckpt_dir / v for k, v in wm.items()}
     single = ckpt_dir / SINGLE_FILE
     if single.is_file():
         header, _ = read_header(single)
         return {k: single for k in header}
-    raise WeightError(f"{ckpt_dir}: no {SINGLE_FILE} and no {INDEX_FILE}")
+    raise WeightError(missing_checkpoint(ckpt_dir))
+
+
+TORCH_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "consolidated.00.pth")
+
+
+def missing_checkpoint(ckpt_dir: Path) -> str:
+    """Why `ckpt_dir` holds no safetensors checkpoint, for the message."""
+    ckpt_dir = Path(ckpt_dir)
+    for name in (SINGLE_FILE, INDEX_FILE):
+        p = ckpt_dir / name
+        if p.exists() and not p.is_file():
+            return f"{p} is not a file (a directory?): it must be the safetensors checkpoint"
+    torch_files = [n for n in TORCH_FILES if (ckpt_dir / n).exists()]
+    if torch_files:
+        return (f"{ckpt_dir} has {torch_files[0]} but no {SINGLE_FILE}: this engine reads safetensors "
+                "checkpoints only; convert it (transformers: model.save_pretrained(dir, safe_serialization=True))")
+    return f"{ckpt_dir}: no {SINGLE_FILE} and no {INDEX_FILE} (pass --random-weights to run without a checkpoint)"
+
+
+def has_checkpoint(ckpt_dir) -> bool:
+    p = Path(ckpt_dir)
+    return p.is_dir() and ((p / SINGLE_FILE).is_file() or (p / INDEX_FILE).is_file())
 
 
 def validate_checkpoint(cfg: ModelConfig, ckpt_dir: Path) -> dict[str, Path]:
@@ -81,7 +150,7 @@ def validate_checkpoint(cfg: ModelConfig, ckpt_dir: Path) -> dict[str, Path]:
         if name not in header:
             raise WeightError(f"missing tensor '{name}': {INDEX_FILE} points at {path.name}, "
                               "which does not hold it")
-        info = header[name]
+        info = header[name]  # its entry is well formed (read_header checks every entry)
         if tuple(info["shape"]) != tuple(shape):
             raise WeightError(f"tensor '{name}' in {path.name} has shape {list(info['shape'])}, "
                               f"but the config needs {list(shape)}")

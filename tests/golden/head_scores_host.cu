@@ -52,7 +52,12 @@ static inline cudaError_t tilex_encode_tmap_nd(tilex_tmap* map, const void* ptr,
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-static inline long long tilex_cdiv(long long a, long long b) { return (a + b - 1) / b; }
+// launch expressions divide as Python does; a zero divisor (a symbol that is 0) sets the flag, and the
+// launcher then returns cudaErrorInvalidValue instead of dividing by zero
+static thread_local bool tilex_div_by_zero = false;
+static inline long long tilex_floordiv(long long a, long long b) { if (b == 0) { tilex_div_by_zero = true; return 0; } long long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+static inline long long tilex_mod(long long a, long long b) { if (b == 0) { tilex_div_by_zero = true; return 0; } long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline long long tilex_cdiv(long long a, long long b) { return -tilex_floordiv(-a, b); }
 static inline long long tilex_max(long long a, long long b) { return a > b ? a : b; }
 static inline long long tilex_min(long long a, long long b) { return a < b ? a : b; }
 
@@ -67,8 +72,10 @@ extern "C" cudaError_t tilex_launch_head_scores(const tilex_bf16* __restrict__ q
   if (M < 0 || M > 2147483647LL) return cudaErrorInvalidValue;
   if (D < 0 || D > 2147483647LL) return cudaErrorInvalidValue;
   if (S < 0 || S > 2147483647LL) return cudaErrorInvalidValue;
-  if (!(((D % 8LL) == 0LL))) return cudaErrorInvalidValue;  // where D % 8 == 0
+  tilex_div_by_zero = false;
+  if (!((tilex_mod(D, 8LL) == 0LL)) || tilex_div_by_zero) return cudaErrorInvalidValue;  // where D % 8 == 0
   const long long gx = tilex_cdiv(M, 128LL), gy = tilex_cdiv(S, 128LL), gz = (Z * H);
+  if (tilex_div_by_zero) return cudaErrorInvalidValue;  // a grid divisor is 0
   if (gx == 0 || gy == 0 || gz == 0) return cudaSuccess;  // nothing to do
   if (gx < 0 || gx > 2147483647LL || gy < 0 || gy > 65535 || gz < 0 || gz > 65535) return cudaErrorInvalidValue;
   tilex_tmap tx_map0;

@@ -4,7 +4,12 @@
 // computes the grid from the shapes and launches on `stream`.
 #include <cuda_runtime.h>
 
-static inline long long tilex_cdiv(long long a, long long b) { return (a + b - 1) / b; }
+// launch expressions divide as Python does; a zero divisor (a symbol that is 0) sets the flag, and the
+// launcher then returns cudaErrorInvalidValue instead of dividing by zero
+static thread_local bool tilex_div_by_zero = false;
+static inline long long tilex_floordiv(long long a, long long b) { if (b == 0) { tilex_div_by_zero = true; return 0; } long long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+static inline long long tilex_mod(long long a, long long b) { if (b == 0) { tilex_div_by_zero = true; return 0; } long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline long long tilex_cdiv(long long a, long long b) { return -tilex_floordiv(-a, b); }
 static inline long long tilex_max(long long a, long long b) { return a > b ? a : b; }
 static inline long long tilex_min(long long a, long long b) { return a < b ? a : b; }
 
@@ -16,7 +21,9 @@ extern "C" cudaError_t tilex_launch_swiglu(const tilex_bf16* __restrict__ g, con
 {
   if (M < 0 || M > 2147483647LL) return cudaErrorInvalidValue;
   if (N < 0 || N > 2147483647LL) return cudaErrorInvalidValue;
+  tilex_div_by_zero = false;
   const long long gx = M, gy = tilex_cdiv(N, 1024LL), gz = 1LL;
+  if (tilex_div_by_zero) return cudaErrorInvalidValue;  // a grid divisor is 0
   if (gx == 0 || gy == 0 || gz == 0) return cudaSuccess;  // nothing to do
   if (gx < 0 || gx > 2147483647LL || gy < 0 || gy > 65535 || gz < 0 || gz > 65535) return cudaErrorInvalidValue;
   swiglu<<<dim3((unsigned)gx, (unsigned)gy, (unsigned)gz), 128, 0, stream>>>(g, u, h, (int)M, (int)N);

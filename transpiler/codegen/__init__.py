@@ -7,6 +7,7 @@ same options, same bytes.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from functools import lru_cache
 from importlib import resources
@@ -38,7 +39,20 @@ def _helper(name: str) -> str:
 
 
 def _uses_fp8(k: A.Kernel) -> bool:
-    return any(p.type.dtype == "f8e4m3" for p in k.params)
+    """Whether anything in `k` is f8e4m3: a parameter, or a value made in the body (`.to(f8e4m3)`,
+    `full(f8e4m3[...], v)`), which reaches the IR only through a dtype or tile-type literal."""
+    if any(p.type.dtype == "f8e4m3" for p in k.params):
+        return True
+    todo = [k.body]
+    while todo:  # iterative: deeply nested bodies must not exhaust the stack
+        n = todo.pop()
+        if isinstance(n, (A.DTypeLit, A.TileTypeExpr)) and n.dtype == "f8e4m3":
+            return True
+        if isinstance(n, (tuple, list)):
+            todo.extend(n)
+        elif isinstance(n, (A.Expr, A.Stmt, A.Block)):
+            todo.extend(getattr(n, f.name) for f in dataclasses.fields(n))
+    return False
 
 
 def _param_decl(p: A.Param) -> str:

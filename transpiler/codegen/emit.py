@@ -733,6 +733,8 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
                 return self.round(CUDA_MATH[e.func].format(x=self.cast(args[0], e.args[0].ty.dtype, DType.F32)), dt)
             if kind == "abs":
                 x = self.cast(args[0], e.args[0].ty.dtype, cdt)
+                if cdt is DType.BOOL:  # abs of a bool is the bool (as NumPy's)
+                    return x
                 if cdt is DType.F32:
                     return self.round(f"fabsf({x})", dt)
                 self.helpers.add("tilex_math.cuh")

@@ -43,6 +43,8 @@ def check_constraints(program: A.Program) -> A.Program:
 
 
 def _kernel(k: A.Kernel) -> A.Kernel:
+    for e in k.where + k.grid:
+        _no_division_by_zero(e, k)
     facts = Facts()
     for c in k.where:
         v = fold(c)
@@ -54,6 +56,30 @@ def _kernel(k: A.Kernel) -> A.Kernel:
         for part in _conjuncts(c):
             _learn(part, facts)
     return replace(k, facts=facts)
+
+
+_DIVISIONS = (A.BinOpKind.FLOORDIV, A.BinOpKind.MOD, A.BinOpKind.DIV)
+
+
+def _no_division_by_zero(e: A.Expr, k: A.Kernel) -> None:
+    """A header divisor that is the constant 0 (`cdiv(N, 0)`, `N // 0`, `N % 0`) is an error here: the launch
+    (and the --host launcher) would divide by zero."""
+    todo = [e]
+    while todo:
+        n = todo.pop()
+        divisor = None
+        if isinstance(n, A.BinOp):
+            todo += [n.lhs, n.rhs]
+            divisor = n.rhs if n.op in _DIVISIONS else None
+        elif isinstance(n, A.UnaryOp):
+            todo.append(n.operand)
+        elif isinstance(n, A.Call):
+            todo += list(n.args)
+            divisor = n.args[1] if n.func == "cdiv" and len(n.args) == 2 else None
+        if divisor is not None and fold(divisor) == 0:
+            raise CompileError(f"division by zero in '{unparse(n)}'", n.span,
+                               ("compile-time parameters: " + ", ".join(f"{a} = {v}" for a, v in k.defines),)
+                               if k.defines else ())
 
 
 def _conjuncts(e: A.Expr):

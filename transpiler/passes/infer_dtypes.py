@@ -118,8 +118,8 @@ class _Dtypes(Rewriter):
         what = "tensor" if n.kind is A.NameKind.TENSOR else "value"
         return replace(n, ty=Ty(what, dt))
 
-    def visit_IntLit(self, n):
-        return replace(n, ty=_v(DType.I32))
+    def visit_IntLit(self, n):  # i32, or i64 when the value needs it (the parser keeps literals within i64)
+        return replace(n, ty=_v(DType.I32 if -2**31 <= n.value < 2**31 else DType.I64))
 
     def visit_FloatLit(self, n):
         return replace(n, ty=_v(DType.F32))

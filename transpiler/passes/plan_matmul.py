@@ -461,10 +461,19 @@ def mma_stage(bm: int, bn: int, bk: int, kmajor_b: bool) -> tuple[int, int, int,
 
 
 def _deepest_ring(stages: int, nbytes, limit: int) -> int:
-    """The pipeline depth is a request: the deepest ring of at most `stages` (and at least 2) that fits."""
-    while stages > 2 and nbytes(stages) > limit:
-        stages -= 1
-    return stages
+    """The pipeline depth is a request: the deepest ring of at most `stages` (and at least 2) that fits.
+
+    `nbytes` grows with the depth, so this bisects: a huge request (`-D STAGES=1e11`) costs ~40 probes."""
+    if stages <= 2 or nbytes(stages) <= limit:
+        return stages
+    lo, hi = 2, stages  # nbytes(hi) > limit; the answer is lo if nothing deeper fits
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if nbytes(mid) <= limit:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def tensor_core_product(e: A.BinOp) -> bool:

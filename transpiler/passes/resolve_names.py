@@ -19,6 +19,7 @@ from .. import ast as A
 from ..builtins import FUNCTIONS
 from ..cuda_names import identifier_reason, reserved_reason
 from ..diagnostics import CompileError, Span
+from ..parser import I64_MAX, I64_MIN, int_literal
 from .base import Rewriter, fail
 
 CONSTANTS = {"inf": math.inf, "nan": math.nan, "pi": math.pi}
@@ -46,12 +47,19 @@ def resolve_names(program: A.Program, defines: dict[str, object] | None = None,
 def _coerce(kind: str, value, cp: A.CParam):
     try:
         if kind == "int":
+            if isinstance(value, bool):  # -D BLOCK=True is not an int
+                raise ValueError
             if isinstance(value, str):
-                return int(value, 0)
+                value = int_literal(value)
             if isinstance(value, float) and not value.is_integer():
                 raise ValueError
-            return int(value)
+            value = int(value)
+            if not I64_MIN <= value <= I64_MAX:
+                raise CompileError(f"compile-time parameter '{cp.name}' = {value} does not fit in i64", cp.span)
+            return value
         if kind == "float":
+            if isinstance(value, bool):
+                raise ValueError
             return float(value)
         if kind == "bool":
             if isinstance(value, str):
@@ -60,8 +68,10 @@ def _coerce(kind: str, value, cp: A.CParam):
                 if value.lower() in ("0", "false", "no"):
                     return False
                 raise ValueError
+            if value not in (0, 1):  # True, False, 1, 0 (and 1.0, 0.0)
+                raise ValueError
             return bool(value)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):
         raise CompileError(f"compile-time parameter '{cp.name}' is {kind}, got {value!r}", cp.span) from None
     raise CompileError(f"compile-time parameter '{cp.name}' has unknown type '{kind}' (use int, float or bool)", cp.span)
 
@@ -169,6 +179,9 @@ def _resolve_kernel(k: A.Kernel, defines: dict, source: str) -> A.Kernel:
                     d = replace(d, kind=A.NameKind.SYMBOL)
                 elif not (isinstance(d, A.IntLit) and d.value > 0):
                     raise CompileError("a tensor dimension is a symbol (like N) or a positive integer", d.span)
+                elif d.value > 2**31 - 1:  # as shape symbols are checked at launch: dimensions are i32
+                    raise CompileError(f"tensor dimension {d.value} is larger than 2147483647 (dimensions are i32, "
+                                       "as shape symbols)", d.span)
                 new_dims.append(d)
             dims = tuple(new_dims)
         if p.name in kinds:  # a tensor whose own dimensions use its name: x: f32[x]
@@ -286,7 +299,10 @@ class _Resolver(Rewriter):
         target = self.visit(s.target)
         kind = target.base.kind if isinstance(target.base, A.Name) else None
         if kind is not A.NameKind.TENSOR:
-            fail(f"only tensor parameters can be written with x[...] = ...; '{A.Name and target.base.id}' is a {kind.value if kind else 'value'}")
+            name = s.target.base.id if isinstance(s.target.base, A.Name) else None
+            what = "the target is not a name" if name is None else \
+                f"'{name}' is a {kind.value if kind else 'compile-time parameter' if name in self.consts else 'constant'}"
+            fail(f"only tensor parameters can be written with x[...] = ...; {what}")
         if target.base.id not in self.outs:
             fail(f"'{target.base.id}' is an input; mark it `out` in the parameter list to write it")
         value = self.visit(s.value)

@@ -204,14 +204,25 @@ def describe_array(x: Any) -> ArrayInfo | None:
     if isinstance(cai, dict):
         try:
             dt = np.dtype(cai["typestr"])
-        except TypeError:
+        except (TypeError, KeyError, ValueError):
             dt = None
-        shape = tuple(int(n) for n in cai["shape"])
+        shape = _cai_shape(x, cai)
         itemsize = dt.itemsize if dt is not None else 1
         return ArrayInfo("cai", tilex_dtype_of_numpy(dt) if dt is not None else None,
                          str(dt) if dt is not None else cai["typestr"], shape,
                          _c_contiguous(shape, cai.get("strides"), itemsize), "cuda:?")
     return None
+
+
+def _cai_shape(x: Any, cai: dict) -> tuple[int, ...]:
+    """The `shape` of a `__cuda_array_interface__`: a tuple of non-negative ints, else a LaunchError."""
+    shape = cai.get("shape")
+    what = f"{type(x).__module__}.{type(x).__name__}.__cuda_array_interface__"
+    if not isinstance(shape, (tuple, list)):
+        raise LaunchError(f"{what}: 'shape' must be a tuple of non-negative integers, got {shape!r}")
+    if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0 for n in shape):
+        raise LaunchError(f"{what}: 'shape' must be a tuple of non-negative integers, got {tuple(shape)!r}")
+    return tuple(int(n) for n in shape)
 
 
 @functools.lru_cache(maxsize=256)
@@ -357,6 +368,10 @@ def constraint_message(spec: KernelSpec, c, symbols: Mapping[str, Any]) -> str:
     return f"constraint `{c.text}` ({spec.source_file}:{c.line}) failed: {vals}"
 
 
+# the largest finite value of each float dtype whose conversion overflows to inf (f8e4m3 saturates instead)
+_FLOAT_MAX = {"f16": 65504.0, "bf16": 3.3895313892515355e38, "f32": 3.4028234663852886e38}
+
+
 def _check_scalar(p: ParamSpec, v: Any) -> Any:
     """Check a scalar's Python/NumPy type and range; return a plain Python value."""
     if isinstance(v, np.generic):
@@ -375,11 +390,23 @@ def _check_scalar(p: ParamSpec, v: Any) -> Any:
         if not -(2 ** (bits - 1)) <= v < 2 ** (bits - 1):
             raise LaunchError(f"argument '{p.name}': {v} does not fit in {p.dtype}")
         return v
-    if p.dtype in ("f16", "bf16", "f32"):
+    if p.dtype in ("f16", "bf16", "f32", "f8e4m3"):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise LaunchError(f"argument '{p.name}': expected a number ({p.dtype}), "
                               f"got {type(v).__name__} {v!r}")
-        return float(v)
+        try:
+            v = float(v)
+        except OverflowError:  # an int beyond any float
+            raise LaunchError(f"argument '{p.name}': {v} is out of the range of {p.dtype}") from None
+        if abs(v) > _FLOAT_MAX.get(p.dtype, np.inf) and v - v == 0:  # rare: beyond the largest finite value
+            with np.errstate(over="ignore", invalid="ignore"):
+                rounded = float(np.asarray(v).astype(_numpy_dtypes()[p.dtype]))
+            if np.isfinite(rounded):  # within half an ulp of the largest value: rounds to it
+                return v
+            # out of range: f32/f16/bf16 would silently become inf (f8e4m3 saturates to +-448 on both backends)
+            raise LaunchError(f"argument '{p.name}': {v!r} is out of the range of {p.dtype} "
+                              f"(largest finite value {float(np.finfo(_numpy_dtypes()[p.dtype]).max)!r})")
+        return v
     raise LaunchError(f"argument '{p.name}': unknown scalar dtype {p.dtype!r}")
 
 

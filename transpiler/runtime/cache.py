@@ -120,17 +120,24 @@ def _warn(message: str) -> None:
 
 
 def get_or_build(key_parts: tuple[str | bytes, ...], build: Callable[[], bytes],
-                 cache_dir: str | os.PathLike | None) -> bytes:
+                 cache_dir: str | os.PathLike | None,
+                 validate: Callable[[bytes], str | None] | None = None) -> bytes:
     """The cached payload for `key_parts`, or `build()`'s result, stored for next time.
 
     `cache_dir=None` disables caching. Damaged entries are removed and rebuilt; an
-    unusable cache directory only costs the caching, never the build.
+    unusable cache directory only costs the caching, never the build. `validate(payload)`
+    says why an intact entry's payload is unusable (e.g. not a cubin), or None: such an
+    entry is treated as damaged.
     """
     if cache_dir is None:
         return _checked_build(build)
     path = entry_path(cache_dir, cache_key(key_parts))
     try:
-        return read_entry(path)
+        payload = read_entry(path)
+        why = validate(payload) if validate is not None else None
+        if why is None:
+            return payload
+        raise CacheError(why)
     except (FileNotFoundError, NotADirectoryError):  # a miss; write_entry reports bad dirs
         pass
     except CacheError as e:

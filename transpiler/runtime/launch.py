@@ -35,7 +35,7 @@ STATIC_SMEM_LIMIT = 48 * 1024
 # CUfunction_attribute value of CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (cuda.h).
 _ATTR_MAX_DYNAMIC_SMEM = 8
 
-_SCALAR_TYPES = {"f32": np.float32, "f16": np.float32, "bf16": np.float32,
+_SCALAR_TYPES = {"f32": np.float32, "f16": np.float32, "bf16": np.float32, "f8e4m3": np.float32,
                  "i32": np.int32, "i64": np.int64, "bool": np.bool_}
 
 

@@ -160,4 +160,9 @@ def compile_cubin(source: str, arch: str | None = None, options: tuple = (),
     if cache_dir is None or cache_dir is True:
         cache_dir = cache.default_cache_dir()
     key = ("cubin", source, "\0".join(opts), arch, backend, toolkit_version(backend), TILEX_VERSION)
-    return cache.get_or_build(key, build, cache_dir)
+    return cache.get_or_build(key, build, cache_dir, validate=_not_a_cubin)
+
+
+def _not_a_cubin(payload: bytes) -> str | None:
+    """Why a cached payload is not a cubin (an ELF image), or None."""
+    return None if payload[:4] == b"\x7fELF" else f"the payload is not a cubin (starts {payload[:8]!r}, not ELF)"

@@ -16,6 +16,7 @@ variant. Every other keyword of `load` is a `-D` compile-time parameter.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -268,29 +269,44 @@ def run(mod, kernel: str, *args, **scalars):
 FLOATS = ("f32", "f16", "bf16")
 
 
-def _accepted(x) -> ArrayInfo:
-    """describe_array(x) for an array `_kind1` accepts; `_kind1`'s TypeError for anything else."""
+def _accepted(x, name: str | None = None) -> ArrayInfo:
+    """describe_array(x) for an array `_kind1` accepts; `_kind1`'s TypeError (naming argument `name`) else."""
     info = describe_array(x) if isinstance(x, np.ndarray) or is_torch_tensor(x) or is_cupy_array(x) else None
     if info is None or (info.kind == "torch" and not info.device.startswith("cuda:")):
-        _kind1(x)  # raises
+        try:
+            _kind1(x)  # raises
+        except TypeError as e:
+            raise TypeError(f"{name}: {e}") if name else e from None
     return info
+
+
+def check_number(name: str, v) -> float:
+    """A Python/NumPy real scalar argument (eps, scale, ...) as a finite float; TypeError/ValueError naming it."""
+    if isinstance(v, np.generic) and np.ndim(v) == 0:
+        v = v.item()
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"{name}: expected a number, got {type(v).__name__} {v!r}"[:200])
+    v = float(v)
+    if not math.isfinite(v):
+        raise ValueError(f"{name}: expected a finite number, got {v}")
+    return v
 
 
 def _dtype_text(info: ArrayInfo) -> str:
     return info.dtype if info.dtype is not None else info.dtype_text
 
 
-def _accepted_dtype(x) -> str:
-    """_dtype_text(_accepted(x)), without describing a torch CUDA tensor in full."""
+def _accepted_dtype(x, name: str | None = None) -> str:
+    """_dtype_text(_accepted(x, name)), without describing a torch CUDA tensor in full."""
     if type(x) in _TORCH_TYPES and x.device.type == "cuda":
-        name, text = torch_dtype_names(x.dtype)
-        return name if name is not None else text
-    return _dtype_text(_accepted(x))
+        dt, text = torch_dtype_names(x.dtype)
+        return dt if dt is not None else text
+    return _dtype_text(_accepted(x, name))
 
 
 def check_float(name: str, x, ndim_min: int = 1, ndim: int | None = None) -> str:
     """Check that argument `name` is a float array of a supported dtype and rank; its dtype name."""
-    dt = _accepted_dtype(x)
+    dt = _accepted_dtype(x, name)
     if dt not in FLOATS:
         raise TypeError(M.not_float(name, dt))
     check_rank(name, x, ndim_min, ndim)
@@ -298,7 +314,7 @@ def check_float(name: str, x, ndim_min: int = 1, ndim: int | None = None) -> str
 
 
 def check_int(name: str, x, ndim: int | None = None) -> str:
-    dt = _accepted_dtype(x)
+    dt = _accepted_dtype(x, name)
     if dt not in ("i32", "i64"):
         raise TypeError(M.not_int(name, dt))
     if ndim is not None:

@@ -102,5 +102,5 @@ def linear_add_rms_norm(x, weight, residual, norm_weight=None, eps: float = 1e-6
     # SB partial rows summed per step: 4 at most (BLOCK = 8192: 52 registers, no spills; 8 spills)
     mod = L.load("splitk_add_rms_norm", T=dt, BLOCK=block, SB=min(4, L.next_pow2(splits)),
                  WARPS=min(32, max(1, block // 256)))
-    L.run(mod, "splitk_add_rms_norm", part, L.contiguous(residual), w, y, h, eps=float(eps))
+    L.run(mod, "splitk_add_rms_norm", part, L.contiguous(residual), w, y, h, eps=L.check_number("eps", eps))
     return y, h

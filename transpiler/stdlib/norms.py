@@ -40,7 +40,7 @@ def rms_norm(x, weight=None, eps: float = 1e-6):
     y = L.empty(x2, (m, n))
     name, cfg = model.plan("rms_norm", n, m, _itemsize(dt), L.sm_count(x2))
     mod = L.load("rms_norm", kernel=name, T=dt, **cfg)
-    L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, w, y), eps=float(eps))
+    L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, w, y), eps=L.check_number("eps", eps))
     return L.reshape(y, tuple(x.shape))
 
 
@@ -79,13 +79,13 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
             cfg = {k: cfg[k] for k in ("W", "P1", "P2", "WARPS")}
             name = "fused_add_rms_norm_inplace_k2"
             mod = L.load("fused_add_rms_norm", kernel=name, T=dt, **cfg)
-            L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, r2, w), eps=float(eps))
+            L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, r2, w), eps=L.check_number("eps", eps))
             return x, residual
         cfg = L.row_config(n, m, L.sm_count(x2))
         # a row per program: the kernel writes x and residual, so its loads are not streamed
         cfg = dict(BLOCK=cfg["BLOCK"], ONE_PASS=cfg["ONE_PASS"], WARPS=min(32, max(1, cfg["BLOCK"] // 256)))
         mod = L.load("fused_add_rms_norm", kernel="fused_add_rms_norm_inplace", T=dt, **cfg)
-        L.run(mod, "fused_add_rms_norm_inplace", x2, r2, w, eps=float(eps))
+        L.run(mod, "fused_add_rms_norm_inplace", x2, r2, w, eps=L.check_number("eps", eps))
         return x, residual
     name, cfg = model.plan("fused_add_rms_norm", n, m, _itemsize(dt), L.sm_count(x2))
     if cfg["STAGES"] == 1 and name == "fused_add_rms_norm" and dt == "bf16":
@@ -99,7 +99,7 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
     y = L.empty(x2, (m, n))
     r_out = L.empty(x2, (m, n))
     mod = L.load("fused_add_rms_norm", kernel=name, T=dt, **cfg)
-    L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, r2, w, y, r_out), eps=float(eps))
+    L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, r2, w, y, r_out), eps=L.check_number("eps", eps))
     return L.reshape(y, tuple(x.shape)), L.reshape(r_out, tuple(x.shape))
 
 
@@ -124,5 +124,5 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
             cfg["STAGES"] = 2
         cfg["EXACT"] = cfg["ONE_PASS"] and cfg["BLOCK"] == n  # rows exactly BLOCK wide need no column mask
     mod = L.load("layer_norm", kernel=name, T=dt, **cfg)
-    L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, w, b, y), eps=float(eps))
+    L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, w, b, y), eps=L.check_number("eps", eps))
     return L.reshape(y, tuple(x.shape))
