@@ -27,7 +27,7 @@ class ToyDecoderLayer(nn.Module):
     o_proj + residual + norm, gated MLP, down_proj. Weights are frozen parameters, the paged caches buffers
     (mutated in place: static inputs of the CUDA graph)."""
 
-    def __init__(self, hidden=4096, heads=32, kv_heads=8, head_dim=128, inter=11008, blocks=64, block_size=16,
+    def __init__(self, hidden=4096, heads=32, kv_heads=8, head_dim=128, inter=11008, blocks=256, block_size=16,
                  dtype=torch.bfloat16, device="cuda"):
         super().__init__()
         self.q_size, self.kv_size = heads * head_dim, kv_heads * head_dim

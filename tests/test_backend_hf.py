@@ -135,11 +135,12 @@ def test_tiny_model_cuda_graphs_replay_matches_eager():
     cm = torch.compile(model, backend="tilex", options={"programs": progs, "cuda_graphs": True})
     g = torch.Generator("cuda").manual_seed(4)
     with torch.no_grad():
-        for _ in range(4):  # warm-up, capture, two replays with new tokens
+        for _ in range(4):  # warm-up, capture, two more replays with new tokens
             ids = torch.randint(0, 96, (2, 32), device="cuda", generator=g)
             assert rel_err(cm(ids, use_cache=False).logits, model(ids, use_cache=False).logits) < 1e-4
     (prog,) = progs
-    assert prog.graph_runner.replays == 2
+    # capturing runs nothing, so the capture call replays too: calls 2, 3 and 4 (3 on the H200, session 16)
+    assert prog.graph_runner.replays == 3
 
 
 def test_cuda_graphs_option_on_cpu_runs_the_program():

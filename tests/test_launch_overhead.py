@@ -726,3 +726,15 @@ def test_empty_grid_plans_encode_no_maps(direct, monkeypatch):
     for _ in range(2):
         k(direct.tensor((0, 72), ptr=0x7F0000000004))  # misaligned too: never looked at, as before plans
     assert drv.launches == [] and len(k._plans) == 1
+
+
+def test_plan_and_cupy_paths_pass_every_scalar_dtype_alike():
+    """The plan's ctypes table and the CuPy path's NumPy table cover the same scalar dtypes with the same C
+    type (found on the H200: an f8e4m3 scalar, added to one table only, made every plan's first call fail)."""
+    import ctypes
+
+    from tilex.runtime import launch, plan
+
+    assert set(plan._SCALAR_CTYPES) == set(launch._SCALAR_TYPES)
+    for name, np_type in launch._SCALAR_TYPES.items():
+        assert ctypes.sizeof(plan._SCALAR_CTYPES[name]) == np.dtype(np_type).itemsize, name

@@ -28,8 +28,9 @@ from ..spec import KernelSpec
 from .args import (_CUPY_TYPES, _PLAIN_SCALARS, _TORCH_TYPES, BoundArgs, _check_scalar, is_cupy_array,
                    is_torch_tensor)
 
-# ctypes storage of a scalar parameter by its dtype: f16/bf16 scalars are passed as float (the kernel rounds)
-_SCALAR_CTYPES = {"f32": ctypes.c_float, "f16": ctypes.c_float, "bf16": ctypes.c_float,
+# ctypes storage of a scalar parameter by its dtype: f16/bf16/f8e4m3 scalars are passed as float (the kernel
+# rounds); the same C types as launch._SCALAR_TYPES (test_launch_overhead checks the two tables agree)
+_SCALAR_CTYPES = {"f32": ctypes.c_float, "f16": ctypes.c_float, "bf16": ctypes.c_float, "f8e4m3": ctypes.c_float,
                   "i32": ctypes.c_int32, "i64": ctypes.c_int64, "bool": ctypes.c_bool}
 _TMA_BYTES = ctypes.c_ubyte * 128
 
