@@ -8,7 +8,7 @@
 import sys as _sys
 import types as _types
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401  (tilex.__version__)
 
 
 def compile(path_or_source, arch=None, cache_dir=None, **defines):  # noqa: A001

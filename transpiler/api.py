@@ -1,9 +1,8 @@
 """`tilex.compile`: translate a .tile file (or source text) and get launchable kernels."""
 from __future__ import annotations
 
-import os
-
 from .pipeline import Options
+from .source import read_source
 from .translate import Translation, translate
 
 
@@ -85,7 +84,7 @@ def compile(path_or_source: str, arch: str | None = None, cache_dir=None, **defi
     """Translate a .tile file path (or source text) with compile-time parameters `defines`.
 
     A str with no newline and no '{' (or an os.PathLike) is a path; anything else is source text."""
-    source, file = _source_of(path_or_source)
+    source, file = read_source(path_or_source)
     if arch is None:
         from .runtime.nvrtc import default_arch
 
@@ -95,30 +94,6 @@ def compile(path_or_source: str, arch: str | None = None, cache_dir=None, **defi
             arch = "sm_90a"
     return Module(translate(source, file, Options(defines=dict(defines), arch=arch)), arch, cache_dir,
                   defines=dict(defines), specialize=True)
-
-
-def _source_of(path_or_source) -> tuple[str, str]:
-    """(source text, file name) of `compile`'s first argument; TypeError/OSError/ValueError that say what was wrong."""
-    if isinstance(path_or_source, os.PathLike):
-        path_or_source = os.fspath(path_or_source)
-    if not isinstance(path_or_source, str):
-        raise TypeError("tilex.compile() takes a .tile file path or .tile source text (str or os.PathLike), "
-                        f"got {type(path_or_source).__name__}")
-    if "\n" in path_or_source or "{" in path_or_source:
-        return path_or_source, "<string>"
-    path = path_or_source
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"tilex.compile(): no such .tile file: {path!r} (source text is recognised by "
-                                "its newlines or braces)")
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"tilex.compile(): {path!r} is a directory, not a .tile file")
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read(), path
-    except UnicodeDecodeError as e:
-        raise ValueError(f"tilex.compile(): {path!r} is not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except OSError as e:
-        raise OSError(e.errno, f"tilex.compile(): cannot read {path!r}: {e.strerror}") from None
 
 
 def tuned_defines(path_or_source: str, kernel: str, shapes: dict, arch: str | None = None,

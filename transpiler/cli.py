@@ -21,7 +21,7 @@ from typing import Any, Iterator, List, Optional
 
 import typer
 
-from . import __version__
+from .version import __version__
 from .diagnostics import CompileError, TilexError  # LaunchError is a TilexError
 from .explain import has_matmul
 
@@ -99,18 +99,14 @@ def _errors(json_mode: bool = False) -> Iterator[None]:
 
 
 def _read_source(file: Path) -> tuple[str, str]:
-    """(path text, source) of a .tile file; _Fail on a missing or unreadable file."""
-    name = str(file)
-    if not file.exists():
-        raise _Fail(f"{name}: No such file")
-    if file.is_dir():
-        raise _Fail(f"{name}: is a directory, not a .tile file")
+    """(path text, source) of a .tile file; _Fail (`FILE: why`) on a missing or unreadable file."""
+    from .source import read_file
+
     try:
-        return name, file.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise _Fail(f"{name}: not a UTF-8 text file") from None
-    except OSError as e:
-        raise _Fail(f"{name}: {e.strerror or e}") from None
+        source, name = read_file(file, "tilex")
+    except (OSError, ValueError) as e:
+        raise _Fail(f"{file}: {e.reason}") from None
+    return name, source
 
 
 def _write(path: Path, text: str) -> None:

@@ -43,6 +43,7 @@ import numpy as np
 from .diagnostics import CompileError, TilexError
 from .explain import has_matmul
 from .runtime.cache import default_cache_dir
+from .source import is_source_text, read_source
 
 STORE_NAME = "tuned.json"
 STORE_FORMAT = "tilex-tuned-configs"
@@ -332,14 +333,6 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def _read_source(path_or_source: str) -> tuple[str, str]:
-    """(source, file name) of a path or of source text (as tilex.compile decides)."""
-    if "\n" not in path_or_source and os.path.exists(path_or_source):
-        with open(path_or_source, encoding="utf-8") as f:
-            return f.read(), path_or_source
-    return path_or_source, "<string>"
-
-
 _DIGESTS: dict[tuple, str] = {}
 
 
@@ -347,16 +340,16 @@ def _digest_of(path_or_source: str) -> str:
     """sha256 of the source, memoized per file (device, inode, mtime, size) or per text, so
     wrappers can ask per call."""
     st = None
-    if "\n" not in path_or_source:
+    if not is_source_text(path_or_source):
         try:
             st = os.stat(path_or_source)
-        except (OSError, ValueError):  # not a path (as os.path.exists decides)
+        except (OSError, ValueError):  # no such file: nothing was tuned for it
             pass
     if st is not None:
         memo = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)  # this file, as it is now
         hit = _DIGESTS.get(memo)
         if hit is None:
-            hit = _DIGESTS[memo] = source_sha256(_read_source(path_or_source)[0])
+            hit = _DIGESTS[memo] = source_sha256(read_source(path_or_source, "tilex.tune.best()")[0])
         return hit
     return _text_digest(path_or_source)
 
@@ -605,7 +598,7 @@ def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
     scalars without a declared default. `candidates`: time exactly these configurations (each a
     value for every searched parameter, e.g. the model's best few) instead of the whole space.
     """
-    from . import __version__
+    from .version import __version__
     from .inputs import make_inputs, resolve_symbols, tensor_bytes
     from .pipeline import Options, compile_program
     from .translate import translate
@@ -613,7 +606,7 @@ def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
     say = progress or (lambda msg: None)
     if reference not in ("auto", "interp", "first"):
         raise TuneError(f"reference must be auto, interp or first, got {reference!r}")
-    source, file = _read_source(path_or_source)
+    source, file = read_source(path_or_source, "tilex.tune.tune()")
     parsed = compile_program(source, file, Options(kernel=kernel), stop_after="parse")
     if kernel is None:
         names = [k.name for k in parsed.kernels]

@@ -18,7 +18,7 @@ FORMAT = 1
 
 
 def fingerprint(gm, arch: str) -> str:
-    from .. import __version__
+    from ..version import __version__
     from .fusion import tensor_meta
 
     h = hashlib.sha256(f"tilex-backend-graph\0{FORMAT}\0{__version__}\0{arch}\0".encode())

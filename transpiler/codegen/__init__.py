@@ -14,7 +14,7 @@ from importlib import resources
 
 import jinja2
 
-from .. import __version__
+from ..version import __version__
 from .. import ast as A
 from ..exprs import to_c
 from ..types import DType

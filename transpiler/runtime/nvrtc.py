@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .. import __version__ as TILEX_VERSION
+from ..version import __version__ as TILEX_VERSION
 from ..diagnostics import TilexError
 from . import cache
 
