@@ -23,7 +23,6 @@ import typer
 
 from .version import __version__
 from .diagnostics import CompileError, TilexError  # LaunchError is a TilexError
-from .explain import has_matmul
 
 app = typer.Typer(
     name="tilex",
@@ -302,26 +301,6 @@ def _pick_kernel(source: str, name: str, defines: dict, kernel: Optional[str]) -
     raise _Fail(f"{name} has {len(names)} kernels ({', '.join(names)}): choose one with --kernel NAME")
 
 
-def _run_interp(program, kernel_name: str, arrays: dict, scalars: dict, out_names: list) -> dict:
-    """Run the interpreter on copies of `arrays`; {output name: result array}."""
-    try:
-        from . import interp
-    except ImportError as e:
-        raise _Fail(f"the interpreter is not available in this installation (cannot import tilex.interp: {e})") \
-            from None
-    local = {k: v.copy() for k, v in arrays.items()}
-    result = interp.launch(program, kernel_name, **local, **scalars)
-    outs = {}
-    for n in out_names:
-        if isinstance(result, dict) and n in result:
-            outs[n] = result[n]
-        else:
-            outs[n] = local[n]
-    import numpy as np
-
-    return {n: np.asarray(v) for n, v in outs.items()}
-
-
 def _fmt(v: Any, spec: str = ".3g") -> str:
     if v is None:
         return "-"
@@ -406,7 +385,8 @@ def run(
 
     failed = False
     with _errors(json_mode=as_json):
-        from .inputs import compare, load_input, make_inputs, resolve_symbols, stats, tensor_bytes
+        from . import harness as H
+        from .inputs import stats
         from .launchspec import make_spec
         from .pipeline import compile_program
 
@@ -441,56 +421,35 @@ def run(
             spec = make_spec(program.kernel(kname), source)
         kern = program.kernel(kname)
 
-        params = {p.name: p for p in spec.params}
-        loaded = {}
-        for pname, path in input_files.items():
-            p = params.get(pname)
-            if p is None:
-                raise InputError(f"--input {pname}=...: kernel {kname} has no parameter '{pname}' "
-                                 f"(parameters: {', '.join(params)})")
-            if p.kind != "tensor":
-                raise InputError(f"--input {pname}=...: '{pname}' is a scalar parameter: pass --arg {pname}=VALUE")
-            loaded[pname] = load_input(path, p)
-        symbols = resolve_symbols(spec, shapes, loaded)
-        arrays, scalars = make_inputs(spec, symbols, seed, loaded, scalar_args)
-        out_names = [p.name for p in spec.params if p.kind == "tensor" and p.is_out]
+        prob = H.problem(spec, shapes, seed, H.load_inputs(spec, input_files), scalar_args)
 
-        report: dict[str, Any] = {"kernel": kname, "backend": chosen, "shapes": dict(symbols)}
+        report: dict[str, Any] = {"kernel": kname, "backend": chosen, "shapes": dict(prob.symbols)}
         results: dict[str, dict] = {}
-        out_stats: dict[str, dict] = {}
         if chosen == "cuda":
             import cupy
 
             from .runtime import Kernel
 
             k = Kernel(spec, translation.cuda, arch=options.arch)
-            dev = {n: cupy.asarray(a) for n, a in arrays.items()}
+            dev = {n: cupy.asarray(a) for n, a in prob.arrays.items()}
             progress(f"compiling and launching {kname} on the GPU ...")
-            k(**dev, **scalars)
+            k(**dev, **prob.scalars)
             cupy.cuda.get_current_stream().synchronize()
-            gpu_out = {n: cupy.asnumpy(dev[n]) for n in out_names}
+            got = {n: cupy.asnumpy(dev[n]) for n in prob.outputs}
             progress("running the interpreter for reference ...")
-            ref = _run_interp(program, kname, arrays, scalars, out_names)
-            for n in out_names:
-                results[n] = compare(gpu_out[n], ref[n], params[n].dtype)
-                out_stats[n] = stats(gpu_out[n])
+            results = H.compare_outputs(got, H.reference(program, kname, prob), prob)
             report["outputs"] = results
             if bench:
                 progress("timing ...")
-                ms = k.bench(**dev, **scalars)
+                ms = k.bench(**dev, **prob.scalars)
+                nbytes, flop = H.work(kern, spec, prob.symbols)
                 report["time_ms"] = ms
-                nbytes = tensor_bytes(spec, symbols)
                 report["gb_s"] = nbytes / (ms * 1e-3) / 1e9 if ms > 0 else None
-                tflops = None
-                if has_matmul(kern) and all(s in symbols for s in ("M", "N", "K")):
-                    flop = 2.0 * symbols["M"] * symbols["N"] * symbols["K"]
-                    tflops = flop / (ms * 1e-3) / 1e12 if ms > 0 else None
-                report["tflop_s"] = tflops
+                report["tflop_s"] = flop / (ms * 1e-3) / 1e12 if flop is not None and ms > 0 else None
         else:
             progress(f"running {kname} in the interpreter ...")
-            ref = _run_interp(program, kname, arrays, scalars, out_names)
-            for n in out_names:
-                out_stats[n] = stats(ref[n])
+            got = H.reference(program, kname, prob)
+        out_stats = {n: stats(got[n]) for n in prob.outputs}
         report["stats"] = out_stats
         report["ok"] = all(r["ok"] for r in results.values())
         failed = not report["ok"]

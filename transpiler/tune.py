@@ -41,7 +41,6 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 import numpy as np
 
 from .diagnostics import CompileError, TilexError
-from .explain import has_matmul
 from .runtime.cache import default_cache_dir
 from .source import is_source_text, read_source
 
@@ -599,7 +598,7 @@ def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
     value for every searched parameter, e.g. the model's best few) instead of the whole space.
     """
     from .version import __version__
-    from .inputs import make_inputs, resolve_symbols, tensor_bytes
+    from . import harness as H
     from .pipeline import Options, compile_program
     from .translate import translate
 
@@ -632,10 +631,9 @@ def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
     facts = None
     symbols = None
     first_spec = None
+    prob = None
     ref_outputs: dict[str, np.ndarray] | None = None
     ref_mode = reference
-    out_names: list[str] = []
-    out_dtypes: dict[str, str] = {}
     nbytes = flop = None
     width = len(str(n))
     for i, cfg in enumerate(configs, 1):
@@ -654,25 +652,16 @@ def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
         cand.threads, cand.smem_bytes = spec.threads, spec.smem_bytes
         if first_spec is None:  # inputs and the reference come from the first config that compiles
             first_spec = spec
-            symbols = resolve_symbols(spec, shapes)
-            arrays, scalars = make_inputs(spec, symbols, seed, args=args)
-            out_names = [p.name for p in spec.params if p.kind == "tensor" and p.is_out]
-            out_dtypes = {p.name: p.dtype for p in spec.params if p.kind == "tensor"}
-            nbytes = tensor_bytes(spec, symbols)
-            if has_matmul(t.program.kernel(kernel)) and all(s in symbols for s in "MNK"):
-                flop = 2.0 * symbols["M"] * symbols["N"] * symbols["K"]
+            prob = H.problem(spec, shapes, seed, args=args)
+            symbols = prob.symbols
+            nbytes, flop = H.work(t.program.kernel(kernel), spec, symbols)
             if ref_mode == "auto":
-                elems = sum(a.size for a in arrays.values())
-                small = elems <= INTERP_MAX_ELEMENTS and _programs(spec, symbols) <= INTERP_MAX_PROGRAMS
+                small = prob.elements <= INTERP_MAX_ELEMENTS and _programs(spec, symbols) <= INTERP_MAX_PROGRAMS
                 ref_mode = "interp" if small else "first"
             if ref_mode == "interp":
                 say("running the interpreter for the reference output ...")
-                from .interp import launch as interp_launch
-
-                local = {k: v.copy() for k, v in arrays.items()}
-                interp_launch(t.program, kernel, **local, **scalars)
-                ref_outputs = {o: np.asarray(local[o]) for o in out_names}
-            runner.setup(arrays, scalars, out_names)
+                ref_outputs = H.reference(t.program, kernel, prob)
+            runner.setup(prob.arrays, prob.scalars, list(prob.outputs))
         elif spec.params != first_spec.params or spec.symbols != first_spec.symbols:
             cand.status, cand.reason = "skipped", "its parameters differ from the first configuration's"
             say(f"{tag}: skipped: {cand.reason}")
@@ -690,15 +679,12 @@ def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
             say(f"{tag}: FAILED: {cand.reason}")
             continue
         if ref_outputs is None:
-            ref_outputs = {o: np.asarray(got[o]) for o in out_names}
+            ref_outputs = {o: np.asarray(got[o]) for o in prob.outputs}
             cand.reference = True
             cand.rel_err = 0.0
         else:
-            from .inputs import compare
-
             worst = None
-            for o in out_names:
-                r = compare(got[o], ref_outputs[o], out_dtypes[o])
+            for o, r in H.compare_outputs(got, ref_outputs, prob).items():
                 cand.rel_err = max(cand.rel_err or 0.0, r["rel_err"])
                 if not r["ok"] and worst is None:
                     worst = f"output '{o}' differs from the {('interpreter' if ref_mode == 'interp' else 'reference')}" \
