@@ -143,3 +143,11 @@ def test_version_module_is_the_bottom_floor():
     assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert tilex.__version__ == version.__version__ == meta["project"]["version"]
+
+
+def test_pick_kernel():
+    assert H.pick_kernel(["a"], "f.tile") == "a" and H.pick_kernel(["a", "b"], "f.tile", "b") == "b"
+    with pytest.raises(T.TuneError, match=r"^f\.tile has 2 kernels \(a, b\): choose one with --kernel NAME$"):
+        H.pick_kernel(["a", "b"], "f.tile", error=T.TuneError)
+    with pytest.raises(tilex.diagnostics.TilexError, match=r"^f\.tile: no kernels$"):
+        H.pick_kernel([], "f.tile")

@@ -288,17 +288,13 @@ def gpu_status() -> tuple[bool, str]:
 
 
 def _pick_kernel(source: str, name: str, defines: dict, kernel: Optional[str]) -> str:
+    from .harness import pick_kernel
     from .pipeline import compile_program
 
     if kernel is not None:
         return kernel
     parsed = compile_program(source, name, _options({}), stop_after="parse")
-    names = [k.name for k in parsed.kernels]
-    if len(names) == 1:
-        return names[0]
-    if not names:
-        raise _Fail(f"{name}: no kernels")
-    raise _Fail(f"{name} has {len(names)} kernels ({', '.join(names)}): choose one with --kernel NAME")
+    return pick_kernel([k.name for k in parsed.kernels], name, error=_Fail)
 
 
 def _fmt(v: Any, spec: str = ".3g") -> str:
@@ -556,9 +552,9 @@ def tune(
     with _errors(json_mode=as_json):
         from . import tune as T
 
-        _read_source(file)  # a clear error for a missing or unreadable file
+        _read_source(file)  # a clear error for a missing or unreadable file (tune reads the Path as a file too)
         _codegen()
-        result = T.tune(str(file), kernel, shapes, space=space_map, defines=defines,
+        result = T.tune(file, kernel, shapes, space=space_map, defines=defines,
                         warmup_ms=warmup, rep=rep, reference=reference, seed=seed, store=not no_store,
                         args=scalar_args,
                         progress=lambda msg: err.print(msg, style="dim"))

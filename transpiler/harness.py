@@ -1,5 +1,5 @@
 """The compile-run-compare harness shared by `tilex run` and `tilex tune`: one launch's host inputs for a
-kernel's spec (`Problem`), the interpreter's reference outputs, the comparison of outputs with it, and the
+kernel's spec (`Problem`, `pick_kernel`), the interpreter's reference outputs, the comparison of outputs with it, and the
 work a launch does (bytes, matmul flop) for its rates.
 
 NumPy-only (no CuPy): the device side stays with the callers (`tilex run` launches once through
@@ -31,6 +31,18 @@ class Problem:
     @property
     def elements(self) -> int:
         return sum(a.size for a in self.arrays.values())
+
+
+def pick_kernel(names, file: str, kernel: str | None = None, error: type[Exception] = TilexError) -> str:
+    """`kernel` if given, else the file's only kernel; `error` saying which to choose when there are several."""
+    if kernel is not None:
+        return kernel
+    names = list(names)
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise error(f"{file}: no kernels")
+    raise error(f"{file} has {len(names)} kernels ({', '.join(names)}): choose one with --kernel NAME")
 
 
 def load_inputs(spec: KernelSpec, files: Mapping[str, str]) -> dict[str, np.ndarray]:

@@ -581,7 +581,7 @@ def _programs(spec, symbols) -> int:
     return math.prod(int(eval_expr(g, symbols)) for g in spec.grid)
 
 
-def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
+def tune(path_or_source: str | os.PathLike, kernel: str | None, shapes: Mapping[str, int], *,
          space: Mapping[str, Sequence] | None = None, defines: Mapping[str, Any] | None = None,
          runner: Runner | None = None, arch: str | None = None, warmup_ms: float = 25.0, rep: int = 100,
          reference: str = "auto", seed: int = 0, store: bool = True,
@@ -597,22 +597,17 @@ def tune(path_or_source: str, kernel: str | None, shapes: Mapping[str, int], *,
     scalars without a declared default. `candidates`: time exactly these configurations (each a
     value for every searched parameter, e.g. the model's best few) instead of the whole space.
     """
-    from .version import __version__
     from . import harness as H
     from .pipeline import Options, compile_program
     from .translate import translate
+    from .version import __version__
 
     say = progress or (lambda msg: None)
     if reference not in ("auto", "interp", "first"):
         raise TuneError(f"reference must be auto, interp or first, got {reference!r}")
     source, file = read_source(path_or_source, "tilex.tune.tune()")
     parsed = compile_program(source, file, Options(kernel=kernel), stop_after="parse")
-    if kernel is None:
-        names = [k.name for k in parsed.kernels]
-        if len(names) != 1:
-            raise TuneError(f"{file} has {len(names)} kernels ({', '.join(names) or 'none'}): "
-                            "choose one with --kernel NAME")
-        kernel = names[0]
+    kernel = H.pick_kernel([k.name for k in parsed.kernels], file, kernel, error=TuneError)
     kdecl = parsed.kernel(kernel)
     fixed = dict(defines or {})
     sp = search_space(kdecl.cparams, space, fixed, kernel=kdecl)
