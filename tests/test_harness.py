@@ -151,3 +151,13 @@ def test_pick_kernel():
         H.pick_kernel(["a", "b"], "f.tile", error=T.TuneError)
     with pytest.raises(tilex.diagnostics.TilexError, match=r"^f\.tile: no kernels$"):
         H.pick_kernel([], "f.tile")
+
+
+def test_best_reads_a_pathlike_as_its_file(tmp_path):
+    shapes = {"N": 5000}
+    store = T.TuneStore(tmp_path)
+    digest = T.source_sha256(VECTOR_ADD.read_text(encoding="utf-8"))
+    store.put(T.store_key(digest, "vector_add", shapes, "sm_90a"), {"defines": {"BLOCK": 512}})
+    assert T.best(VECTOR_ADD, "vector_add", shapes, "sm_90a", cache_dir=tmp_path) == {"BLOCK": 512}
+    assert T.best(str(VECTOR_ADD), "vector_add", shapes, "sm_90a", cache_dir=tmp_path) == {"BLOCK": 512}
+    assert T.best(str(tmp_path / "none.tile"), "vector_add", shapes, "sm_90a", cache_dir=tmp_path) is None

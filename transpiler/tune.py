@@ -338,6 +338,8 @@ _DIGESTS: dict[tuple, str] = {}
 def _digest_of(path_or_source: str) -> str:
     """sha256 of the source, memoized per file (device, inode, mtime, size) or per text, so
     wrappers can ask per call."""
+    if isinstance(path_or_source, os.PathLike):
+        path_or_source = os.fspath(path_or_source)
     st = None
     if not is_source_text(path_or_source):
         try:
