@@ -92,7 +92,8 @@ def test_examples_compile_for_both_archs(path, arch):
 
 
 def test_pass_names():
-    assert PASS_NAMES == ["parse", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "infer_memory"]
+    assert PASS_NAMES == ["parse", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "choose_threads",
+                          "infer_memory"]
 
 
 # ---------------------------------------------------------------- resolve_names
@@ -650,6 +651,22 @@ def test_threads_of_the_examples():
     got = {p.stem: compile_program(p.read_text(), p.name, check=True).kernels[0].info.threads for p in EXAMPLES}
     assert got == {"matmul": 128, "rmsnorm": 128, "softmax": 128, "swiglu": 128, "vector_add": 128,
                    "bmm": 256, "bmm_persistent": 256, "head_scores": 256}  # wgmma: 2 consumer warpgroups
+
+
+def test_choose_threads_decides_the_threads_infer_memory_uses():
+    from tilex.passes.choose_threads import LaunchConfig
+
+    for p in EXAMPLES:
+        chosen = compile_program(p.read_text(), p.name, stop_after="choose_threads", check=True).kernels[0].info
+        final = compile_program(p.read_text(), p.name).kernels[0].info
+        assert isinstance(chosen, LaunchConfig), p.stem
+        assert (chosen.threads, chosen.producers) == (final.threads, final.producers), p.stem
+        assert chosen.launch_threads == final.launch_threads
+
+
+def test_choose_threads_follows_the_biggest_tile_before_infer_memory():
+    k = kernel("    r = zeros(f32[2048])", "choose_threads")
+    assert (k.info.threads, k.info.producers) == (256, 0)
 
 
 @pytest.mark.parametrize("warps", [1, 2, 4, 8, 16, 32])

@@ -13,6 +13,7 @@ from .deep import deep
 from .diagnostics import CompileError, Span
 from .parser import parse
 from .passes.check_constraints import check_constraints
+from .passes.choose_threads import choose_threads
 from .passes.infer_dtypes import infer_dtypes
 from .passes.infer_memory import infer_memory
 from .passes.infer_shapes import infer_shapes
@@ -45,6 +46,7 @@ PASSES: list[tuple[str, Callable]] = [
     ("infer_shapes", lambda p, o: infer_shapes(p)),
     ("check_constraints", lambda p, o: check_constraints(p)),
     ("plan_matmul", lambda p, o: plan_matmul(p, o.arch)),
+    ("choose_threads", lambda p, o: choose_threads(p)),
     ("infer_memory", lambda p, o: infer_memory(p, o.arch)),
 ]
 

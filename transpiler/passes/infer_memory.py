@@ -32,6 +32,7 @@ from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, smem_limit
 from .plan_matmul import StreamedMma
 from ..types import DType, MemSpace, numel
 from .base import Rewriter, Walker, fail, name_nodes, names_in, stored_tensors
+from .choose_threads import LaunchConfig, min_blocks, planned_loops
 
 # 128-byte swizzled tiles (wgmma operands): the XOR pattern repeats every 8 rows of 128 bytes, and the
 # hardware takes it from the address bits, so each tile starts at a multiple of 1024 bytes
@@ -101,6 +102,9 @@ class KernelMemory:
 
 
 def infer_memory(program: A.Program, arch: str = "sm_90a") -> A.Program:
+    for k in program.kernels:
+        if not isinstance(k.info, LaunchConfig):
+            fail(f"internal: infer_memory needs choose_threads' launch configuration (kernel '{k.name}')")
     return replace(program, kernels=tuple(_kernel_memory(k, arch) for k in program.kernels))
 
 
@@ -154,35 +158,6 @@ def _shallower_persistent_ring(k: A.Kernel) -> A.Kernel | None:
     return replace(k, body=out) if changed else None
 
 
-def _plans(k: A.Kernel) -> list:
-    found = []
-
-    class _Find(Walker):
-        def on_For(self, s):
-            if s.plan is not None:
-                found.append(s.plan)
-
-    _Find().walk(k.body)
-    return found
-
-
-def _threads(k: A.Kernel) -> int:
-    plans = _plans(k)
-    if plans:  # the tensor-core loop decides the warps; every plan in a kernel must agree
-        return max(p.consumers for p in plans)
-    for name, v in k.defines:
-        if name == "WARPS":
-            if not isinstance(v, int) or v < 1 or v > 32 or v & (v - 1):
-                raise CompileError(f"WARPS must be a power of two from 1 to 32, got {v}", k.span)
-            return 32 * v
-    sizes = _TileSizes()
-    sizes.walk(k.body)
-    t = 32
-    while t < 256 and t * 8 < sizes.biggest:
-        t *= 2
-    return t
-
-
 def _replace_names(e, table: dict):
     """`e` with every Name in `table` replaced by its expression (typed AST in, typed AST out)."""
     class _R(Rewriter):
@@ -195,38 +170,6 @@ def _ring_what(p) -> str:
     what = "TMA ring" if p.strategy == "wgmma" else "cp.async ring"
     bs = f"{p.bk}x{p.bn}" if p.nb == 1 else f"{p.nb} of {p.bk}x{p.bn}"
     return f"the {p.stages}-stage {what} of the '@' operands ({p.bm}x{p.bk} and {bs} per stage)"
-
-
-MAX_THREADS_PER_SM = 2048  # sm_80 .. sm_90
-
-
-def _min_blocks(k: A.Kernel, threads: int) -> int:
-    """MIN_BLOCKS, if the kernel declares it: resident blocks per SM requested of ptxas, which caps
-    registers per thread at 65536 / (threads * MIN_BLOCKS) (0: no request)."""
-    for name, v in k.defines:
-        if name == "MIN_BLOCKS":
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v * threads > MAX_THREADS_PER_SM:
-                most = MAX_THREADS_PER_SM // threads
-                raise CompileError(f"MIN_BLOCKS must be an integer from 0 to {most} for {threads} threads per block "
-                                   f"(at most {MAX_THREADS_PER_SM} threads per SM), got {v}", k.span)
-            return v
-    return 0
-
-
-class _TileSizes(Walker):
-    """Finds the element count of the largest tile a kernel computes."""
-
-    biggest = 1
-
-    def __getattr__(self, name):
-        if not name.startswith("on_"):
-            raise AttributeError(name)
-        return self._see
-
-    def _see(self, node):
-        ty = getattr(node, "ty", None)
-        if ty is not None and ty.what == "value" and ty.shape:
-            self.biggest = max(self.biggest, numel(ty.shape))
 
 
 def compute_bytes(dt) -> int:
@@ -266,14 +209,11 @@ class _Memory(Rewriter):
         self.shrink = shrink  # streamed rings: 0 as asked, 1 at most 2 stages, 2 also no tiles read into registers
         self.seed = seed or {}  # variable -> layout to create it in (from a first run: what its updates produce)
         self.prefer: dict[str, Layout] = {}
-        self.plans = _plans(k)
-        self.T = _threads(k)
+        self.plans = planned_loops(k)
+        self.launch = k.info  # choose_threads' LaunchConfig
+        self.T = self.launch.threads
         self.accs: dict[str, Layout] = {}  # accumulators of planned loops -> fragment layouts
         for plan in self.plans:
-            if plan.consumers != self.T:
-                raise CompileError(f"two tensor-core loops in kernel '{k.name}' want different warp counts "
-                                   f"({plan.consumers // 32} and {self.T // 32})", k.span,
-                                   ("give both loops the same tile sizes, or set WARPS",))
             frag = Layout.of(mma_fragment((plan.bm, plan.bn), plan.warps_m, plan.warps_n, plan.strategy))
             for prod in plan.products:
                 self.accs[prod.acc] = frag
@@ -685,9 +625,9 @@ class _Memory(Rewriter):
         align = SWIZZLE_ALIGN if swizzled else 16
         # codegen rounds the base of dynamic shared memory up to `align`: room for that
         smem = base + max((u.bytes for u in self.uses), default=0) + (align if swizzled else 0)
-        producers = max((p.producers for p in self.plans), default=0)
+        producers = self.launch.producers
         info = KernelMemory(self.T, smem, self.limit, resident_uses + self.uses, dict(self.vars), producers,
-                            self.resident, base, _min_blocks(k, self.T + producers),
+                            self.resident, base, min_blocks(k, self.launch.launch_threads),
                             frozenset(self.swizzled_resident), align, *self.mbar)
         out = replace(k, where=where, grid=grid, body=body, info=info)
         return self.check_budget(out) if check_budget else out
