@@ -25,14 +25,14 @@ from typing import Any
 from .. import ast as A
 from ..builtins import FUNCTIONS
 from ..diagnostics import CompileError, Span
-from ..explain import walk_stmts
-from ..exprs import affine, const_int, unparse, untransposed
+from ..exprs import unparse, untransposed
 from ..layout import Fragment, Layout, canonical, mma_fragment, mma_warp_grid, reduction_plan
 from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, smem_limit
 from .plan_matmul import StreamedMma
 from ..types import DType, MemSpace, numel
 from .base import Rewriter, Walker, fail, name_nodes, names_in, stored_tensors
 from .choose_threads import LaunchConfig, min_blocks, planned_loops
+from .stream_hazards import assigned, assigned_count, local_to, nested_loops, outside_loops, rows_ahead_disjoint
 
 # 128-byte swizzled tiles (wgmma operands): the XOR pattern repeats every 8 rows of 128 bytes, and the
 # hardware takes it from the address bits, so each tile starts at a multiple of 1024 bytes
@@ -301,27 +301,6 @@ class _Memory(Rewriter):
             return {}, []
         out, mem = {}, self
 
-        def assigned(block) -> set:
-            names: set = set()
-
-            class _A(Walker):
-                def on_Assign(self, st):
-                    names.add(st.name)
-
-                def on_For(self, st):
-                    names.add(st.var)
-            _A().walk(block)
-            return names
-
-        def assigned_count(node, name) -> int:
-            n = [0]
-
-            class _C(Walker):
-                def on_Assign(self, st):
-                    n[0] += st.name == name
-            _C().walk(node)
-            return n[0]
-
         def eligible_load(v, loop_var, changing) -> bool:
             if not (isinstance(v, A.Index) and isinstance(v.base, A.Name) and v.base.ty.what == "tensor"):
                 return False
@@ -428,97 +407,8 @@ class _Memory(Rewriter):
             _U().walk(block)
             return good[0], bad[0]
 
-        def mentions(node, name, skip_local: bool = False) -> int:
-            """Assignments to and reads of `name` under `node`; with skip_local, not inside the
-            loops where it is a per-iteration value."""
-            n = [0]
-
-            class _M(Walker):
-                def on_For(self, loop):
-                    return False if skip_local and local_to(loop, name) else None
-
-                def on_Assign(self, st):
-                    n[0] += st.name == name
-
-                def on_Name(self, e):
-                    n[0] += e.id == name
-            _M().walk(node)
-            return n[0]
-
-        def local_to(loop, name) -> bool:
-            """`name`'s first mention in the loop body is a top-level assignment not reading it."""
-            for x in loop.body.stmts:
-                if mentions(x, name):
-                    return isinstance(x, A.Assign) and x.name == name and not mentions(x.value, name)
-            return False
-
-        def outside_loops(node, name) -> int:
-            """Mentions of `name` that are not inside a loop where it is a per-iteration value."""
-            return mentions(node, name, skip_local=True)
-
         stored = stored_tensors(self.k.body)  # a copy one iteration ahead could read stale data
-        nested: set = set()  # ids of the loops inside another loop
-
-        class _Nested(Walker):
-            def __init__(self):
-                self.depth = 0
-
-            def on_For(self, f):
-                if self.depth:
-                    nested.add(id(f))
-                self.depth += 1
-                self.walk(f.body)
-                self.depth -= 1
-                return False
-        _Nested().walk(self.k.body)
-
-        def rows_ahead_disjoint(f, load, at: int) -> bool:
-            """Whether streaming `load` (of a tensor the kernel writes) one or more iterations ahead
-            is safe: the loop f is not inside another loop, has a positive compile-time step, every
-            store to the tensor is in f's body and writes, on the axis of the load's row slice
-            `var + d : var + d + R`, an extent `var + c : var + c + L` (or the element `var + c`)
-            that ends by `var + step + d`. A copy for iteration var + g (g >= step) then reads rows
-            from var + g + d on, past everything iterations up to var wrote (and rows no earlier
-            iteration writes later): it can never read a value before the store that makes it. Within an
-            iteration the load (the body's statement `at`) must come before every store to the tensor:
-            its tile is read from the stage copied ahead, not after this iteration's stores. No loop in the
-            body may rebind the loop variable (the row offsets are matched by name).
-            (rope_inplace: each iteration rotates rows h : h + HB in place, the next reads h + HB on.)"""
-            step = const_int(f.step)
-            if id(f) in nested or step is None or step <= 0:
-                return False
-            if any(isinstance(st, A.Assign) and st.name == f.var or isinstance(st, A.For) and st.var == f.var
-                   for st, _ in walk_stmts(f.body)):
-                return False
-            name = load.base.id
-
-            def offset(e) -> int | None:  # c when e is `var + c`
-                a = affine(e)
-                return a.const if a.terms == ((f.var, 1),) else None
-
-            axis = next(a for a, it in enumerate(load.items) if isinstance(it, A.Slice))
-            sl = load.items[axis]
-            d = offset(sl.start) if sl.start is not None else None
-            if d is None:
-                return False
-            stores = [st for st, _ in walk_stmts(self.k.body) if isinstance(st, A.Store) and name in stored_tensors(st)]
-            # the statements from the load on: a store to the tensor must be one of them or nested in one
-            after = {id(st) for st, _ in walk_stmts(A.Block(f.body.stmts[at + 1:]))}
-            for st in stores:
-                t = st.target
-                if id(st) not in after or not (isinstance(t.base, A.Name) and t.base.id == name):
-                    return False
-                if len(t.items) != len(load.items):
-                    return False
-                it = t.items[axis]
-                if isinstance(it, A.Slice):
-                    c = offset(it.start) if it.start is not None else None
-                    n = const_int(A.BinOp(A.BinOpKind.SUB, it.stop, it.start)) if it.stop is not None else None
-                else:
-                    c, n = offset(it), 1
-                if c is None or n is None or c + n > step + d:
-                    return False
-            return True
+        nested = nested_loops(self.k.body)  # ids of the loops inside another loop
 
         class _Loops(Walker):
             def on_For(self, f):
@@ -535,7 +425,7 @@ class _Memory(Rewriter):
                         gather = gather_load(load, f, changing, at)
                         if gather is None:
                             continue
-                    if load.base.id in stored and (gather is not None or not rows_ahead_disjoint(f, load, at)):
+                    if load.base.id in stored and (gather is not None or not rows_ahead_disjoint(mem.k.body, nested, f, load, at)):
                         continue
                     # a per-iteration value: assigned once, before any read in this body, and not
                     # read anywhere its value could come from outside an iteration
