@@ -32,6 +32,7 @@ from .plan_matmul import StreamedMma
 from ..types import DType, MemSpace, numel
 from .base import Rewriter, Walker, fail, name_nodes, names_in, stored_tensors
 from .choose_threads import LaunchConfig, min_blocks, planned_loops
+from .plan_tma import plan_tma
 from .stream_hazards import assigned, assigned_count, local_to, nested_loops, outside_loops, rows_ahead_disjoint
 
 # 128-byte swizzled tiles (wgmma operands): the XOR pattern repeats every 8 rows of 128 bytes, and the
@@ -71,7 +72,7 @@ class StreamTile:
     regs: bool = False
     stages: int = 2  # the ring's depth: the loop's `stages`, or 2 when that does not fit
     swizzled: bool = False  # 128-byte swizzled rows (a wgmma operand; `ld` is then `cols`, no padding)
-    # filled by TMA (sm_90a, a wgmma loop whose every tile qualifies, see tma_obstacle): the box of one
+    # filled by TMA (sm_90a, a wgmma loop whose every tile qualifies, see plan_tma.tma_obstacle): the box of one
     # 64-column atom in the tensor's dims, innermost first ((64, 1, rows, 1) for `k[b, n0 : n0 + BN, h, 0 : D]`);
     # () when the ring is filled by cp.async, with the reason in `tma_why` (a wgmma loop's tiles only)
     tma_box: tuple = ()
@@ -453,9 +454,7 @@ class _Memory(Rewriter):
                                             swizzled=swizzled))
                     ld_of[st.name] = load
                 if id(f) in mem.wgmma and tiles:
-                    why = next((w for w in (tma_obstacle(mem.k, t, ld_of[t.name]) for t in tiles) if w), None)
-                    tiles = [replace(t, tma_box=() if why else tma_box(ld_of[t.name], t.rows), tma_why=why or "")
-                             for t in tiles]
+                    tiles = plan_tma(mem.k, tiles, ld_of)
                 # a ring over the target's shared memory (alone, or with the rest: `shrink`, see
                 # _kernel_memory) gets 2 stages, then drops the tiles read into registers (they load directly)
                 ring = lambda ts, n: offset + n * sum(t.stage_bytes for t in ts)  # noqa: E731
@@ -806,57 +805,6 @@ def register_a(lhs: A.Expr) -> A.Expr:
     if isinstance(lhs, A.Method) and lhs.name == "to" and lhs.obj.ty.dtype is DType.F32 and lhs.obj.ty.shape == lhs.ty.shape:
         return lhs.obj
     return lhs
-
-
-# TMA (cp.async.bulk.tensor, tiled mode) limits that the compiler checks (the runtime checks the rest:
-# a 16-byte aligned base, strides below 2^40): at most 5 dims, box dims of at most 256, and with
-# SWIZZLE_128B an inner box of at most 128 bytes (64 2-byte elements: one swizzle atom per box)
-TMA_MAX_RANK = 5
-TMA_MAX_BOX = 256
-
-
-def tma_box(load: A.Index, rows: int) -> tuple:
-    """The box of one 64-column atom of the streamed tile `load` (slices on one axis and the last, scalar
-    indices elsewhere) in the tensor's dims, innermost first: 64 on the last axis, `rows` on the sliced
-    row axis, 1 on the others. It lands in shared memory as [rows, 64] elements, 128 bytes a row."""
-    last = len(load.items) - 1
-    row = next(a for a, it in enumerate(load.items) if isinstance(it, A.Slice) and a != last)
-    return tuple(64 if a == last else rows if a == row else 1 for a in reversed(range(last + 1)))
-
-
-def tma_obstacle(k: A.Kernel, t: "StreamTile", load: A.Index) -> str | None:
-    """Why the ring of streamed tile `t` (`load`, in a wgmma loop) cannot be filled by TMA, or None.
-
-    TMA needs: a swizzled plain slice (no gather, not read into registers), at most TMA_MAX_RANK dims,
-    columns in whole 64-element atoms, rows a multiple of 8 (whole swizzle patterns) and at most
-    TMA_MAX_BOX, a row pitch provably a multiple of 16 bytes (so is every stride of a row-major tensor),
-    and 32-bit indices (TMA coordinates are int32; out-of-range ones read zeros, as the language does)."""
-    name = load.base.id
-    p = next(p for p in k.params if p.name == name)
-    if DType(p.type.dtype).itemsize != 2:
-        return f"'{name}' is not a 2-byte float (the ring's byte counts assume bf16/f16)"
-    if t.gather is not None or not t.swizzled:
-        return f"'{t.name}' is {'gathered' if t.gather is not None else 'not a 128-byte swizzled wgmma operand'}"
-    if len(load.items) > TMA_MAX_RANK:
-        return f"'{name}' has {len(load.items)} dims (TMA maps have at most {TMA_MAX_RANK})"
-    if t.cols % 64:
-        return f"'{t.name}' has {t.cols} columns, not whole 64-column atoms"
-    if t.rows % 8 or t.rows > TMA_MAX_BOX:
-        return f"'{t.name}' has {t.rows} rows (a TMA box takes a multiple of 8, at most {TMA_MAX_BOX})"
-    last = p.type.dims[-1]
-    per = 16 // DType(p.type.dtype).itemsize
-    if isinstance(last, A.IntLit):
-        ok = last.value % per == 0
-    else:
-        ok = k.facts is not None and k.facts.proves(last.id, per)
-    if not ok:
-        return (f"the row pitch of '{name}' is not known to be a multiple of 16 bytes "
-                f"(add `where {unparse(last)} % {per} == 0`)")
-    for it in load.items:
-        for e in ((it.start,) if isinstance(it, A.Slice) else (it,)):
-            if e is not None and e.ty.dtype is not DType.I32:
-                return f"an index of '{name}' is {e.ty.dtype.value}, TMA coordinates are 32-bit"
-    return None
 
 
 def stream_source(v: A.Expr) -> A.Expr | None:
