@@ -32,6 +32,7 @@ from .plan_matmul import StreamedMma
 from ..types import DType, MemSpace, numel
 from .base import Rewriter, Walker, fail, name_nodes, names_in, stored_tensors
 from .choose_threads import LaunchConfig, min_blocks, planned_loops
+from .budget_smem import SMEM_POLICY, Attempt, check_budget, fits, next_attempt, ring_what
 from .plan_tma import plan_tma
 from .stream_hazards import assigned, assigned_count, local_to, nested_loops, outside_loops, rows_ahead_disjoint
 
@@ -102,61 +103,36 @@ class KernelMemory:
         return self.threads + self.producers
 
 
-def infer_memory(program: A.Program, arch: str = "sm_90a") -> A.Program:
+def infer_memory(program: A.Program, arch: str = "sm_90a", policy: tuple = SMEM_POLICY) -> A.Program:
+    """`policy`: the budget_smem fallbacks tried in order, each time the kernel's shared memory does not fit."""
     for k in program.kernels:
         if not isinstance(k.info, LaunchConfig):
             fail(f"internal: infer_memory needs choose_threads' launch configuration (kernel '{k.name}')")
-    return replace(program, kernels=tuple(_kernel_memory(k, arch) for k in program.kernels))
+    return replace(program, kernels=tuple(_kernel_memory(k, arch, policy) for k in program.kernels))
 
 
-def _kernel_memory(k: A.Kernel, arch: str) -> A.Kernel:
+def _kernel_memory(k: A.Kernel, arch: str, policy: tuple) -> A.Kernel:
     """Two runs when a loop-carried variable is updated in a tensor-core layout: the second creates it there.
-    A persistent kernel whose ring and epilogue scratch do not fit together gets a shallower ring; streamed
-    loops that do not fit with the rest get 2 stages, then stop streaming the tiles read into registers
-    (streaming is an optimization: it never turns a kernel that fits into an error)."""
-    shrink = 0
+    A wgmma loop one of whose products cannot run as wgmma is demoted to mma.sync, and all is run again.
+    A kernel over the target's shared memory is run again as the first fallback of `policy` that applies
+    says (budget_smem: streaming is an optimization, it never turns a kernel that fits into an error);
+    when none applies, the budget's error."""
+    attempt = Attempt(k)
     demoted: dict = {}  # id(For) -> why its products cannot run as wgmma after all
     while True:
-        mem = _Memory(k, arch, shrink=shrink, demoted=demoted)
-        out = mem.run(check_budget=False)  # the second run's layouts may not need all of this run's memory
+        mem = _Memory(attempt.kernel, arch, shrink=attempt.shrink, demoted=demoted)
+        out = mem.run()  # the second run's layouts may not need all of this run's memory
         if mem.prefer:
-            mem = _Memory(k, arch, mem.prefer, shrink=shrink, demoted=demoted)
-            out = mem.run(check_budget=False)
+            mem = _Memory(attempt.kernel, arch, mem.prefer, shrink=attempt.shrink, demoted=demoted)
+            out = mem.run()
         if mem.demote:
             demoted = {**demoted, **mem.demote}
             continue
-        if out.info.smem_bytes <= mem.limit:
+        if fits(out):
             return out
-        if shrink < 2 and mem.streams:
-            shrink += 1
-            continue
-        shallower = _shallower_persistent_ring(k)
-        if shallower is None:
-            return mem.check_budget(out)
-        k = shallower
-
-
-def _shallower_persistent_ring(k: A.Kernel) -> A.Kernel | None:
-    """`k` with one stage fewer in its persistent wgmma ring (the ring is a region of its own, so
-    epilogue scratch adds to it), or None when there is none deeper than 2 stages."""
-    changed = []
-
-    class _R(Rewriter):
-        def visit_For(self, f):
-            body = self.visit(f.body)
-            p = f.plan
-            if p is not None and p.persistent and p.stages > 2:
-                per = (p.smem_bytes - 1024) // p.stages  # a stage and its two mbarriers
-                tag = " stages do not fit with the epilogue's shared memory: using "
-                kept = [x for x in p.why.split("; ") if x and tag not in x]  # one note, updated each time
-                note = f"{max(2, f.stages)}{tag}{p.stages - 1}"  # f.stages: the depth the loop asked for
-                plan = replace(p, stages=p.stages - 1, smem_bytes=(p.stages - 1) * per + 1024,
-                               why="; ".join(kept + [note]))
-                changed.append(plan)
-                return replace(f, body=body, plan=plan)
-            return replace(f, body=body) if body is not f.body else f
-    out = _R().visit(k.body)
-    return replace(k, body=out) if changed else None
+        attempt = next_attempt(policy, attempt, bool(mem.streams))
+        if attempt is None:
+            return check_budget(out)
 
 
 def _replace_names(e, table: dict):
@@ -165,12 +141,6 @@ def _replace_names(e, table: dict):
         def visit_Name(self, n):
             return table.get(n.id, n)
     return _R().visit(e)
-
-
-def _ring_what(p) -> str:
-    what = "TMA ring" if p.strategy == "wgmma" else "cp.async ring"
-    bs = f"{p.bk}x{p.bn}" if p.nb == 1 else f"{p.nb} of {p.bk}x{p.bn}"
-    return f"the {p.stages}-stage {what} of the '@' operands ({p.bm}x{p.bk} and {bs} per stage)"
 
 
 def compute_bytes(dt) -> int:
@@ -456,7 +426,7 @@ class _Memory(Rewriter):
                 if id(f) in mem.wgmma and tiles:
                     tiles = plan_tma(mem.k, tiles, ld_of)
                 # a ring over the target's shared memory (alone, or with the rest: `shrink`, see
-                # _kernel_memory) gets 2 stages, then drops the tiles read into registers (they load directly)
+                # budget_smem) gets 2 stages, then drops the tiles read into registers (they load directly)
                 ring = lambda ts, n: offset + n * sum(t.stage_bytes for t in ts)  # noqa: E731
                 depth_f = f.stages if ring(tiles, f.stages) <= mem.limit and mem.shrink < 1 else 2
                 if ring(tiles, depth_f) > mem.limit or mem.shrink >= 2:
@@ -493,7 +463,7 @@ class _Memory(Rewriter):
                 f"({' or '.join(map(str, stages))} stages each)")
         return out, [SmemUse(what, size, spans[0])]
 
-    def run(self, check_budget: bool = True) -> A.Kernel:
+    def run(self) -> A.Kernel:
         k = self.k
         self.resident, resident_uses = self.resident_tiles()
         base = sum((u.bytes + 15) // 16 * 16 for u in resident_uses)
@@ -504,7 +474,7 @@ class _Memory(Rewriter):
         base += sum((u.bytes + 15) // 16 * 16 for u in stream_uses)
         # a persistent ring is refilled for the next tile while the consumers run this tile's epilogue:
         # it keeps its own region, first in shared memory (no resident or streamed tiles with plans)
-        rings = [SmemUse(_ring_what(p), p.smem_bytes, self.k.span) for p in self.plans if p.persistent]
+        rings = [SmemUse(ring_what(p), p.smem_bytes, self.k.span) for p in self.plans if p.persistent]
         resident_uses = resident_uses + rings
         base += sum((u.bytes + 15) // 16 * 16 for u in rings)
         where = tuple(self.assign(e) for e in k.where)
@@ -518,21 +488,7 @@ class _Memory(Rewriter):
         info = KernelMemory(self.T, smem, self.limit, resident_uses + self.uses, dict(self.vars), producers,
                             self.resident, base, min_blocks(k, self.launch.launch_threads),
                             frozenset(self.swizzled_resident), align, *self.mbar)
-        out = replace(k, where=where, grid=grid, body=body, info=info)
-        return self.check_budget(out) if check_budget else out
-
-    def check_budget(self, k: A.Kernel) -> A.Kernel:
-        """`k`, or a CompileError naming the largest use when its shared memory exceeds the target's."""
-        info = k.info
-        if info.smem_bytes > self.limit:
-            worst = max(info.uses, key=lambda u: u.bytes)
-            notes = ("use smaller tiles (lower the compile-time parameters with -D)",)
-            if info.resident_bytes and worst.bytes < info.smem_bytes:
-                notes = (f"in all the kernel needs {info.smem_bytes} bytes: {info.resident_bytes} kept for the whole "
-                         f"kernel and {info.smem_bytes - info.resident_bytes} for one operation at a time",) + notes
-            raise CompileError(f"{worst.what} needs {worst.bytes} bytes of shared memory; the target allows {self.limit} per block",
-                               worst.span, notes)
-        return k
+        return replace(k, where=where, grid=grid, body=body, info=info)
 
     def canon(self, shape) -> Layout:
         return Layout.of(canonical(tuple(shape), self.T))
@@ -789,7 +745,7 @@ class _Memory(Rewriter):
             if self.vars.get(prod.acc) is None:
                 raise CompileError(f"the accumulator '{prod.acc}' must be assigned before the loop", s.span)
         if not p.persistent:  # (a persistent ring is a region of its own, see run())
-            self.need(_ring_what(p), p.smem_bytes, s)
+            self.need(ring_what(p), p.smem_bytes, s)
         self.in_plan = True
         body = self.visit(s.body)
         self.in_plan = False
