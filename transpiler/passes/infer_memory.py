@@ -19,12 +19,11 @@ demotes the loop to mma.sync, with the reason in `For.mma.why`, on a rerun.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
 from .. import ast as A
 from ..builtins import FUNCTIONS
-from ..diagnostics import CompileError, Span
+from ..diagnostics import CompileError
 from ..exprs import unparse, untransposed
 from ..layout import Fragment, Layout, canonical, mma_fragment, mma_warp_grid, reduction_plan
 from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, smem_limit
@@ -33,74 +32,10 @@ from ..types import DType, MemSpace, numel
 from .base import Rewriter, Walker, fail, name_nodes, names_in, stored_tensors
 from .choose_threads import LaunchConfig, min_blocks, planned_loops
 from .budget_smem import SMEM_POLICY, Attempt, check_budget, fits, next_attempt, ring_what
+from .memory_info import SWIZZLE_ALIGN, KernelMemory, SmemUse, StreamTile
+from .place_resident import place_resident
 from .plan_tma import plan_tma
 from .stream_hazards import assigned, assigned_count, local_to, nested_loops, outside_loops, rows_ahead_disjoint
-
-# 128-byte swizzled tiles (wgmma operands): the XOR pattern repeats every 8 rows of 128 bytes, and the
-# hardware takes it from the address bits, so each tile starts at a multiple of 1024 bytes
-SWIZZLE_ALIGN = 1024
-
-
-@dataclass
-class SmemUse:
-    what: str
-    bytes: int
-    span: Span
-
-    @property
-    def line(self) -> int:
-        return self.span.line
-
-
-@dataclass(frozen=True)
-class StreamTile:
-    """A tile loaded at the top of a `pipeline(..., stages=S)` loop's body: copied global -> shared
-    memory by cp.async S - 1 iterations ahead, into a ring of S stages of `stage_bytes` from byte
-    `offset` (rows of `ld` elements). Read only as the right operand of mma products, it never enters registers; read
-    otherwise too (`regs`), each iteration reads it from shared memory into its register layout,
-    so the next iteration's global load is in flight while this one computes."""
-    name: str
-    rows: int
-    cols: int
-    ld: int
-    offset: int
-    stage_bytes: int
-    # a gather (`k_cache[blk, row, h, 0 : D]` with index tiles [rows]): the load with the loop's
-    # definitions of its index names substituted (so it can be evaluated one iteration ahead),
-    # its index tiles laid out for `copy_layout`, the blocked [rows, cols] layout of the copy
-    gather: Any = None
-    copy_layout: Any = None
-    regs: bool = False
-    stages: int = 2  # the ring's depth: the loop's `stages`, or 2 when that does not fit
-    swizzled: bool = False  # 128-byte swizzled rows (a wgmma operand; `ld` is then `cols`, no padding)
-    # filled by TMA (sm_90a, a wgmma loop whose every tile qualifies, see plan_tma.tma_obstacle): the box of one
-    # 64-column atom in the tensor's dims, innermost first ((64, 1, rows, 1) for `k[b, n0 : n0 + BN, h, 0 : D]`);
-    # () when the ring is filled by cp.async, with the reason in `tma_why` (a wgmma loop's tiles only)
-    tma_box: tuple = ()
-    tma_why: str = ""
-
-
-@dataclass
-class KernelMemory:
-    threads: int
-    smem_bytes: int  # dynamic shared memory per block (the largest single use; uses do not overlap)
-    smem_limit: int
-    uses: list[SmemUse] = field(default_factory=list)
-    var_layouts: dict = field(default_factory=dict)
-    producers: int = 0  # extra threads that only load operands (a warp-specialized matmul loop)
-    resident: dict = field(default_factory=dict)  # tile -> (byte offset, row pitch in elements) kept in shared memory
-    resident_bytes: int = 0  # the resident tiles' region, at the start of shared memory; scratch follows it
-    min_blocks: int = 0  # blocks per SM asked of ptxas (`__launch_bounds__` second argument); 0: no request
-    swizzled: frozenset = frozenset()  # resident tiles stored in 128-byte swizzled rows (wgmma A operands)
-    align: int = 16  # alignment of the shared-memory base codegen establishes (SWIZZLE_ALIGN with swizzled tiles)
-    # the mbarriers of the TMA-filled rings (one per stage, shared by the loops, which run one after another):
-    # byte offset and count; initialized once at kernel start
-    mbar_offset: int = 0
-    mbar_count: int = 0
-
-    @property
-    def launch_threads(self) -> int:
-        return self.threads + self.producers
 
 
 def infer_memory(program: A.Program, arch: str = "sm_90a", policy: tuple = SMEM_POLICY) -> A.Program:
@@ -195,68 +130,6 @@ class _Memory(Rewriter):
         self.limit = smem_limit(arch)
         self.vars: dict[str, Layout | None] = {}
         self.uses: list[SmemUse] = []
-
-    def resident_tiles(self) -> tuple[dict, list]:
-        """Tiles computed once (at the top level) and read only as the left operand of tensor-core products
-        (q in attention): kept in shared memory, staged once instead of at every product, no registers."""
-        if self.plans:
-            return {}, []
-        count: dict[str, int] = {}
-        top = {s.name: s for s in self.k.body.stmts if isinstance(s, A.Assign)}
-        good: dict[str, int] = {}
-        in_wgmma: dict[str, int] = {}  # of those, reads by the products of wgmma loops
-        bad: set[str] = set()
-        mem = self
-        inside = [False]
-
-        class _Uses(Walker):
-            def on_For(self, f):
-                if id(f) not in mem.wgmma:
-                    return None
-                inside[0] = True
-                self.walk(f.body)
-                inside[0] = False
-                return False
-
-            def on_Assign(self, s):
-                count[s.name] = count.get(s.name, 0) + 1
-
-            def on_BinOp(self, e):
-                if e.op is A.BinOpKind.MATMUL and isinstance(e.lhs, A.Name):
-                    if mem.mma_layout(e) is not None:
-                        good[e.lhs.id] = good.get(e.lhs.id, 0) + 1
-                        if inside[0]:
-                            in_wgmma[e.lhs.id] = in_wgmma.get(e.lhs.id, 0) + 1
-                    else:
-                        bad.add(e.lhs.id)
-                    self.walk(e.rhs)
-                    return False
-                return None
-
-            def on_Name(self, e):
-                bad.add(e.id)
-
-        _Uses().walk(self.k.body)
-        out, uses, offset = {}, [], 0
-        self.swizzled_resident = set()
-        # 128-byte swizzled tiles first: every one is a multiple of SWIZZLE_ALIGN bytes (rows % 64 == 0)
-        order = sorted(good, key=lambda name: good[name] != in_wgmma.get(name, 0))
-        for name in order:
-            s = top.get(name)
-            if name in bad or count.get(name) != 1 or s is None or len(s.value.ty.shape) != 2:
-                continue
-            rows, cols = s.value.ty.shape
-            swizzled = in_wgmma.get(name, 0) == good[name]  # read only by wgmma products
-            ld = cols if swizzled else cols + MATMUL_PAD
-            size = rows * ld * s.value.ty.dtype.itemsize
-            out[name] = (offset, ld)
-            how = " (128-byte swizzled rows, for wgmma)" if swizzled else ""
-            if swizzled:
-                self.swizzled_resident.add(name)
-            uses.append(SmemUse(f"keeping '{name}' in shared memory for the tensor-core products that read it{how}",
-                                size, s.span))
-            offset += (size + 15) // 16 * 16
-        return out, uses
 
     def stream_tiles(self, offset: int) -> tuple[dict, list]:
         """{id(for loop): (StreamTile, ...)} and their shared-memory uses, from byte `offset` on.
@@ -465,7 +338,7 @@ class _Memory(Rewriter):
 
     def run(self) -> A.Kernel:
         k = self.k
-        self.resident, resident_uses = self.resident_tiles()
+        self.resident, resident_uses, self.swizzled_resident = place_resident(k, self.plans, self.wgmma, self.mma_layout)
         base = sum((u.bytes + 15) // 16 * 16 for u in resident_uses)
         if self.wgmma:  # swizzled stages start aligned (the gap is counted in `base`)
             base = _round_up(base, SWIZZLE_ALIGN)
