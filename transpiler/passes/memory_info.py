@@ -71,3 +71,7 @@ class KernelMemory:
     @property
     def launch_threads(self) -> int:
         return self.threads + self.producers
+
+
+def round_up(n: int, to: int) -> int:
+    return (n + to - 1) // to * to
