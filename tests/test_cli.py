@@ -181,6 +181,8 @@ def test_dump_after_each_pass(runner, pass_name):
         assert "`" not in out  # nothing is typed yet
     if pass_name == "infer_memory":
         assert "@registers" in out or "@uniform" in out
+    if pass_name == "choose_threads":
+        assert "info: threads = 128" in out and "@registers" not in out  # threads chosen, no memory yet
 
 
 def test_dump_after_to_file(runner, tmp_path):

@@ -92,7 +92,8 @@ def test_examples_compile_for_both_archs(path, arch):
 
 
 def test_pass_names():
-    assert PASS_NAMES == ["parse", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "infer_memory"]
+    assert PASS_NAMES == ["parse", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "choose_threads",
+                          "infer_memory"]
 
 
 # ---------------------------------------------------------------- resolve_names
@@ -652,6 +653,22 @@ def test_threads_of_the_examples():
                    "bmm": 256, "bmm_persistent": 256, "head_scores": 256}  # wgmma: 2 consumer warpgroups
 
 
+def test_choose_threads_decides_the_threads_infer_memory_uses():
+    from tilex.passes.choose_threads import LaunchConfig
+
+    for p in EXAMPLES:
+        chosen = compile_program(p.read_text(), p.name, stop_after="choose_threads", check=True).kernels[0].info
+        final = compile_program(p.read_text(), p.name).kernels[0].info
+        assert isinstance(chosen, LaunchConfig), p.stem
+        assert (chosen.threads, chosen.producers) == (final.threads, final.producers), p.stem
+        assert chosen.launch_threads == final.launch_threads
+
+
+def test_choose_threads_follows_the_biggest_tile_before_infer_memory():
+    k = kernel("    r = zeros(f32[2048])", "choose_threads")
+    assert (k.info.threads, k.info.producers) == (256, 0)
+
+
 @pytest.mark.parametrize("warps", [1, 2, 4, 8, 16, 32])
 def test_warps_override(warps):
     header = "kernel f<WARPS: int = 4>(y: out f32[N])\n    grid (N,)\n"
@@ -827,3 +844,47 @@ def test_program_id_axis_may_be_a_constant_expression():
     src = "kernel f(y: out i32[N])\n    grid (N, 2)\n{\n    y[program_id(1 - 1)] = program_id(2 - 1) + num_programs(0 * 3)\n}\n"
     cuda = translate(src, "f.tile", Options()).cuda
     assert "(int)blockIdx.x" in cuda and "(int)blockIdx.y" in cuda and "(int)gridDim.x" in cuda
+
+
+# ---------------------------------------------------------------- budget_smem (the shared-memory policy)
+def _attention_sm80(stages: int) -> A.Program:
+    from tilex.stdlib import _launch as L
+
+    return compile_program(L.source("attention_prefill", ()), "a.tile",
+                           Options(arch="sm_80", defines=dict(STAGES=stages)), stop_after="choose_threads")
+
+
+def _streamed_stages(program: A.Program) -> set:
+    return {t.stages for k in program.kernels for f in nodes(k.body, A.For) for t in f.stream}
+
+
+def test_smem_policy_is_the_pipelines_list():
+    from tilex import pipeline
+    from tilex.passes.budget_smem import SMEM_POLICY, fewer_stream_stages, no_register_streams, shallower_ring
+
+    assert pipeline.SMEM_POLICY == SMEM_POLICY == (fewer_stream_stages, no_register_streams, shallower_ring)
+
+
+def test_smem_policy_decides_what_a_kernel_over_budget_gives_up():
+    """3 stages of attention_prefill's k and v rings do not fit on sm_80: the default policy's first
+    fallback gives them 2; with no fallback the budget's error is raised instead."""
+    from tilex.passes.budget_smem import SMEM_POLICY, shallower_ring
+    from tilex.passes.infer_memory import infer_memory
+
+    prog = _attention_sm80(3)
+    fitted = infer_memory(prog, "sm_80", SMEM_POLICY)
+    assert _streamed_stages(fitted) == {2}
+    assert all(k.info.smem_bytes <= k.info.smem_limit for k in fitted.kernels)
+    for policy in ((), (shallower_ring,)):  # no fallback that applies to streamed rings
+        with pytest.raises(CompileError) as e:
+            infer_memory(prog, "sm_80", policy)
+        assert "bytes of shared memory; the target allows" in e.value.message
+    assert _streamed_stages(infer_memory(_attention_sm80(2), "sm_80", ())) == {2}  # fits as asked
+
+
+def test_infer_memory_needs_choose_threads():
+    prog = compile_program(HEADER + "{\n    y[0 : 16] = zeros(f32[16])\n}\n", stop_after="plan_matmul")
+    from tilex.passes.infer_memory import infer_memory
+
+    with pytest.raises(Exception, match="needs choose_threads"):
+        infer_memory(prog)

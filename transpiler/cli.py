@@ -207,7 +207,7 @@ def translate(
     dump_after: Optional[str] = typer.Option(
         None, "--dump-after", metavar="PASS",
         help="Instead of CUDA, print the IR after PASS (one of: parse, resolve_names, infer_dtypes, "
-             "infer_shapes, check_constraints, infer_memory), with every expression's type; "
+             "infer_shapes, check_constraints, plan_matmul, choose_threads, infer_memory), with every expression's type; "
              "to OUT with -o."),
 ) -> None:
     """Translate a .tile file to a self-contained CUDA C++ source (.cu)."""

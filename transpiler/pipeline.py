@@ -12,7 +12,9 @@ from . import ast as A
 from .deep import deep
 from .diagnostics import CompileError, Span
 from .parser import parse
+from .passes.budget_smem import fewer_stream_stages, no_register_streams, shallower_ring
 from .passes.check_constraints import check_constraints
+from .passes.choose_threads import choose_threads
 from .passes.infer_dtypes import infer_dtypes
 from .passes.infer_memory import infer_memory
 from .passes.infer_shapes import infer_shapes
@@ -39,13 +41,18 @@ class Options:
         return repr((sorted(self.defines.items()), self.arch, self.kernel, self.assume, self.auto))
 
 
+# what infer_memory gives up, in this order, while a kernel's shared memory is over the target's limit
+# (passes/budget_smem.py); when none applies, the budget's error
+SMEM_POLICY = (fewer_stream_stages, no_register_streams, shallower_ring)
+
 PASSES: list[tuple[str, Callable]] = [
     ("resolve_names", lambda p, o: resolve_names(p, o.defines, {k: dict(v) for k, v in o.auto})),
     ("infer_dtypes", lambda p, o: infer_dtypes(p, o.arch)),
     ("infer_shapes", lambda p, o: infer_shapes(p)),
     ("check_constraints", lambda p, o: check_constraints(p)),
     ("plan_matmul", lambda p, o: plan_matmul(p, o.arch)),
-    ("infer_memory", lambda p, o: infer_memory(p, o.arch)),
+    ("choose_threads", lambda p, o: choose_threads(p)),
+    ("infer_memory", lambda p, o: infer_memory(p, o.arch, SMEM_POLICY)),
 ]
 
 PASS_NAMES = ["parse"] + [n for n, _ in PASSES]

@@ -9,7 +9,8 @@ from __future__ import annotations
 from . import ast as A
 from .passes.base import Walker
 
-_ORDER = ["parse", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "infer_memory"]
+_ORDER = ["parse", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "choose_threads",
+          "infer_memory"]
 
 
 class IRInvariantError(AssertionError):

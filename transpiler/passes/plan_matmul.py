@@ -1,4 +1,4 @@
-"""Pass 5, plan_matmul: find tensor-core main loops and choose how each one runs.
+"""Pass plan_matmul: find tensor-core main loops and choose how each one runs.
 
 Needs: check_constraints. Guarantees: a `for` loop whose body only accumulates products of
 tiles read from global tensors,
