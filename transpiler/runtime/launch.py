@@ -28,15 +28,15 @@ from ..diagnostics import LaunchError
 from ..spec import KernelSpec
 from .args import BoundArgs, bind_arguments, is_cupy_array, is_torch_tensor
 from .nvrtc import compile_cubin, default_arch
-from .plan import LaunchPlan, signature
+from .plan import _SCALAR_CTYPES, LaunchPlan, signature
 from . import driver
 
 STATIC_SMEM_LIMIT = 48 * 1024
 # CUfunction_attribute value of CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (cuda.h).
 _ATTR_MAX_DYNAMIC_SMEM = 8
 
-_SCALAR_TYPES = {"f32": np.float32, "f16": np.float32, "bf16": np.float32, "f8e4m3": np.float32,
-                 "i32": np.int32, "i64": np.int64, "bool": np.bool_}
+# a scalar parameter's NumPy type for CuPy's launch: the C type the plans pass (plan._SCALAR_CTYPES), as NumPy
+_SCALAR_TYPES = {name: np.dtype(ct).type for name, ct in _SCALAR_CTYPES.items()}
 
 
 def _device_index(bound: BoundArgs) -> int | None:

@@ -29,7 +29,7 @@ from .args import (_CUPY_TYPES, _PLAIN_SCALARS, _TORCH_TYPES, BoundArgs, _check_
                    is_torch_tensor)
 
 # ctypes storage of a scalar parameter by its dtype: f16/bf16/f8e4m3 scalars are passed as float (the kernel
-# rounds); the same C types as launch._SCALAR_TYPES (test_launch_overhead checks the two tables agree)
+# rounds). The one table of scalar C types: launch._SCALAR_TYPES (the CuPy path's) is derived from it
 _SCALAR_CTYPES = {"f32": ctypes.c_float, "f16": ctypes.c_float, "bf16": ctypes.c_float, "f8e4m3": ctypes.c_float,
                   "i32": ctypes.c_int32, "i64": ctypes.c_int64, "bool": ctypes.c_bool}
 _TMA_BYTES = ctypes.c_ubyte * 128

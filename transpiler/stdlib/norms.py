@@ -1,6 +1,7 @@
 """Row normalizations over the last axis: rms_norm, fused_add_rms_norm, layer_norm."""
 from __future__ import annotations
 
+from ..types import DType
 from . import _launch as L
 from . import messages as M
 from . import rows as model
@@ -38,14 +39,10 @@ def rms_norm(x, weight=None, eps: float = 1e-6):
     x2, dt, m, n = _rows("x", x)
     w = _vector("weight", weight, n, dt, x2, 1.0)
     y = L.empty(x2, (m, n))
-    name, cfg = model.plan("rms_norm", n, m, _itemsize(dt), L.sm_count(x2))
+    name, cfg = model.plan("rms_norm", n, m, DType(dt).itemsize, L.sm_count(x2))
     mod = L.load("rms_norm", kernel=name, T=dt, **cfg)
     L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, w, y), eps=L.check_number("eps", eps))
     return L.reshape(y, tuple(x.shape))
-
-
-def _itemsize(dt: str) -> int:
-    return 4 if dt == "f32" else 2
 
 
 def _pieces_view(name: str, cfg: dict, m: int, n: int, *arrays):
@@ -74,7 +71,7 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
     if inplace:
         if not _is_contig(x) or not _is_contig(residual):
             raise ValueError(M.FUSED_ADD_INPLACE_CONTIGUOUS)
-        name, cfg = model.plan("fused_add_rms_norm", n, m, _itemsize(dt), L.sm_count(x2))
+        name, cfg = model.plan("fused_add_rms_norm", n, m, DType(dt).itemsize, L.sm_count(x2))
         if name.endswith("_k2"):  # a row per program, as below, in two power-of-two pieces (rows.py)
             cfg = {k: cfg[k] for k in ("W", "P1", "P2", "WARPS")}
             name = "fused_add_rms_norm_inplace_k2"
@@ -87,7 +84,7 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
         mod = L.load("fused_add_rms_norm", kernel="fused_add_rms_norm_inplace", T=dt, **cfg)
         L.run(mod, "fused_add_rms_norm_inplace", x2, r2, w, eps=L.check_number("eps", eps))
         return x, residual
-    name, cfg = model.plan("fused_add_rms_norm", n, m, _itemsize(dt), L.sm_count(x2))
+    name, cfg = model.plan("fused_add_rms_norm", n, m, DType(dt).itemsize, L.sm_count(x2))
     if cfg["STAGES"] == 1 and name == "fused_add_rms_norm" and dt == "bf16":
         # one-pass rows straight into registers (rows.py): x's and residual's loads in flight together.
         # sweep_rows.py on an H200 (2026-11-30, bf16 16384x4096): 0.1313 ms (97% of copy; torch.compile
@@ -118,7 +115,7 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
     w = _vector("weight", weight, n, dt, x2, 1.0)
     b = _vector("bias", bias, n, dt, x2, 0.0)
     y = L.empty(x2, (m, n))
-    name, cfg = model.plan("layer_norm", n, m, _itemsize(dt), L.sm_count(x2))
+    name, cfg = model.plan("layer_norm", n, m, DType(dt).itemsize, L.sm_count(x2))
     if not name.endswith("_k2"):
         if n > 8192:  # 3 stages spill registers at BLOCK = 16384 (one block of 1024 threads per SM): 2 there
             cfg["STAGES"] = 2
