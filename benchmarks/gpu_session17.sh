@@ -20,5 +20,23 @@ case "${1:-}" in
     python3 -c "import pstats; pstats.Stats('$LOG/backend.prof').sort_stats('cumulative').print_stats(45)" \
         > "$LOG/backend_prof_top.txt" 2>&1; head -80 "$LOG/backend_prof_top.txt" | tail -60
     tar czf "$OUT/logs.tgz" -C "$LOG" . ;;
+  sweeps)  # each DIR a checkout (untracked copy of a branch) with its own sweep command in DIR/.sweep_cmd
+    shift
+    for d in "$@"; do
+      name=$(basename "$d")
+      ( cd "$d" && python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >/dev/null 2>&1
+        TILEX_CACHE_DIR=$PWD/.tilex-cache t "sweep_$name" "$(cat .sweep_secs)" bash -c "$(cat .sweep_cmd)"
+        tail -30 "$LOG/sweep_$name.log" )
+    done
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >/dev/null 2>&1
+    tar czf "$OUT/logs.tgz" -C "$LOG" . ;;
+  tests)
+    SHARD_TIMEOUT=${SHARD_TIMEOUT:-200} OUT=$LOG bash benchmarks/gpu_tests_parallel.sh 8 "gpu and not slow" tests 2>&1 | tee "$LOG/gpu_tests.log"
+    tar czf "$OUT/logs.tgz" -C "$LOG" .
+    t bench_shapes 280 python3 benchmarks/bench_shapes.py --grid quick --budget-s 250 --json "$LOG/bench_shapes.json"
+    grep -A16 "^family" "$LOG/bench_shapes.log" | head -20
+    t bench_eager 90 python3 benchmarks/bench_eager.py --json "$LOG/bench_eager.json"
+    tail -30 "$LOG/bench_eager.log"
+    tar czf "$OUT/logs.tgz" -C "$LOG" . ;;
   *) echo "usage: gpu_session17.sh probe|sweeps|tests" >&2; exit 2 ;;
 esac
