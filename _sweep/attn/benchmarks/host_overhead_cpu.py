@@ -1,0 +1,147 @@
+"""Host (Python) cost of tilex's launch path, measured on the CPU (no GPU, CuPy or torch needed).
+
+    python benchmarks/host_overhead_cpu.py [--reps 2000]
+
+Times, per call (median of `--reps` calls, the best of 5 such rounds; microseconds):
+- `bind_arguments` of an rms_norm-like spec with NumPy arrays (allow_numpy) and with stand-in
+  torch tensors (objects whose type module is `torch`, as the runtime recognises them);
+- the stdlib wrappers' calls (`linear`, `rms_norm`, `rope`, `silu_and_mul`) with stand-in torch
+  tensors: every check, output allocation, kernel choice, tuned-config lookup and the launch plan's
+  replay (runtime/plan.py: signature, scalar checks, parameter buffer, stream); only the driver's
+  cuLaunchKernel, the module load and TMA encoding are stubbed out;
+- `_launch.kernel_path` and `linear._tuned` (with the arch fixed to sm_90a, as on an H200, and a
+  tuned-configuration store in a temporary TILEX_CACHE_DIR).
+
+When torch is not installed, a minimal stand-in `torch` module (NumPy-backed tensors) is put in
+`sys.modules` (tests/fake_torch.py); `--stand-in` uses it even when torch is installed. The numbers are only
+indicative of the host cost on a GPU machine: real torch attribute access (`.device`, `.shape`) costs a
+little more than the stand-ins', and cuLaunchKernel itself is not included (benchmarks/bench_eager.py
+measures the real thing on a GPU).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+
+# the stand-in torch of the tests (tests/fake_torch.py)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import fake_torch  # noqa: E402
+
+
+def tensor(shape, dtype="bfloat16"):
+    import torch
+
+    return torch.tensor(shape, dtype)
+
+
+# ----------------------------------------------------------------- timing
+def per_call_us(fn, reps: int, rounds: int = 5) -> float:
+    """The median time of one call over `reps` calls, the lowest of `rounds` such medians (a
+    shared machine's noise only ever adds time)."""
+    for _ in range(min(reps, 200)):
+        fn()
+    medians = []
+    for _ in range(rounds):
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        medians.append(statistics.median(times))
+    return min(medians) * 1e6
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=1000)
+    ap.add_argument("--stand-in", action="store_true", help="use the stand-in torch even when torch is installed")
+    args = ap.parse_args()
+    try:
+        if args.stand_in:
+            raise ImportError
+        import torch  # noqa: F401
+        print("torch is installed: run this with --stand-in (or on a machine without torch)")
+        return 1
+    except ImportError:
+        sys.modules["torch"] = fake_torch.module()
+
+    import tilex.runtime.nvrtc as nvrtc
+    from tilex.runtime import Kernel
+    from tilex.runtime.args import bind_arguments
+    from tilex.spec import KernelSpec, ParamSpec
+    from tilex.stdlib import _launch as L
+    from tilex.stdlib import linear, rms_norm, rope, silu_and_mul
+    from tilex.tune import TuneStore
+
+    linear_mod = sys.modules["tilex.stdlib.linear"]  # tilex.stdlib.linear is also the function
+
+    nvrtc.default_arch = lambda: "sm_90a"  # an H200's arch, without a GPU
+    # a tuned-configuration store with one entry (for another kernel), as `tilex tune` leaves it
+    cache_dir = tempfile.mkdtemp(prefix="tilex-host-overhead-")
+    os.environ["TILEX_CACHE_DIR"] = cache_dir
+    TuneStore(cache_dir).put("other|0|M=1|sm_90a", {"defines": {"BM": 64}})
+    # everything but the driver: cuLaunchKernel, the module load (CuPy) and cuTensorMapEncodeTiled stubbed
+    import types
+
+    from tilex.runtime import driver, tma
+
+    sys.modules["torch"]._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: 0)
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.SimpleNamespace(Device=lambda i=None: types.SimpleNamespace(id=0),
+                                      runtime=types.SimpleNamespace(getDevice=lambda: 0))
+    sys.modules["cupy"] = cupy
+    driver.launcher = lambda: (lambda *a: 0)
+    tma._encoder = lambda: (lambda *a: 0)
+    Kernel._function = lambda self, device: types.SimpleNamespace(ptr=1)
+
+    spec = KernelSpec("rms_norm", (ParamSpec("x", "tensor", "bf16", ("M", "N")),
+                                   ParamSpec("w", "tensor", "bf16", ("N",)),
+                                   ParamSpec("y", "tensor", "bf16", ("M", "N"), is_out=True),
+                                   ParamSpec("eps", "scalar", "f32", default=1e-6)),
+                      ("M", "N"), (), ("cdiv(M, 2)",), 256, 0)
+    m, n = 512, 5120
+    xn, wn, yn = (np.zeros(s, ml_dtypes.bfloat16) for s in ((m, n), (n,), (m, n)))
+    xt, wt, yt = tensor((m, n)), tensor((n,)), tensor((m, n))
+    w_lin = tensor((n, n))
+    q, k = tensor((m, 40, 128)), tensor((m, 8, 128))
+    pos = tensor((m,), "int64")
+    gate_up = tensor((m, 2 * 1024))
+
+    kernel = Kernel(spec, "// stand-in: never compiled")
+    rows = [
+        ("Kernel call, replayed plan, torch tensors", lambda: kernel(xt, wt, yt, eps=1e-5)),
+        ("bind_arguments, NumPy arrays", lambda: bind_arguments(spec, (xn, wn, yn), {"eps": 1e-5}, allow_numpy=True)),
+        ("bind_arguments, torch tensors", lambda: bind_arguments(spec, (xt, wt, yt), {"eps": 1e-5})),
+        ("_launch.kernel_path('linear')", lambda: L.kernel_path("linear")),
+        ("linear._tuned (bf16, M=512 N=K=5120)",
+         lambda: linear_mod._tuned("linear", "bf16", m, n, n, linear_mod._LARGE)),
+        ("linear._tuned (f16, M=512 N=K=5120)",
+         lambda: linear_mod._tuned("linear", "f16", m, n, n, linear_mod._LARGE)),
+        ("stdlib.linear, torch, M=512 N=K=5120", lambda: linear(xt, w_lin)),
+        ("stdlib.rms_norm, torch, [512, 5120]", lambda: rms_norm(xt, wt)),
+        ("stdlib.rope, torch, q [512, 40, 128]", lambda: rope(q, k, pos)),
+        ("stdlib.silu_and_mul, torch, [512, 2048]", lambda: silu_and_mul(gate_up)),
+    ]
+    print(f"host cost per call on this CPU (median of {args.reps} calls, best of 5 rounds; "
+          "the driver stubbed out):")
+    try:
+        for name, fn in rows:
+            fn()  # compile / warm the caches
+            print(f"  {name:<42} {per_call_us(fn, args.reps):8.1f} us")
+    finally:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

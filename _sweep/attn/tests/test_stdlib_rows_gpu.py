@@ -1,0 +1,160 @@
+"""GPU: the row kernels at public decoder sizes (the paths transpiler/stdlib/rows.py picks) against
+PyTorch and a float64 reference on fresh random data.
+
+The pieces path (rms_norm_k2, fused_add_rms_norm_k2 and its in-place kernel, layer_norm_k2) at
+5120, 1536, 2304, 2560, 3072, 4608 with odd token counts; the power-of-two path at 896 and 3584;
+softmax/argmax/sample split over 1 and 16 rows of 152064 (argmax ties in different segments: the
+lowest index, as torch); silu_and_mul and embedding at column blocks narrower than 2048. Outputs are
+poisoned first (_launch.POISON). Tolerance: max |out - ref| / max |ref| <= TOL[dtype]; torch's own
+result within 3x that of the reference.
+
+Run: pytest -m gpu tests/test_stdlib_rows_gpu.py
+"""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+import tilex.stdlib as S  # noqa: E402
+from tilex.stdlib import _launch as L  # noqa: E402
+from tilex.stdlib import rows  # noqa: E402
+
+TD = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+TOL = {"f32": 1e-5, "f16": 2e-3, "bf16": 1e-2}
+
+
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch):
+    monkeypatch.setattr(L, "POISON", True)
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    yield
+    torch.cuda.synchronize()
+
+
+def rel(out, ref):
+    out, ref = out.double(), ref.double()
+    assert out.shape == ref.shape
+    assert torch.isfinite(out).all(), "output has NaN/inf"
+    return float((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+
+
+def randn(shape, dt, scale=1.0, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(shape, generator=g, device="cuda") * scale).to(TD[dt])
+
+
+SIZES = [(7, 5120), (4099, 5120), (1, 1536), (333, 1536), (5, 2304), (100, 2560), (3, 3072), (17, 4608),
+         (9, 896), (1000, 3584)]
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("m,n", SIZES)
+def test_norms_vs_torch(dt, m, n):
+    x, r = randn((m, n), dt, seed=n + m), randn((m, n), dt, seed=n + m + 1)
+    w, b = randn((n,), dt, seed=2), randn((n,), dt, seed=3)
+    x64, w64, b64 = x.double(), w.double(), b.double()
+    ref = x64 * torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + 1e-6) * w64
+    assert rel(S.rms_norm(x, w, 1e-6), ref) <= TOL[dt]
+    assert rel(F.rms_norm(x, (n,), w, 1e-6), ref) <= 3 * TOL[dt]
+    y, h = S.fused_add_rms_norm(x, r, w, 1e-6)
+    hr = (x.double() + r.double()).to(TD[dt]).double()
+    ref2 = hr * torch.rsqrt((hr * hr).mean(-1, keepdim=True) + 1e-6) * w64
+    assert torch.equal(h, (x.float() + r.float()).to(TD[dt]))
+    assert rel(y, ref2) <= TOL[dt]
+    xi, ri = x.clone(), r.clone()
+    S.fused_add_rms_norm(xi, ri, w, 1e-6, inplace=True)
+    assert torch.equal(ri, h)
+    assert rel(xi, ref2) <= TOL[dt]
+    mu = x64.mean(-1, keepdim=True)
+    ref3 = (x64 - mu) * torch.rsqrt(((x64 - mu) ** 2).mean(-1, keepdim=True) + 1e-5) * w64 + b64
+    assert rel(S.layer_norm(x, w, b, 1e-5), ref3) <= TOL[dt]
+    assert rel(F.layer_norm(x, (n,), w, b, 1e-5), ref3) <= 3 * TOL[dt]
+
+
+def test_pieces_path_taken_at_5120():
+    assert rows.plan("rms_norm", 5120, 4096)[0] == "rms_norm_k2"
+    assert rows.plan("fused_add_rms_norm", 5120, 4096)[0] == "fused_add_rms_norm_k2"
+    assert rows.plan("layer_norm", 5120, 4096)[0] == "layer_norm_k2"
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f32"])
+@pytest.mark.parametrize("m", [1, 16, 100])
+def test_softmax_split_vs_torch(dt, m):
+    x = randn((m, 152064), dt, 4.0, seed=m)
+    x[0, 10:70000] = float("-inf")
+    ref = torch.softmax(x.double(), -1)
+    assert rel(S.softmax(x), ref) <= TOL[dt]
+    assert rel(torch.softmax(x, -1), ref) <= 3 * TOL[dt]
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f32"])
+@pytest.mark.parametrize("m", [1, 16])
+def test_argmax_split_ties_vs_torch(dt, m):
+    x = randn((m, 152064), dt, seed=10 + m)
+    g = torch.Generator().manual_seed(m)
+    top = float(x.double().max()) + 1.0
+    for row in range(m):
+        cols = torch.randperm(152064, generator=g)[:3]
+        x[row, cols.cuda()] = top
+    assert torch.equal(S.argmax(x), torch.argmax(x, -1))
+    assert torch.equal(S.argmax(x), torch.argmax(x.double(), -1))
+
+
+def test_sample_split_matches_one_program_kernel():
+    x = randn((3, 152064), "f32", 2.0, seed=5)
+    assert rows.split_segments(3, 152064, 1024, fill=True, min_chunks=8) > 1
+    for seed in (0, 7, 123):
+        got = S.sample(x, temperature=0.8, seed=seed)
+        ids = torch.empty(3, dtype=torch.int64, device="cuda")
+        mod = L.load("sample", kernel="sample", T="f32", BLOCK=1024, WARPS=8)
+        L.run(mod, "sample", x, ids, inv_temp=1 / 0.8, top_p=1.0, seed=seed)
+        assert torch.equal(got, ids)
+
+
+def test_sample_split_distribution():
+    """20000 draws from one 4-token-dominant row of 152064 against softmax(z / T), chi-square."""
+    v = 152064
+    z = torch.full((1, v), -30.0, device="cuda")
+    z[0, [5, 40000, 90000, 150000]] = torch.tensor([1.0, 0.5, 0.0, -0.5], device="cuda")
+    p = torch.softmax(z[0].double() / 0.7, -1)
+    counts = torch.zeros(v, dtype=torch.float64)
+    for seed in range(20000):
+        counts[int(S.sample(z, temperature=0.7, seed=seed))] += 1
+    keep = [5, 40000, 90000, 150000]
+    expected = p[keep].cpu() * 20000
+    chi2 = float((((counts[keep] - expected) ** 2) / expected).sum())
+    assert counts[keep].sum() >= 20000 - 5
+    assert chi2 < 16.3  # 3 degrees of freedom, p = 0.001
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sample_gpu_equals_interpreter(dtype):
+    """The GPU's draws are the interpreter's, token for token, on both paths (split: 1 row of 20000; one program
+    per row: 200 rows of 2048), for 40 seeds: the same counter-based Gumbel noise and the same argmax."""
+    import ml_dtypes
+    import numpy as np
+
+    g = torch.Generator(device="cuda").manual_seed(5)
+    for rows_, v in ((1, 20000), (200, 2048)):
+        z = (torch.randn(rows_, v, device="cuda", generator=g) * 2).to(dtype)
+        zn = z.float().cpu().numpy()
+        zn = zn.astype(ml_dtypes.bfloat16) if dtype == torch.bfloat16 else zn
+        for seed in range(40):
+            got = S.sample(z, temperature=0.8, seed=seed).cpu().numpy()
+            want = S.sample(np.ascontiguousarray(zn), temperature=0.8, seed=seed)
+            assert np.array_equal(got, want), (rows_, v, seed, got[:8], want[:8])
+
+
+@pytest.mark.parametrize("m,d", [(5, 4864), (300, 1536), (3, 3584), (2, 18944)])
+def test_column_blocked_kernels_vs_torch(m, d):
+    x = randn((m, 2 * d), "bf16", seed=d)
+    ref = (F.silu(x[:, :d].double()) * x[:, d:].double())
+    assert rel(S.silu_and_mul(x), ref) <= TOL["bf16"]
+    table = randn((1000, d), "bf16", seed=1)
+    ids = torch.randint(0, 1000, (m, 3), device="cuda")
+    assert torch.equal(S.embedding(ids, table), F.embedding(ids, table))

@@ -1,0 +1,4 @@
+"""Allow `python -m tilex ...`."""
+from tilex.cli import main
+
+main()

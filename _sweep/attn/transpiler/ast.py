@@ -1,0 +1,347 @@
+"""The typed AST of a .tile program: frozen dataclasses, each carrying its source `span`.
+
+The parser builds these with `ty=None`. Semantic passes return new trees (never mutate)
+in which every expression's `ty` is filled in (dtype, shape, then memory space and
+layout); that annotated tree is the kernel IR that codegen and the interpreter read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from enum import Enum
+from typing import Any, Iterator
+
+from .diagnostics import NO_SPAN, Span
+from .types import Ty
+
+
+class BinOpKind(Enum):
+    ADD = "+"
+    SUB = "-"
+    MUL = "*"
+    DIV = "/"
+    FLOORDIV = "//"
+    MOD = "%"
+    POW = "**"
+    MATMUL = "@"
+    EQ = "=="
+    NE = "!="
+    LT = "<"
+    LE = "<="
+    GT = ">"
+    GE = ">="
+    AND = "and"
+    OR = "or"
+    BITAND = "&"
+    BITOR = "|"
+    MAX = "max"  # only from `max=` augmented assignment
+    MIN = "min"
+
+    @property
+    def is_compare(self) -> bool:
+        return self in _COMPARES
+
+    @property
+    def is_logical(self) -> bool:
+        return self in (BinOpKind.AND, BinOpKind.OR)
+
+
+_COMPARES = {BinOpKind.EQ, BinOpKind.NE, BinOpKind.LT, BinOpKind.LE, BinOpKind.GT, BinOpKind.GE}
+
+
+class UnaryOpKind(Enum):
+    NEG = "-"
+    NOT = "not"
+
+
+class NameKind(Enum):
+    """What a name refers to; set by the resolve pass."""
+
+    UNRESOLVED = "unresolved"
+    TENSOR = "tensor"  # a tensor parameter (global memory)
+    SCALAR_PARAM = "scalar param"
+    SYMBOL = "symbol"  # a shape symbol such as M, bound at launch
+    LOCAL = "local"  # a value bound in the kernel body
+    LOOP_VAR = "loop variable"
+    CONST = "constant"  # inf, nan, pi
+
+
+# ---------------------------------------------------------------- expressions
+@dataclass(frozen=True)
+class Expr:
+    def children(self) -> Iterator["Node"]:
+        for f in fields(self):
+            if f.name in ("span", "ty"):
+                continue
+            v = getattr(self, f.name)
+            if isinstance(v, Node):
+                yield v
+            elif isinstance(v, tuple):
+                for x in v:
+                    if isinstance(x, Node):
+                        yield x
+                    elif isinstance(x, tuple):  # kwargs: (name, expr)
+                        for y in x:
+                            if isinstance(y, Node):
+                                yield y
+
+
+@dataclass(frozen=True)
+class Name(Expr):
+    id: str
+    span: Span = NO_SPAN
+    kind: NameKind = NameKind.UNRESOLVED
+    ty: Ty | None = None
+
+
+@dataclass(frozen=True)
+class IntLit(Expr):
+    value: int
+    span: Span = NO_SPAN
+    ty: Ty | None = None
+
+
+@dataclass(frozen=True)
+class FloatLit(Expr):
+    value: float
+    span: Span = NO_SPAN
+    ty: Ty | None = None
+
+
+@dataclass(frozen=True)
+class BoolLit(Expr):
+    value: bool
+    span: Span = NO_SPAN
+    ty: Ty | None = None
+
+
+@dataclass(frozen=True)
+class DTypeLit(Expr):
+    """A dtype used as a value: the argument of `.to(bf16)`."""
+
+    dtype: str
+    span: Span = NO_SPAN
+    ty: Ty | None = None
+
+
+@dataclass(frozen=True)
+class TileTypeExpr(Expr):
+    """`f32[BM, BN]`: the argument of zeros/full/arange-style constructors."""
+
+    dtype: str
+    dims: tuple[Expr, ...]
+    span: Span = NO_SPAN
+    ty: Ty | None = None
+
+
+@dataclass(frozen=True)
+class BinOp(Expr):
+    op: BinOpKind
+    lhs: Expr
+    rhs: Expr
+    span: Span = NO_SPAN
+    ty: Ty | None = None
+
+
+@dataclass(frozen=True)
+class UnaryOp(Expr):
+    op: UnaryOpKind
+    operand: Expr
+    span: Span = NO_SPAN
+    ty: Ty | None = None
+
+
+@dataclass(frozen=True)
+class Call(Expr):
+    """A builtin call: `exp(x)`, `sum(t, axis=1)`, `program_id(0)`, `range(0, N, B)`."""
+
+    func: str
+    args: tuple[Expr, ...]
+    kwargs: tuple[tuple[str, Expr], ...] = ()
+    span: Span = NO_SPAN
+    ty: Ty | None = None
+
+    def kwarg(self, name: str) -> Expr | None:
+        for k, v in self.kwargs:
+            if k == name:
+                return v
+        return None
+
+
+@dataclass(frozen=True)
+class Method(Expr):
+    """`x.to(f32)`: a method call on a value."""
+
+    obj: Expr
+    name: str
+    args: tuple[Expr, ...]
+    kwargs: tuple[tuple[str, Expr], ...] = ()
+    span: Span = NO_SPAN
+    ty: Ty | None = None
+
+
+@dataclass(frozen=True)
+class Attr(Expr):
+    """`w.T`: an attribute of a value."""
+
+    obj: Expr
+    name: str
+    span: Span = NO_SPAN
+    ty: Ty | None = None
+
+
+@dataclass(frozen=True)
+class Slice(Expr):
+    """`start : stop` inside a subscript; either bound may be missing."""
+
+    start: Expr | None
+    stop: Expr | None
+    span: Span = NO_SPAN
+    ty: Ty | None = None
+
+
+@dataclass(frozen=True)
+class NewAxis(Expr):
+    """`None` inside a subscript of a tile: inserts an axis of size 1."""
+
+    span: Span = NO_SPAN
+    ty: Ty | None = None
+
+
+@dataclass(frozen=True)
+class Index(Expr):
+    """`x[i, a : b, other = v]`: a read of a tensor (a load) or a view of a tile."""
+
+    base: Expr
+    items: tuple[Expr, ...]
+    kwargs: tuple[tuple[str, Expr], ...] = ()
+    span: Span = NO_SPAN
+    ty: Ty | None = None
+
+    def kwarg(self, name: str) -> Expr | None:
+        for k, v in self.kwargs:
+            if k == name:
+                return v
+        return None
+
+
+# ---------------------------------------------------------------- statements
+@dataclass(frozen=True)
+class Stmt:
+    pass
+
+
+@dataclass(frozen=True)
+class Block:
+    stmts: tuple[Stmt, ...]
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Assign(Stmt):
+    """`name = value` (with `op`, `name op= value`, desugared by the resolve pass)."""
+
+    name: str
+    value: Expr
+    span: Span = NO_SPAN
+    op: BinOpKind | None = None
+
+
+@dataclass(frozen=True)
+class Store(Stmt):
+    """`x[...] = value` (with `op`: `x[...] op= value`): a masked write of a tensor."""
+
+    target: Index
+    value: Expr
+    span: Span = NO_SPAN
+    op: BinOpKind | None = None
+
+
+@dataclass(frozen=True)
+class For(Stmt):
+    """`for var in range(start, stop, step) { ... }` (or `pipeline(..., stages=S)`)."""
+
+    var: str
+    start: Expr
+    stop: Expr
+    step: Expr
+    body: Block
+    span: Span = NO_SPAN
+    stages: int = 1  # > 1 for pipeline(...)
+    pipelined: bool = False
+    plan: Any = None  # plan_matmul result (tilex.passes.plan_matmul.MatmulPlan) for tensor-core main loops
+    stream: tuple = ()  # infer_memory: tiles copied into shared memory one iteration ahead (StreamTile)
+    mma: Any = None  # plan_matmul (infer_memory may demote it): how a pipeline loop's products run (StreamedMma)
+
+
+@dataclass(frozen=True)
+class If(Stmt):
+    cond: Expr
+    then: Block
+    orelse: Block | None
+    span: Span = NO_SPAN
+
+
+# ---------------------------------------------------------------- declarations
+@dataclass(frozen=True)
+class CParam:
+    """A compile-time parameter `<BLOCK: int = 1024>`, or one tilex chooses per shape:
+    `<BM: int = auto>` (a search space implied by its role) or `<BM: int in (64, 128)>` (declared)."""
+
+    name: str
+    kind: str  # "int" | "float" | "bool"
+    default: int | float | bool | None
+    span: Span = NO_SPAN
+    auto: bool = False  # chosen by tilex (tilex.autoconfig) unless defined
+    space: tuple | None = None  # the declared candidates of `in (...)`; None: implied by the role (`= auto`)
+
+
+@dataclass(frozen=True)
+class TypeExpr:
+    dtype: str
+    dims: tuple[Expr, ...] | None  # None: a scalar
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: TypeExpr
+    is_out: bool
+    default: Expr | None
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    cparams: tuple[CParam, ...]
+    params: tuple[Param, ...]
+    where: tuple[Expr, ...]
+    grid: tuple[Expr, ...]
+    body: Block
+    span: Span = NO_SPAN
+    # filled by passes: values of compile-time params, shape symbols in order of appearance
+    defines: tuple[tuple[str, Any], ...] = ()
+    symbols: tuple[str, ...] = ()
+    facts: Any = None  # check_constraints result (tilex.passes.check_constraints.Facts)
+    info: Any = None  # infer_memory result (tilex.passes.infer_memory.KernelMemory)
+
+
+@dataclass(frozen=True)
+class Program:
+    kernels: tuple[Kernel, ...]
+    file: str = "<string>"
+    source: str = field(default="", repr=False)
+
+    def kernel(self, name: str) -> Kernel:
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise KeyError(name)
+
+
+Node = Expr | Stmt | Block
+
+
+def with_ty(node: Expr, ty: Ty) -> Expr:
+    return replace(node, ty=ty)

@@ -1,0 +1,141 @@
+"""tilex.backend: `torch.compile(model, backend="tilex")` (inference).
+
+Importing this module registers the backend with torch._dynamo. Dynamo's graph goes through
+AOTAutograd (functionalized ATen, our decompositions); the forward graph is lowered to a Program
+(program.py): library kernels for matched subgraphs (patterns.py), generated `.tile` kernels for
+fusion groups (fusion.py, tilegen.py), torch eager for the rest (listed; an error with
+options={"strict": True}). On CUDA tensors the kernels run on the GPU; on CPU tensors the same
+program runs through the NumPy interpreter. docs/backend.md explains the lowering.
+
+Options (torch.compile(..., options={...})):
+  strict: bool    any node without a tilex kernel is an error (StrictError) instead of eager
+  programs: list  every lowered Program is appended here (for tests and reports)
+  memory: bool    track each Program's peak live bytes (Program.peak_bytes; memory.py)
+  report: DIR     write DIR/graph_N.html per lowered graph (report.py), again after its first call
+  cuda_graphs: bool  capture static-shape CUDA calls in a CUDA graph and replay it (cudagraphs.py)
+  profile: bool   time every step (Step.seconds, Program.time_shares(); synchronizes on CUDA)
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from .program import Program, StrictError
+
+__all__ = ["tilex_backend", "Program", "StrictError", "OPTIONS"]
+
+log = logging.getLogger("tilex.backend")
+OPTIONS = {"strict": False, "programs": None, "memory": False, "report": None, "cuda_graphs": False,
+           "profile": False}
+_GRAPHS = [0]  # graphs lowered in this process (names the reports)
+aten = torch.ops.aten
+
+# ATen ops AOTAutograd decomposes for us before lowering: composite ops into the ones the
+# patterns and the fusion rules know.
+_DECOMPOSE = [aten._log_softmax, aten.addcmul, aten.hardswish,
+              aten.leaky_relu, aten.clamp_min, aten.clamp_max, aten.rsub, aten.var_mean]
+
+
+def _decompositions():
+    from torch._decomp import get_decompositions
+
+    return get_decompositions(_DECOMPOSE)
+
+
+
+def _check_options(options: dict | None) -> dict:
+    opts = dict(OPTIONS)
+    for k, v in (options or {}).items():
+        if k not in OPTIONS:
+            raise ValueError(f"tilex backend: unknown option {k!r} (expected one of {', '.join(OPTIONS)})")
+        opts[k] = v
+    return opts
+
+
+def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None):
+    """The torch.compile backend: AOTAutograd with a forward compiler that lowers to a Program."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    opts = _check_options(options)
+
+    def fw_compiler(fgm: torch.fx.GraphModule, inputs):
+        prog = Program.lower(fgm, strict=bool(opts["strict"]))
+        prog.measure_memory = bool(opts["memory"])
+        prog.profile = bool(opts["profile"])
+        _use_cache(prog, fgm)
+        if opts["report"] is not None:
+            from . import report
+
+            name = f"graph_{_GRAPHS[0]}"
+            _GRAPHS[0] += 1
+            report.write(prog, opts["report"], name)
+            prog.after_first_call = _chain(prog.after_first_call, lambda: report.write(prog, opts["report"], name))
+        if opts["programs"] is not None:
+            opts["programs"].append(prog)
+        log.info("tilex backend: lowered a graph of %d nodes into %d steps (%s)", len(fgm.graph.nodes),
+                 len(prog.steps), prog.summary())
+        if opts["cuda_graphs"]:
+            from .cudagraphs import GraphRunner
+
+            prog.graph_runner = GraphRunner(prog)
+            return _boxed(prog.graph_runner)
+        return _boxed(prog)
+
+    def bw_compiler(fgm, inputs):
+        raise NotImplementedError("tilex backend: training (a backward graph) is not supported; "
+                                  "call the compiled model under torch.no_grad()")
+
+    return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+                        decompositions=_decompositions())(gm, example_inputs)
+
+
+def _arch() -> str:
+    try:
+        from ..runtime.nvrtc import default_arch
+
+        return default_arch()
+    except Exception:  # no GPU: the interpreter runs, and the record says so
+        return "interp"
+
+
+def _chain(first, then):
+    if first is None:
+        return then
+
+    def both():
+        first()
+        then()
+    return both
+
+
+def _use_cache(prog: Program, fgm) -> None:
+    """Look the graph up in the graph cache (cache.py); record its kernels after the first call."""
+    from . import cache
+
+    fp = cache.fingerprint(fgm, _arch())
+    rec = cache.load(fp)
+    sources = {s.kernel.source for s in prog.steps if s.kind == "generated"}
+    reused = cache.prewarm(rec, sources) if rec is not None else 0
+    prog.cache = {"fingerprint": fp, "hit": rec is not None, "reused": reused}
+    log.info("tilex backend: graph %s: cache %s, %d kernel configuration(s) reused", fp[:12],
+             "hit" if rec is not None else "miss", reused)
+    if rec is None:
+        prog.after_first_call = _chain(prog.after_first_call, lambda: cache.store(fp, prog.launched))
+
+
+def _boxed(prog: Program):
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(prog)
+
+
+def _register() -> None:
+    from torch._dynamo import list_backends
+    from torch._dynamo.backends.registry import register_backend
+
+    if "tilex" not in list_backends(exclude_tags=()):
+        register_backend(name="tilex")(tilex_backend)
+
+
+_register()

@@ -1,0 +1,291 @@
+"""Fusion grouping: partition the fusible nodes of an ATen FX graph (elementwise ops, broadcasts,
+casts, last-axis row reductions) into groups, each of which becomes one generated kernel.
+
+Rules (docs/backend.md, "Fusion rules"):
+* a member's shape has the group's rank and leading dims, and its last dim is the group's or 1
+  (a `keepdim=True` row reduction); inputs may broadcast in any dim;
+* a row reduction needs the whole row in one tile: a static last dim of at most MAX_ROW;
+* a node joins the group of one of its producers unless that would make a cycle (an input of the
+  node outside the group depends on the group); otherwise it starts a group.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch.fx import Node
+
+from . import ops
+
+MAX_ROW = 16384
+
+
+def tensor_meta(node) -> torch.Tensor | None:
+    v = node.meta.get("val") if isinstance(node, Node) else None
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def same_dim(a, b) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return str(a) == str(b)
+
+
+def _node_args(node: Node) -> list:
+    return list(node.args) + list(node.kwargs.values())
+
+
+def _scalar_ok(v) -> bool:
+    return isinstance(v, (int, float, bool)) and not isinstance(v, torch.SymInt)
+
+
+def template(node: Node) -> str | None:
+    """The `.tile` template of a fusible elementwise or cast node (None: not fusible)."""
+    t = node.target
+    val = tensor_meta(node)
+    if val is None or val.dtype not in ops.DTYPES:
+        return None
+    if t in ops.CASTS:  # _to_copy(x, dtype=...) or convert_element_type(x, dtype)
+        src = tensor_meta(node.args[0]) if isinstance(node.args[0], Node) else None
+        if src is None or src.dtype not in ops.DTYPES or src.device != val.device:
+            return None
+        if set(node.kwargs) - {"dtype", "device", "layout"} or (t is ops.aten._to_copy.default and len(node.args) > 1):
+            return None
+        return "cast"
+    for a in node.args:
+        if isinstance(a, Node):
+            m = tensor_meta(a)
+            if m is None or m.dtype not in ops.DTYPES or m.device != val.device:
+                return None
+        elif not _scalar_ok(a):
+            return None
+    if t is torch.ops.aten.pow.Tensor_Scalar:
+        return ops.pow_template(node.args[1])
+    if t is torch.ops.aten.gelu.default:
+        return ops.gelu_template(node.kwargs.get("approximate", "none"))
+    if t in ops.ELEMENTWISE:
+        if node.kwargs.get("alpha", 1) != 1 or set(node.kwargs) - {"alpha"}:
+            return None
+        return ops.ELEMENTWISE[t]
+    return None
+
+
+def reduction(node: Node) -> tuple[str, str] | None:
+    """(tile reduction, pad) for a last-axis keepdim row reduction over a static row <= MAX_ROW."""
+    spec = ops.REDUCTIONS.get(node.target)
+    val = tensor_meta(node)
+    if spec is None or val is None or not node.args or not isinstance(node.args[0], Node):
+        return None
+    src = tensor_meta(node.args[0])
+    if src is None or src.dtype not in ops.FLOAT_DTYPES or val.dtype not in ops.FLOAT_DTYPES:
+        return None
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    if set(node.kwargs) - {"dim", "keepdim"}:
+        return None
+    nd = src.dim()
+    if nd == 0 or not keep or list(dims or []) not in ([-1], [nd - 1]):
+        return None
+    last = src.shape[-1]
+    if not isinstance(last, int) or last > MAX_ROW:
+        return None
+    return spec
+
+
+@dataclass(frozen=True)
+class CatPart:
+    """Columns [lo, hi) of a last-axis cat are (-)src[..., col + shift] (src read from memory)."""
+    src: Node
+    lo: int
+    hi: int
+    shift: int
+    negate: bool = False
+
+
+def _full_slice(node, lo, hi) -> Node | None:
+    """x when node = x[..., lo:hi] (aten.slice on the last dim), else None."""
+    if not (isinstance(node, Node) and node.op == "call_function" and node.target is torch.ops.aten.slice.Tensor):
+        return None
+    x = node.args[0]
+    m = tensor_meta(x)
+    if m is None or m.dim() == 0 or int(node.args[1]) % m.dim() != m.dim() - 1:
+        return None
+    start = node.args[2] if len(node.args) > 2 else 0
+    end = node.args[3] if len(node.args) > 3 else 2 ** 63 - 1
+    n = m.shape[-1]
+    if not isinstance(n, int) or start != lo or not isinstance(end, int) or min(end, n) != hi:
+        return None
+    return x
+
+
+def cat_parts(node: Node) -> tuple[list, set] | None:
+    """(parts, absorbed nodes) for a fusible cat along the last dim: HF's rotate_half
+    cat([-x[..., h:], x[..., :h]]) (parts read x shifted by +-h; the slices and neg are absorbed)
+    or a cat of tensors with static last dims (each read shifted by its offset)."""
+    if not (node.op == "call_function" and node.target is torch.ops.aten.cat.default):
+        return None
+    val = tensor_meta(node)
+    if val is None or val.dtype not in ops.DTYPES or val.dim() == 0:
+        return None
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    if int(dim) % val.dim() != val.dim() - 1 or not isinstance(val.shape[-1], int) or val.shape[-1] > MAX_ROW:
+        return None
+    parts_in = list(node.args[0])
+    if len(parts_in) == 2 and isinstance(parts_in[0], Node) and parts_in[0].op == "call_function" and \
+            parts_in[0].target is torch.ops.aten.neg.default:
+        n = val.shape[-1]
+        h = n // 2
+        hi_src = _full_slice(parts_in[0].args[0], h, n)
+        lo_src = _full_slice(parts_in[1], 0, h)
+        if n % 2 == 0 and hi_src is not None and hi_src is lo_src and tensor_meta(hi_src).shape[-1] == n:
+            absorbed = {parts_in[0], parts_in[0].args[0], parts_in[1]}
+            return [CatPart(hi_src, 0, h, h, True), CatPart(hi_src, h, n, -h)], absorbed
+    parts, off = [], 0
+    for a in parts_in:
+        m = tensor_meta(a)
+        if m is None or m.dtype != val.dtype or m.dim() != val.dim() or not isinstance(m.shape[-1], int):
+            return None
+        parts.append(CatPart(a, off, off + m.shape[-1], -off))
+        off += m.shape[-1]
+    return parts, set()
+
+
+def member_inputs(node: Node) -> list:
+    """The values a member reads: a cat's sources (read from memory), else the node's inputs."""
+    spec = cat_parts(node)
+    if spec is not None:
+        return list(dict.fromkeys(p.src for p in spec[0]))
+    return list(node.all_input_nodes)
+
+
+def absorbed_nodes(graph: torch.fx.Graph, excluded: set) -> set:
+    """Nodes (rotate_half's slices and neg) that only feed a fusible cat, which reads their source itself."""
+    out: set = set()
+    for node in graph.nodes:
+        if node in excluded:
+            continue
+        spec = cat_parts(node)
+        if spec is None:
+            continue
+        absorbed = spec[1]
+        inside = absorbed | {node}
+        if all(all(u in inside for u in a.users) for a in absorbed):
+            out |= absorbed
+    return out
+
+
+@dataclass
+class Group:
+    id: int
+    shape: tuple                      # the iteration shape (meta sizes, ints or SymInts)
+    nodes: list = field(default_factory=list)
+    has_reduction: bool = False
+
+    def fits(self, node: Node, is_reduction: bool) -> bool:
+        shape = tuple(tensor_meta(node).shape)
+        if len(shape) != len(self.shape) or not all(map(same_dim, shape[:-1], self.shape[:-1])):
+            return False
+        if not (same_dim(shape[-1], self.shape[-1]) or same_dim(shape[-1], 1)):
+            return False
+        if is_reduction:
+            src = tuple(tensor_meta(node.args[0]).shape)
+            return len(src) == len(self.shape) and same_dim(src[-1], self.shape[-1])
+        return True
+
+
+def group_nodes(graph: torch.fx.Graph, excluded: set) -> list[Group]:
+    """Fusion groups over `graph`'s fusible nodes not in `excluded`, members in graph order.
+
+    A node joins the first producer group it fits without a cycle; the other producer groups
+    it fits are merged into that one when no node outside both lies on a path between them
+    (so `q * cos + rotate_half(q) * sin` is one kernel, not three).
+    """
+    group_of: dict[Node, Group] = {}
+    deps: dict[Node, frozenset] = {}   # ids of the groups a node depends on (transitively)
+    groups: dict[int, Group] = {}
+    alias: dict[int, int] = {}         # merged group id -> the group it went into
+
+    def find(i: int) -> int:
+        while i in alias:
+            i = alias[i]
+        return i
+
+    def closure(m: Node) -> set:
+        d = {find(i) for i in deps.get(m, ())}
+        if m in group_of:
+            d.add(group_of[m].id)
+        return d
+
+    def outside_inputs(g: Group, other: Group):
+        for n in g.nodes:
+            for o in member_inputs(n):
+                if group_of.get(o) is not g and group_of.get(o) is not other:
+                    yield o
+
+    def can_merge(a: Group, b: Group) -> bool:
+        if not all(a.fits(n, reduction(n) is not None) for n in b.nodes):
+            return False
+        if (a.has_reduction or b.has_reduction) and not isinstance(a.shape[-1], int):
+            return False
+        for x, y in ((a, b), (b, a)):  # a cat's sources are read from memory: not from the other group
+            if any(group_of.get(p) is y for n in x.nodes if cat_parts(n) for p in member_inputs(n)):
+                return False
+        return not any(a.id in closure(o) for o in outside_inputs(b, a)) and \
+            not any(b.id in closure(o) for o in outside_inputs(a, b))
+
+    for node in graph.nodes:
+        inputs = list(node.all_input_nodes)
+        deps[node] = frozenset().union(*(closure(m) for m in inputs)) if inputs else frozenset()
+        if node.op != "call_function" or node in excluded:
+            continue
+        red = reduction(node)
+        cat = cat_parts(node)
+        if red is None and cat is None and template(node) is None:
+            continue
+        if cat is not None:  # reads its sources from memory: they may not be in its group
+            inputs = member_inputs(node)
+            red = ("cat", "")  # like a reduction, it needs the whole row in one tile
+        chosen = None
+        # producer groups over whole rows first, so that a [..., 1] group merges into them
+        candidates = sorted(inputs, key=lambda m: m in group_of and same_dim(group_of[m].shape[-1], 1))
+        for m in candidates:
+            g = group_of.get(m)
+            if g is None or g is chosen:
+                continue
+            if cat is not None:
+                continue  # a cat starts its group (its sources are read from memory)
+            if chosen is None:
+                if not g.fits(node, red is not None) or (red is not None and not isinstance(g.shape[-1], int)):
+                    continue
+                if any(group_of.get(o) is not g and g.id in closure(o) for o in inputs):
+                    continue
+                chosen = g
+            elif can_merge(chosen, g) and not any(
+                    group_of.get(o) not in (g, chosen) and (g.id in closure(o) or chosen.id in closure(o))
+                    for o in inputs):
+                for n in g.nodes:
+                    group_of[n] = chosen
+                chosen.nodes = sorted(chosen.nodes + g.nodes, key=_position(graph))
+                chosen.has_reduction |= g.has_reduction
+                alias[g.id] = chosen.id
+                del groups[g.id]
+        if chosen is None:
+            shape = tuple(tensor_meta(node.args[0] if red is not None and cat is None else node).shape)
+            if len(shape) == 0:
+                continue
+            chosen = Group(len(groups) + len(alias), shape)
+            if not chosen.fits(node, red is not None and cat is None):
+                continue
+            groups[chosen.id] = chosen
+        chosen.nodes.append(node)
+        chosen.has_reduction |= red is not None
+        group_of[node] = chosen
+    out = list(groups.values())
+    for i, g in enumerate(out):
+        g.id = i
+    return out
+
+
+def _position(graph: torch.fx.Graph):
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    return order.__getitem__

@@ -1,0 +1,412 @@
+"""Lowering of an ATen FX graph to a Program (an ordered list of steps) and its execution.
+
+Steps, in graph order:
+  folded     a node that depends on no tensor input (masks, positions, rotary tables): evaluated
+             in eager once per value of the symbolic sizes and kept
+  library    a Match (patterns.py): one tilex.stdlib kernel
+  generated  a fusion group (fusion.py) emitted as a `.tile` kernel (tilegen.py)
+  view       a metadata-only ATen op (no kernel) or host arithmetic on sizes
+  eager      anything else: torch eager, listed as a fallback (an error with strict=True)
+
+Values are dropped from the environment after their last use, so the allocator reuses their
+memory (the lifetime plan; docs/backend.md).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+import operator
+from dataclasses import dataclass, field
+
+import torch
+from torch.fx import GraphModule, Node
+from torch.fx.node import map_arg
+
+from . import kernels, memory
+from .fusion import absorbed_nodes, group_nodes, member_inputs, tensor_meta
+from .patterns import Match, find_matches
+from .tilegen import GeneratedKernel, generate, tile_config
+
+log = logging.getLogger("tilex.backend")
+aten = torch.ops.aten
+
+METADATA_OPS = {
+    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.t.default,
+    aten.transpose.int, aten.permute.default, aten.unsqueeze.default, aten.squeeze.dim,
+    aten.squeeze.default, aten.squeeze.dims, aten.expand.default, aten.slice.Tensor, aten.select.int,
+    aten.alias.default, aten.detach.default, aten.as_strided.default, aten.sym_size.int,
+    aten.sym_numel.default, aten.sym_stride.int, aten.split.Tensor, aten.split_with_sizes.default,
+    aten.unbind.int, operator.getitem, aten.lift_fresh_copy.default,
+}
+NONDETERMINISTIC = {aten.rand.default, aten.randn.default, aten.empty.memory_format, aten.empty_like.default,
+                    aten.randint.default, aten.bernoulli.default, aten.native_dropout.default}
+
+
+class StrictError(RuntimeError):
+    """options={"strict": True} and the graph has nodes no tilex kernel computes."""
+
+
+@dataclass
+class Step:
+    kind: str                     # folded | library | generated | view | eager
+    nodes: list                   # the graph nodes this step computes (the first is the root)
+    match: Match | None = None
+    kernel: GeneratedKernel | None = None
+    calls: int = 0
+    fallbacks: int = 0            # library steps whose check sent a call to eager
+    copies: int = 0               # inputs a generated step copied (a layout it cannot read in place)
+    seconds: float = 0.0          # time spent in this step, with profile=True (synchronized on CUDA)
+
+    @property
+    def label(self) -> str:
+        if self.kind == "library":
+            return self.match.kernel
+        if self.kind == "generated":
+            return self.kernel.name
+        return str(self.nodes[0].target)
+
+
+def _host_scalar(v) -> bool:
+    return isinstance(v, torch.Tensor) and v.dim() == 0 and v.device.type == "cpu"
+
+
+def _is_metadata(node: Node) -> bool:
+    if node.target in METADATA_OPS:
+        return True
+    # arithmetic on 0-d CPU tensors (floats Dynamo passes as tensors under dynamic=True): host work
+    if _host_scalar(node.meta.get("val")) and node.all_input_nodes and all(
+            _host_scalar(a.meta.get("val")) for a in node.all_input_nodes):
+        return True
+    # host arithmetic on sizes (SymInt nodes): operator.mul, sym_float, ...
+    return not isinstance(node.meta.get("val"), torch.Tensor) and getattr(node.target, "__module__", "") in (
+        "_operator", "math", "torch.sym_float", "builtins")
+
+
+def _folded_nodes(gm: GraphModule) -> set:
+    """Nodes computed from no tensor placeholder (sizes are allowed): evaluated once per size binding."""
+    folded: set = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target in NONDETERMINISTIC:
+            continue
+        ok = True
+        for a in node.all_input_nodes:
+            if a in folded:
+                continue
+            if a.op == "placeholder" and not isinstance(a.meta.get("val"), torch.Tensor):
+                continue  # a symbolic size
+            ok = False
+            break
+        if ok:
+            folded.add(node)
+    return folded
+
+
+@dataclass
+class Program:
+    gm: GraphModule
+    steps: list
+    placeholders: list
+    output_args: object
+    last_use: dict                 # step index -> nodes whose values die after it
+    folded_cache: dict = field(default_factory=dict)
+    strict: bool = False
+    measure_memory: bool = False   # track peak_bytes (costs a scan of the live values per step)
+    peak_bytes: int = 0
+    live_trace: list = field(default_factory=list)  # live bytes at each step of the first measured call
+    after_first_call: object = None  # a callback (the report's rewrite), run once
+    launched: set = field(default_factory=set)   # (kernel, source, defines) launched: the cache record
+    cache: dict = field(default_factory=dict)    # {"fingerprint", "hit", "reused"} (cache.py)
+    graph_runner: object = None                  # the CUDA graph runner with cuda_graphs=True
+    profile: bool = False                        # time every step (Step.seconds); synchronizes
+
+    # ----------------------------------------------------------------- lowering
+    @classmethod
+    def lower(cls, gm: GraphModule, strict: bool = False) -> "Program":
+        graph = gm.graph
+        folded = _folded_nodes(gm)
+        matches = find_matches(graph, folded)
+        by_root = {m.root: m for m in matches}
+        covered = set().union(*(m.interior for m in matches)) if matches else set()
+        absorbed = absorbed_nodes(graph, folded | covered | set(by_root))
+        covered |= absorbed
+        excluded = folded | covered | set(by_root)
+        groups = group_nodes(graph, excluded)
+        owner = {}
+        for g in groups:
+            for n in g.nodes:
+                owner[n] = g
+        steps, done = [], set()
+        for node in graph.nodes:
+            if node.op in ("placeholder", "output") or node in covered:
+                continue
+            if node in by_root:
+                steps.append(Step("library", [node], match=by_root[node]))
+            elif node in owner:
+                g = owner[node]
+                if g.id in done:
+                    continue
+                done.add(g.id)
+                members = set(g.nodes)
+
+                def used_outside(n, members=members):
+                    return any(u not in members for u in n.users)
+                k = generate(g, f"fused_{g.id}", used_outside)
+                steps.append(Step("generated", list(g.nodes), kernel=k))
+            elif node in folded:
+                steps.append(Step("folded", [node]))
+            elif _is_metadata(node):
+                steps.append(Step("view", [node]))
+            else:
+                steps.append(Step("eager", [node]))
+        # generated steps run at their last member's position: move each after its inputs' producers
+        steps = _order(steps)
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        out = next(n for n in graph.nodes if n.op == "output")
+        prog = cls(gm, steps, placeholders, out.args[0], _last_uses(steps, out), strict=strict)
+        eager = prog.fallbacks()
+        if strict and eager:
+            raise StrictError("tilex backend (strict=True): these nodes have no tilex kernel: "
+                              + ", ".join(f"{n} ({t})" for n, t in eager))
+        for n, t in eager:
+            log.info("tilex backend: %s (%s) runs as torch eager", n, t)
+        return prog
+
+    def summary(self) -> str:
+        counts: dict = {}
+        for s in self.steps:
+            counts[s.kind] = counts.get(s.kind, 0) + 1
+        return ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+
+    def time_shares(self) -> dict:
+        """Share of the profiled time per step kind (library, generated, eager, ...)."""
+        total = sum(s.seconds for s in self.steps) or 1.0
+        out: dict = {}
+        for s in self.steps:
+            out[s.kind] = out.get(s.kind, 0.0) + s.seconds / total
+        return out
+
+    def fallbacks(self) -> list:
+        return [(s.nodes[0].name, str(s.nodes[0].target)) for s in self.steps if s.kind == "eager"]
+
+    # ---------------------------------------------------------------- execution
+    def __call__(self, *args):
+        env: dict = {}
+        for p, a in zip(self.placeholders, args):
+            env[p] = a
+        sizes = tuple(a for p, a in zip(self.placeholders, args) if not isinstance(a, torch.Tensor))
+        folded = self.folded_cache.get(sizes)
+        if folded is None:
+            folded = {}
+            if len(self.folded_cache) >= 16:
+                self.folded_cache.clear()
+            self.folded_cache[sizes] = folded
+        exclude = memory.storage_keys(args) if self.measure_memory else None
+        trace = [] if exclude is not None and not self.live_trace else None
+        cuda = self.profile and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+        for i, step in enumerate(self.steps):
+            if self.profile:
+                if cuda:
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+            self._run(step, env, folded)
+            if self.profile:
+                if cuda:
+                    torch.cuda.synchronize()
+                step.seconds += time.perf_counter() - t0
+            if exclude is not None:  # before the frees: the step's inputs and outputs are both live
+                live = memory.live_bytes(list(env.values()), exclude)
+                self.peak_bytes = max(self.peak_bytes, live)
+                if trace is not None:
+                    trace.append(live)
+            for n in self.last_use.get(i, ()):
+                env.pop(n, None)
+        if trace is not None:
+            self.live_trace = trace
+        result = map_arg(self.output_args, lambda n: env[n])
+        if self.after_first_call is not None:
+            callback, self.after_first_call = self.after_first_call, None
+            callback()
+        return result
+
+    def _run(self, step: Step, env: dict, folded: dict) -> None:
+        step.calls += 1
+        node = step.nodes[0]
+        if step.kind == "folded":
+            if node not in folded:
+                folded[node] = _eager(node, env)
+            env[node] = folded[node]
+        elif step.kind in ("view", "eager"):
+            env[node] = _eager(node, env)
+        elif step.kind == "library":
+            m = step.match
+            vals = [env[a] if isinstance(a, Node) else a for a in m.args]
+            if m.check is not None and not m.check(*vals):
+                step.fallbacks += 1
+                env[node] = _eager_match(m, env)
+                return
+            env[node] = kernels.call_library(m.call, *vals)
+        else:
+            step.copies += _run_generated(step.kernel, env, self.launched)
+
+
+def _eager(node: Node, env: dict):
+    args = map_arg(node.args, lambda n: env[n])
+    kwargs = map_arg(node.kwargs, lambda n: env[n])
+    if node.target is aten.view.default and not _viewable(args[0], args[1]):
+        return aten.reshape.default(*args)  # a kernel's output laid out unlike eager's: copy
+    return node.target(*args, **kwargs)
+
+
+def _viewable(t, shape) -> bool:
+    try:
+        t.view(shape)
+        return True
+    except RuntimeError:
+        return False
+
+
+def _eager_match(m: Match, env: dict):
+    """The match's root computed in eager from its interior nodes (the check declined the kernel)."""
+    local = dict(env)
+    inside = m.interior | {m.root}
+    for n in m.root.graph.nodes:
+        if n in inside:
+            local[n] = _eager(n, local)
+    return local[m.root]
+
+
+def _strided_rows(t: torch.Tensor, rank: int, width: int):
+    """(t's storage as [rows, width] rows, the row stride of each leading dim), or None when t's
+    last dim is not contiguous or a leading stride is not a whole number of rows."""
+    s = [1] * (rank - t.dim()) + list(t.shape)
+    st = [0] * (rank - t.dim()) + list(t.stride())
+    if width > 1 and st[-1] != 1:
+        return None
+    rs = []
+    for j in range(rank - 1):
+        if s[j] == 1:
+            rs.append(0)
+        elif st[j] % width:
+            return None
+        else:
+            rs.append(st[j] // width)
+    rows = 1 + sum((s[j] - 1) * rs[j] for j in range(rank - 1))
+    return t.as_strided((rows, width), (width, 1)), rs
+
+
+def _run_generated(k: GeneratedKernel, env: dict, launched: set | None = None) -> int:
+    """Launch a generated kernel; the number of inputs it had to copy (a layout it cannot read)."""
+    ins = [env[op.node] for op in k.inputs]
+    device = next((t.device for t in ins if t.is_cuda), ins[0].device if ins else torch.device("cpu"))
+    moved = sum(t.device != device for t in ins)
+    ins = [t.to(device) for t in ins]  # a 0-d CPU scalar (dynamic=True's floats) next to CUDA tensors
+    outs_meta = [tensor_meta(op.node) for op in k.outputs]
+    shape = list(outs_shape(k, ins))
+    n = shape[-1]
+    m = math.prod(shape[:-1])
+    arrays, scalars, copies = [], {}, moved
+    for i, (op, t) in enumerate(zip(k.inputs, ins)):
+        width = t.shape[-1] if t.dim() else 1
+        if op.last == "1":
+            width = 1
+        if op.rows == "gather":
+            got = _strided_rows(t, k.rank, width)
+            if got is None:
+                copies += 1
+                got = _strided_rows(t.contiguous(), k.rank, width)
+            view, rs = got
+            arrays.append(view)
+            for j, r in enumerate(rs):
+                scalars[f"s{i}_{j}"] = r
+            continue
+        if not t.is_contiguous():
+            copies += 1
+            t = t.contiguous()
+        arrays.append(t.reshape(width) if op.rows == "vec" else t.reshape(-1, width))
+    if any(op.rows == "gather" for op in k.inputs):
+        p = 1
+        for j in range(k.rank - 2, -1, -1):
+            scalars[f"d{j}"], scalars[f"p{j}"] = shape[j], p
+            p *= shape[j]
+    outs = []
+    for op, meta in zip(k.outputs, outs_meta):
+        oshape = shape[:-1] + [n if op.last == "N" else 1]
+        y = torch.empty(oshape, dtype=meta.dtype, device=device)
+        outs.append(y)
+        arrays.append(y.view(m, oshape[-1]))
+    kernels.launch_generated(k.source, k.name, tile_config(m, n, k.has_reduction), arrays, scalars, launched)
+    for op, y, meta in zip(k.outputs, outs, outs_meta):
+        env[op.node] = y if y.dim() == meta.dim() else y.reshape(
+            [int(d) if isinstance(d, int) else -1 for d in meta.shape])
+    return copies
+
+
+def outs_shape(k: GeneratedKernel, ins: list) -> tuple:
+    """The iteration shape at run time: the inputs broadcast, a cat's sources counted by the cat's width."""
+    shapes = []
+    for op, t in zip(k.inputs, ins):
+        s = list(t.shape)
+        if op.last not in ("N", "1") and s:
+            s[-1] = 1  # a cat source: its width is not the group's
+        shapes.append(tuple(s))
+    shape = list(torch.broadcast_shapes(*shapes))
+    shape = [1] * (k.rank - len(shape)) + shape
+    if k.cat_width is not None:
+        shape[-1] = k.cat_width
+    return tuple(shape)
+
+
+def _order(steps: list) -> list:
+    """Topologically order steps (a generated step needs all its members' inputs computed first)."""
+    producer = {}
+    for i, s in enumerate(steps):
+        for n in s.nodes:
+            producer[n] = i
+        if s.kind == "library":
+            producer[s.match.root] = i
+    deps = []
+    for i, s in enumerate(steps):
+        nodes = [s.match.root] if s.kind == "library" else s.nodes
+        inputs = set()
+        for n in nodes:
+            srcs = [a for a in s.match.args if isinstance(a, Node)] if s.kind == "library" else member_inputs(n)
+            inputs |= {producer[a] for a in srcs if a in producer and producer[a] != i}
+        deps.append(inputs)
+    order, state = [], [0] * len(steps)
+
+    def visit(i):
+        stack = [(i, iter(sorted(deps[i])))]
+        state[i] = 1
+        while stack:
+            j, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                stack.pop()
+                state[j] = 2
+                order.append(j)
+            elif state[nxt] == 0:
+                state[nxt] = 1
+                stack.append((nxt, iter(sorted(deps[nxt]))))
+            elif state[nxt] == 1:
+                raise RuntimeError("tilex backend: cycle between lowered steps (a fusion bug)")
+    for i in range(len(steps)):
+        if state[i] == 0:
+            visit(i)
+    return [steps[i] for i in order]
+
+
+def _last_uses(steps: list, out: Node) -> dict:
+    """step index -> nodes read for the last time there (never the graph outputs)."""
+    keep = set(out.all_input_nodes)
+    last = {}
+    for i, s in enumerate(steps):
+        reads = [a for a in s.match.args if isinstance(a, Node)] if s.kind == "library" else \
+            [a for n in s.nodes for a in member_inputs(n)]
+        for a in reads:
+            last[a] = i
+    res: dict = {}
+    for n, i in last.items():
+        if n not in keep and n.op != "placeholder":
+            res.setdefault(i, []).append(n)
+    return res

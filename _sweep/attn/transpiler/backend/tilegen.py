@@ -1,0 +1,197 @@
+"""Emit a fusion group as `.tile` source: one kernel over the group's iteration shape viewed as
+rows x columns ([M, N]: N the last dim, M the product of the others), RB rows and CB columns per
+tile, every value computed in f32 (ints and bools as they are) and rounded once at the store.
+
+Each input is read in one of six ways, fixed by which of its dims broadcast (docs/backend.md):
+  rows  x[r : r + RB, c : c + CB]     same leading dims as the group
+  col   x[r : r + RB, 0 : 1]          last dim 1
+  vec   x[c : c + CB] / x[0 : 1]      all leading dims 1 (a weight, a bias, a scalar)
+  gather x[g, c : c + CB]             some leading dims broadcast: row g of x computed from the
+                                      group row by the dims d_j, their products p_j and x's
+                                      row strides s{i}_{j} (0 where x broadcasts), launch scalars
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch.fx import Node
+
+from . import ops
+from .fusion import Group, cat_parts, member_inputs, reduction, same_dim, template, tensor_meta
+
+
+@dataclass(frozen=True)
+class Operand:
+    node: Node
+    rows: str   # "rows" | "vec" | "gather"
+    last: str   # "N" | "1" | a static width (a cat's source)
+
+
+@dataclass(frozen=True)
+class GeneratedKernel:
+    name: str
+    source: str
+    rank: int
+    inputs: tuple        # Operand per kernel input, in parameter order
+    outputs: tuple       # Operand per kernel output (rows "rows")
+    has_reduction: bool  # whole rows in one tile (a row reduction or a cat)
+    members: tuple       # the ATen targets, for reports
+    cat_width: int | None = None  # the static last dim when the group has a cat (not from its inputs)
+
+
+def _classify(node: Node, shape: tuple) -> Operand:
+    s = tuple(tensor_meta(node).shape)
+    s = (1,) * (len(shape) - len(s)) + s
+    if same_dim(s[-1], shape[-1]) and not same_dim(s[-1], 1):
+        last = "N"
+    elif same_dim(s[-1], 1):
+        last = "1"
+    else:
+        last = str(int(s[-1]))
+    lead, glead = s[:-1], shape[:-1]
+    if not _contiguous(node):
+        rows = "gather"  # a strided view: rows found through its strides (no copy)
+    elif all(same_dim(a, b) for a, b in zip(lead, glead)):
+        rows = "rows"
+    elif all(same_dim(a, 1) for a in lead):
+        rows = "vec"
+    else:
+        rows = "gather"
+    return Operand(node, rows, last)
+
+
+def _contiguous(node: Node) -> bool:
+    try:
+        return bool(tensor_meta(node).is_contiguous())
+    except Exception:  # a symbolic layout it cannot decide: read through strides
+        return False
+
+
+def _kdtype(node: Node) -> str:
+    """The dtype a value has inside the kernel: f32 for floats, else its own."""
+    dt = tensor_meta(node).dtype
+    return "f32" if dt in ops.FLOAT_DTYPES else ops.DTYPES[dt]
+
+
+def generate(group: Group, name: str, used_outside) -> GeneratedKernel:
+    """The kernel for `group`; `used_outside(node)` tells which members are group outputs."""
+    members = set(group.nodes)
+    shape = group.shape
+    rank = len(shape)
+    inputs: list[Operand] = []
+    seen: dict[Node, str] = {}
+    plain_use: set = set()   # inputs read unshifted (everything but a cat's sources)
+    for n in group.nodes:
+        if cat_parts(n) is None:
+            plain_use |= set(n.all_input_nodes)
+        for a in member_inputs(n):
+            if a not in members and a not in seen:
+                seen[a] = f"x{len(inputs)}"
+                inputs.append(_classify(a, shape))
+    outputs = [Operand(n, "rows", _classify(n, shape).last) for n in group.nodes if used_outside(n)]
+    n_bound = any(op.last == "N" for op in (*inputs, *outputs))
+    ncols = "N" if n_bound else "1"
+
+    params, scalars, body = [], [], []
+    gathers = [i for i, op in enumerate(inputs) if op.rows == "gather"]
+    for i, op in enumerate(inputs):
+        dt = ops.DTYPES[tensor_meta(op.node).dtype]
+        last = ncols if op.last == "N" else op.last
+        dims = {"rows": f"[M, {last}]", "vec": f"[{last}]", "gather": f"[M{i}, {last}]"}[op.rows]
+        params.append(f"x{i}: {dt}{dims}")
+    for k, op in enumerate(outputs):
+        dt = ops.DTYPES[tensor_meta(op.node).dtype]
+        params.append(f"y{k}: out {dt}[M, {ncols if op.last == 'N' else '1'}]")
+    if gathers:
+        for j in range(rank - 1):
+            scalars += [f"d{j}: i32", f"p{j}: i32"]
+        for i in gathers:
+            scalars += [f"s{i}_{j}: i32" for j in range(rank - 1)]
+
+    body.append("    r = program_id(0) * RB")
+    if gathers:
+        body.append("    rows = r + arange(0, RB)")
+        for i in gathers:
+            terms = " + ".join(f"((rows // p{j}) % d{j}) * s{i}_{j}" for j in range(rank - 1))
+            body.append(f"    g{i} = {terms}")
+    body.append(f"    for c in range(0, {ncols}, CB) {{")
+    if group.has_reduction:
+        body.append("        cols = c + arange(0, CB)")
+    names: dict[Node, str] = {}
+    index = {op.node: i for i, op in enumerate(inputs)}
+
+    def read(i: int, shift: int | None = None) -> str:
+        op = inputs[i]
+        if shift is not None:
+            c0 = f"c + {shift}" if shift >= 0 else f"c - {-shift}"
+            cs = f"{c0} : {c0} + CB"
+        else:
+            cs = "0 : 1" if op.last == "1" else "c : c + CB"
+        text = {"rows": f"x{i}[r : r + RB, {cs}]", "vec": f"x{i}[{cs}]", "gather": f"x{i}[g{i}, {cs}]"}[op.rows]
+        if tensor_meta(op.node).dtype in ops.FLOAT_DTYPES and tensor_meta(op.node).dtype != ops.torch.float32:
+            text += ".to(f32)"
+        return text
+
+    for i, op in enumerate(inputs):
+        if op.node in plain_use:
+            body.append(f"        v{i} = {read(i)}")
+        names[op.node] = f"v{i}"
+
+    def operand(a) -> str:
+        return names[a] if isinstance(a, Node) else ops.literal(a)
+
+    for k, n in enumerate(group.nodes):
+        red = reduction(n)
+        cat = cat_parts(n)
+        if cat is not None:
+            parts = cat[0]
+            vals = []
+            for j, part in enumerate(parts):
+                body.append(f"        t{k}_{j} = {read(index[part.src], part.shift)}")
+                vals.append(f"(-t{k}_{j})" if part.negate else f"t{k}_{j}")
+            expr = vals[-1]
+            for part, v in zip(reversed(parts[:-1]), reversed(vals[:-1])):
+                expr = f"where(cols < {part.hi}, {v}, {expr})"
+        elif red is not None:
+            fn, pad = red
+            src = names[n.args[0]]
+            masked = f"where(cols < {ncols}, {src}, {pad})"
+            expr = (f"sum({masked}, axis=-1, keepdims=True) / {ncols}" if fn == "mean"
+                    else f"{fn}({masked}, axis=-1, keepdims=True)")
+        elif template(n) == "cast":
+            dt = ops.DTYPES[tensor_meta(n).dtype]
+            src = names[n.args[0]]
+            expr = f"{src}.to({dt})"
+            if dt in ("bf16", "f16"):
+                expr += ".to(f32)"  # rounded to the dtype, carried in f32
+        else:
+            expr = template(n).format(*(operand(a) for a in n.args))
+        names[n] = f"t{k}"
+        body.append(f"        t{k} = {expr}")
+    for k, op in enumerate(outputs):
+        dt = ops.DTYPES[tensor_meta(op.node).dtype]
+        val = names[op.node]
+        if dt != _kdtype(op.node):
+            val += f".to({dt})"
+        cs = "c : c + CB" if op.last == "N" else "0 : 1"
+        body.append(f"        y{k}[r : r + RB, {cs}] = {val}")
+    body.append("    }")
+
+    targets = tuple(str(n.target) for n in group.nodes)
+    header = [f"# {name}: generated by tilex.backend from {len(group.nodes)} ATen op(s):",
+              "#   " + ", ".join(f"{n.name}={str(n.target).removeprefix('aten.')}" for n in group.nodes)]
+    sig = ",\n    ".join(params + scalars)
+    source = "\n".join(header + [f"kernel {name}<RB: int = 1, CB: int = 8>(\n    {sig})",
+                                 "    grid (cdiv(M, RB),)", "{", *body, "}", ""])
+    cat_width = int(shape[-1]) if any(cat_parts(n) is not None for n in group.nodes) else None
+    return GeneratedKernel(name, source, rank, tuple(inputs), tuple(outputs), group.has_reduction, targets,
+                           cat_width)
+
+
+def tile_config(m: int, n: int, has_reduction: bool) -> dict:
+    """RB and CB for a launch over [m, n]: whole rows (reductions) or 1024-column chunks, ~2048+ elements a tile."""
+    def pow2(x):
+        return 1 << max(0, int(x) - 1).bit_length()
+    cb = max(8, pow2(n)) if has_reduction else max(8, min(pow2(n), 1024))
+    rb = max(1, min(pow2(max(m, 1)), max(1, 4096 // cb)))
+    return {"RB": rb, "CB": cb}

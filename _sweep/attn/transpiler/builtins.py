@@ -1,0 +1,104 @@
+"""The table of builtin functions: what each takes and returns, and how it computes.
+
+Passes read `FUNCTIONS` for arity, result dtype and shape rules; the interpreter reads
+`NUMPY`; codegen reads `CUDA`. One row per function keeps the three in step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Builtin:
+    name: str
+    kind: str  # "math" | "binary" | "where" | "reduce" | "ctor" | "scalar" | "index"
+    min_args: int
+    max_args: int
+    kwargs: tuple[str, ...] = ()
+    doc: str = ""
+
+
+def _b(name, kind, lo, hi, kwargs=(), doc=""):
+    return name, Builtin(name, kind, lo, hi, tuple(kwargs), doc)
+
+
+FUNCTIONS: dict[str, Builtin] = dict([
+    # elementwise math on floats (ints are converted to f32); narrow floats compute in f32
+    _b("exp", "math", 1, 1, doc="e**x"),
+    _b("exp2", "math", 1, 1, doc="2**x (a subnormal result is flushed to 0)"),
+    _b("log", "math", 1, 1, doc="natural logarithm"),
+    _b("log2", "math", 1, 1, doc="base-2 logarithm"),
+    _b("sqrt", "math", 1, 1, doc="square root"),
+    _b("rsqrt", "math", 1, 1, doc="1 / sqrt(x)"),
+    _b("tanh", "math", 1, 1, doc="hyperbolic tangent"),
+    _b("sigmoid", "math", 1, 1, doc="1 / (1 + exp(-x))"),
+    _b("silu", "math", 1, 1, doc="x * sigmoid(x)"),
+    _b("gelu", "math", 1, 1, doc="x * Phi(x), the erf form"),
+    _b("gelu_tanh", "math", 1, 1, doc="the tanh approximation of gelu"),
+    _b("sin", "math", 1, 1, doc="sine"),
+    _b("cos", "math", 1, 1, doc="cosine"),
+    _b("erf", "math", 1, 1, doc="error function"),
+    _b("floor", "math", 1, 1, doc="round down"),
+    _b("ceil", "math", 1, 1, doc="round up"),
+    _b("abs", "abs", 1, 1, doc="absolute value, same dtype"),
+    # two-operand elementwise (with one operand: a reduction, see below)
+    _b("max", "minmax", 1, 2, ("axis", "keepdims"), doc="max(a, b) elementwise; max(t[, axis]) reduces"),
+    _b("min", "minmax", 1, 2, ("axis", "keepdims"), doc="min(a, b) elementwise; min(t[, axis]) reduces"),
+    _b("where", "where", 3, 3, doc="where(cond, a, b) elementwise select"),
+    # reductions
+    _b("sum", "reduce", 1, 1, ("axis", "keepdims"), doc="sum over all elements or one axis"),
+    _b("mean", "reduce", 1, 1, ("axis", "keepdims"), doc="arithmetic mean over all elements or one axis"),
+    _b("argmax", "argreduce", 1, 1, ("axis",), doc="index of the first maximum (i32)"),
+    _b("argmin", "argreduce", 1, 1, ("axis",), doc="index of the first minimum (i32)"),
+    # tile constructors
+    _b("zeros", "ctor", 1, 1, doc="zeros(f32[B, C]): a tile of zeros"),
+    _b("full", "ctor", 2, 2, doc="full(f32[B], value): a tile filled with a scalar"),
+    _b("arange", "arange", 2, 2, doc="arange(start, stop): i32 tile start..stop-1, stop-start constant"),
+    # scalars
+    _b("program_id", "axis", 1, 1, doc="index of this program along grid axis 0, 1 or 2"),
+    _b("num_programs", "axis", 1, 1, doc="number of programs along grid axis 0, 1 or 2"),
+    _b("cdiv", "scalar", 2, 2, doc="ceil(a / b) on integers"),
+])
+
+MATH_FUNCS = {n for n, b in FUNCTIONS.items() if b.kind == "math"}
+REDUCTIONS = {"sum", "mean", "max", "min", "argmax", "argmin"}
+
+# NumPy implementations (float32 in, float32 out) used by the interpreter
+NUMPY_MATH = {
+    "exp": "np.exp(x)",
+    "exp2": "_ftz(np.exp2(x))",
+    "log": "np.log(x)",
+    "log2": "np.log2(x)",
+    "sqrt": "np.sqrt(x)",
+    "rsqrt": "1 / np.sqrt(x)",
+    "tanh": "np.tanh(x)",
+    "sigmoid": "1 / (1 + np.exp(-x))",
+    "silu": "x / (1 + np.exp(-x))",
+    "gelu": "0.5 * x * (1 + _erf(x / np.sqrt(2)))",
+    "gelu_tanh": "0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))",
+    "sin": "np.sin(x)",
+    "cos": "np.cos(x)",
+    "erf": "_erf(x)",
+    "floor": "np.floor(x)",
+    "ceil": "np.ceil(x)",
+}
+
+# CUDA device implementations on float (f32) operands; `{x}` is the operand expression
+CUDA_MATH = {
+    "exp": "expf({x})",
+    "exp2": "tilex_exp2({x})",
+    "log": "logf({x})",
+    "log2": "log2f({x})",
+    "sqrt": "sqrtf({x})",
+    "rsqrt": "rsqrtf({x})",
+    "tanh": "tanhf({x})",
+    "sigmoid": "tilex_sigmoid({x})",
+    "silu": "tilex_silu({x})",
+    "gelu": "tilex_gelu({x})",
+    "gelu_tanh": "tilex_gelu_tanh({x})",
+    "sin": "sinf({x})",
+    "cos": "cosf({x})",
+    "erf": "erff({x})",
+    "floor": "floorf({x})",
+    "ceil": "ceilf({x})",
+}

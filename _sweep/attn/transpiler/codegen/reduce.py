@@ -1,0 +1,123 @@
+"""Reductions of register tiles: within a thread, across a warp (shuffles), across warps (shared memory)."""
+from __future__ import annotations
+
+from .. import ast as A
+from ..builtins import FUNCTIONS
+from ..layout import Layout, flat_index, reduction_plan
+from ..types import numel
+from .c import reg
+
+
+class Reductions:
+    """Emitter methods for sum/mean/max/min/argmax/argmin (mixed into `emit.Emitter`)."""
+
+    # ---- reductions
+    def reduction(self, e: A.Call) -> tuple[str, Layout | None]:
+        self.helpers.add("tilex_reduce.cuh")
+        self.helpers.add("tilex_math.cuh")  # integer combines: tilex_wadd, tilex_imax/imin
+        x = e.args[0]
+        src, have = self.materialize(x)
+        func = e.func
+        arg = FUNCTIONS[func].kind == "argreduce"
+        dt = e.ty.dtype
+        acc_t = reg(x.ty.dtype.compute if not arg else x.ty.dtype.compute)
+        if func in ("sum", "mean"):
+            acc_t = reg(dt)
+        axis_kw = e.kwarg("axis")
+        keep = bool(e.kwarg("keepdims").value) if e.kwarg("keepdims") is not None else False
+        axes = [axis_kw.value] if axis_kw is not None else list(range(len(x.ty.shape)))
+        count = numel(tuple(x.ty.shape[a] for a in axes))
+        ident = _identity(func, acc_t)
+        cur, cur_idx, layout = src, None, have
+        first = True
+        for axis in sorted(axes, reverse=True):
+            out_l = layout.reduce(axis, keepdims=keep)
+            name = self.fresh("tx_rd")
+            self.emit(f"{acc_t} {name}[{out_l.slots}];")
+            self.unrolled(out_l.slots, f"{name}[tx_s] = {ident};")
+            idx = None
+            if arg:
+                idx = self.fresh("tx_ri")
+                self.emit(f"int {idx}[{out_l.slots}];")
+                self.unrolled(out_l.slots, f"{idx}[tx_s] = 0x7fffffff;")
+            m = out_l.slot_map(layout, "tx_s")
+            val = f"({acc_t}){cur}[tx_s]" if not (func in ("sum", "mean") and first) else self.cast(f"{cur}[tx_s]", x.ty.dtype, dt)
+            if arg:
+                pos = layout.coord(axis, "tx_s") if first else f"{cur_idx}[tx_s]"
+                self.unrolled(layout.slots, f"tilex_{func}_combine({name}[{m}], {idx}[{m}], {val}, {pos});")
+            else:
+                self.unrolled(layout.slots, f"{name}[{m}] = {_combine(func, acc_t, f'{name}[{m}]', val)};")
+            self.cross_thread(func, acc_t, name, idx, layout, axis, out_l)
+            cur, cur_idx, layout, first = name, idx, out_l, False
+        result = cur_idx if arg else cur
+        if func == "mean":
+            self.unrolled(layout.slots, f"{cur}[tx_s] = {cur}[tx_s] / ({acc_t}){count};")
+        if not e.ty.shape:
+            out = self.fresh("tx_red")
+            self.emit(f"const {reg(dt)} {out} = {result}[0];")
+            return out, None
+        return result, layout
+
+    def cross_thread(self, func, acc_t, name, idx, layout: Layout, axis: int, out_l: Layout) -> None:
+        plan = reduction_plan(layout, axis)
+        for off in plan.shuffles:
+            if idx is None:
+                self.unrolled(out_l.slots, f"{name}[tx_s] = {_combine(func, acc_t, f'{name}[tx_s]', f'tilex_shfl_xor({name}[tx_s], {off})')};")
+            else:
+                self.unrolled(out_l.slots, f"tilex_{func}_combine({name}[tx_s], {idx}[tx_s], tilex_shfl_xor({name}[tx_s], {off}), tilex_shfl_xor({idx}[tx_s], {off}));")
+        groups = plan.groups
+        if groups == 1:
+            return
+        outn = max(1, numel(out_l.shape))
+        flat = flat_index(out_l, out_l.shape)
+        self.emit(f"// combine {groups} warps' partial {func}s through shared memory")
+        self.emit(self.barrier)
+        self.emit("{")
+        self.depth += 1
+        self.emit(f"{acc_t}* tx_sc = reinterpret_cast<{acc_t}*>({self.smem});")
+        pi = f"reinterpret_cast<int*>({self.smem} + {groups * outn * 4 if acc_t != 'double' and acc_t != 'long long' else groups * outn * 8})"
+        if idx is not None:
+            self.emit(f"int* tx_si = {pi};")
+        self.emit(f"const int tx_g = {plan.group_expr};")
+        write = f"tx_sc[tx_g * {outn} + {flat}] = {name}[tx_s];" + (f" tx_si[tx_g * {outn} + {flat}] = {idx}[tx_s];" if idx else "")
+        self.emit(f"if ({plan.writer}) {{")
+        self.depth += 1
+        self.unrolled(out_l.slots, write)
+        self.depth -= 1
+        self.emit("}")
+        self.emit(self.barrier)
+        if idx is None:
+            body = (f"{acc_t} tx_a = tx_sc[{flat}]; for (int tx_q = 1; tx_q < {groups}; ++tx_q) tx_a = {_combine(func, acc_t, 'tx_a', f'tx_sc[tx_q * {outn} + {flat}]')}; "
+                    f"{name}[tx_s] = tx_a;")
+        else:
+            body = (f"{acc_t} tx_a = tx_sc[{flat}]; int tx_ai = tx_si[{flat}]; for (int tx_q = 1; tx_q < {groups}; ++tx_q) tilex_{func}_combine(tx_a, tx_ai, tx_sc[tx_q * {outn} + {flat}], tx_si[tx_q * {outn} + {flat}]); "
+                    f"{name}[tx_s] = tx_a; {idx}[tx_s] = tx_ai;")
+        self.unrolled(out_l.slots, body)
+        self.depth -= 1
+        self.emit("}")
+
+
+def is_reduction(e: A.Call) -> bool:
+    kind = FUNCTIONS[e.func].kind
+    return kind in ("reduce", "argreduce") or (kind == "minmax" and len(e.args) == 1)
+
+
+def _identity(func: str, t: str) -> str:
+    if func in ("sum", "mean"):
+        return "0"
+    if func in ("max", "argmax"):
+        return {"float": "__int_as_float(0xff800000)", "double": "-__longlong_as_double(0x7ff0000000000000LL)",
+                "int": "(-2147483647 - 1)", "long long": "(-9223372036854775807LL - 1)", "bool": "false"}[t]
+    return {"float": "__int_as_float(0x7f800000)", "double": "__longlong_as_double(0x7ff0000000000000LL)",
+            "int": "2147483647", "long long": "9223372036854775807LL", "bool": "true"}[t]
+
+
+def _combine(func: str, t: str, a: str, b: str) -> str:
+    if func in ("sum", "mean"):
+        return f"tilex_wadd<{t}>({a}, {b})" if t in ("int", "long long") else f"{a} + {b}"  # ints wrap
+    if t in ("float", "double"):
+        return f"f{func}{'f' if t == 'float' else ''}({a}, {b})"
+    # a function call, not `a < b ? a : b`: each operand is evaluated exactly once, so a
+    # shuffle operand is never issued by only the lanes of one branch (a divergent
+    # shfl.sync with a full mask deadlocks the warp).
+    return f"tilex_i{func}<{t}>({a}, {b})"  # tilex_math.cuh, which reduction() includes

@@ -1,0 +1,440 @@
+"""Parse .tile source text into a `tilex.ast.Program` (Lark LALR, spans kept).
+
+Syntax errors become `CompileError`s at the offending token, with what was expected.
+"""
+from __future__ import annotations
+
+import functools
+
+from functools import lru_cache
+from importlib import resources
+
+import lark
+from lark import Token, Transformer, v_args
+
+from . import ast as A
+from .deep import deep
+from .diagnostics import CompileError, Span
+
+AUG_OPS = {
+    "+=": A.BinOpKind.ADD,
+    "-=": A.BinOpKind.SUB,
+    "*=": A.BinOpKind.MUL,
+    "/=": A.BinOpKind.DIV,
+    "max=": A.BinOpKind.MAX,
+    "min=": A.BinOpKind.MIN,
+}
+
+# what users should read instead of Lark's terminal names
+_TOKEN_WORDS = {
+    "NAME": "a name", "INT": "an integer", "FLOAT": "a number", "DTYPE": "a dtype",
+    "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'", "LBRACE": "'{'",
+    "RBRACE": "'}'", "COMMA": "','", "COLON": "':'", "EQUAL": "'='", "SEMICOLON": "';'",
+    "MORETHAN": "'>'", "LESSTHAN": "'<'", "DOT": "'.'", "AUGOP": "'+=' or similar",
+    "COMPOP": "a comparison", "ADDOP": "'+' or '-'", "MULOP": "'*', '/', '%' or '@'",
+    "MINUS": "'-'", "PLUS": "'+'", "OUT": "'out'", "TRUE": "True", "FALSE": "False",
+    "GRID": "'grid'", "WHERE": "'where'", "KERNEL": "'kernel'", "FOR": "'for'", "IN": "'in'",
+    "IF": "'if'", "ELSE": "'else'", "ELIF": "'elif'", "$END": "end of file",
+}
+
+
+@lru_cache(maxsize=1)
+def _parser() -> lark.Lark:
+    grammar = resources.files("tilex.grammar").joinpath("tile.lark").read_text()
+    return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+
+# How deeply a program may nest, in parse-tree levels: a chained binary operator or a unary minus adds
+# one level, a nested block (`if`, `for`) or call two. The recursive walks run under `deep`'s budget,
+# which covers far more than this; beyond it the program gets a CompileError.
+MAX_NESTING = 10_000
+
+
+@deep
+def parse(source: str, file: str = "<string>") -> A.Program:
+    """Parse a whole .tile file. Raises CompileError on a syntax error. The AST is immutable, so the last
+    few results are reused (tilex.autoconfig translates one source once per candidate configuration)."""
+    return _parse_cached(source, file)
+
+
+@functools.lru_cache(maxsize=32)
+def _parse_cached(source: str, file: str) -> A.Program:
+    try:
+        tree = _parser().parse(source)
+    except lark.exceptions.UnexpectedInput as e:
+        raise _syntax_error(e, source, file) from None
+    _check_nesting(tree, source, file)
+    try:
+        return _ToAst(file, source).transform(tree)
+    except lark.exceptions.VisitError as e:
+        if isinstance(e.orig_exc, CompileError):
+            raise e.orig_exc from None
+        raise
+
+
+def _check_nesting(tree: lark.Tree, source: str, file: str) -> None:
+    """CompileError at the first subtree deeper than MAX_NESTING (an iterative walk)."""
+    todo = [(tree, 1)]
+    while todo:
+        node, depth = todo.pop()
+        if depth > MAX_NESTING:
+            meta = node.meta
+            span = Span(file, meta.line, meta.column, meta.line, meta.column + 1) if not getattr(meta, "empty", True) \
+                else Span(file, 0, 0, 0, 0)
+            raise CompileError(f"the program nests too deeply here (more than {MAX_NESTING} levels of "
+                               "expressions and blocks)", span,
+                               ("split long chains of operators and deeply nested blocks into named steps",), source)
+        todo.extend((c, depth + 1) for c in node.children if isinstance(c, lark.Tree))
+
+
+def _syntax_error(e: lark.exceptions.UnexpectedInput, source: str, file: str) -> CompileError:
+    line, col = getattr(e, "line", 1) or 1, getattr(e, "column", 1) or 1
+    if line < 1:  # Lark reports end of input as -1
+        lines = source.splitlines() or [""]
+        line, col = len(lines), len(lines[-1]) + 1
+    if isinstance(e, lark.exceptions.UnexpectedCharacters):
+        ch = source[e.pos_in_stream] if 0 <= e.pos_in_stream < len(source) else "?"
+        msg = f"unexpected character {ch!r}"
+        width = 1
+    else:
+        tok = getattr(e, "token", None)
+        if tok is None or tok.type == "$END":
+            msg, width = "unexpected end of file", 1
+            # Lark's $END token borrows the position of the last real token; the caret goes
+            # just past that token (where more text was expected), not under it
+            if tok is not None and (getattr(tok, "end_line", None) or 0) >= 1 and tok.end_column:
+                line, col = tok.end_line, tok.end_column
+        else:
+            msg, width = f"unexpected {_describe(tok)}", max(1, len(str(tok)))
+    expected = sorted({_TOKEN_WORDS.get(t, repr(t).strip("'").lower()) for t in (getattr(e, "expected", None) or getattr(e, "allowed", None) or ())})
+    notes = ()
+    if expected and len(expected) <= 8:
+        notes = ("expected " + ", ".join(expected),)
+    span = Span(file, line, col, line, col + width)
+    return CompileError(msg, span, notes, source)
+
+
+def _describe(tok: Token) -> str:
+    if tok.type == "NAME":
+        return f"name '{tok}'"
+    if tok.type in ("INT", "FLOAT"):
+        return f"number {tok}"
+    return f"'{tok}'"
+
+
+I64_MIN, I64_MAX = -2**63, 2**63 - 1
+
+
+def int_literal(text: str, sign: int = 1) -> int:
+    """The value of integer literal `text` (decimal without leading zeros, or 0x hex), times `sign`.
+
+    Raises ValueError with the message for the user when it is malformed or outside i64 (the
+    interpreter and the generated CUDA would disagree on a wrapped value)."""
+    t = text.strip()
+    try:
+        value = sign * int(t, 0)
+    except ValueError:
+        raise ValueError(f"invalid integer literal '{t}' (no leading zeros; hex is 0x...)") from None
+    if not I64_MIN <= value <= I64_MAX:
+        raise ValueError(f"integer literal {'-' if sign < 0 else ''}{t} does not fit in i64 "
+                         f"({I64_MIN} to {I64_MAX})")
+    return value
+
+
+class _ToAst(Transformer):
+    """Lark tree -> tilex.ast, one method per grammar rule."""
+
+    def __init__(self, file: str, source: str):
+        super().__init__()
+        self.file = file
+        self.source = source
+
+    def _span(self, meta) -> Span:
+        if getattr(meta, "empty", True):
+            return Span(self.file, 0, 0, 0, 0)
+        return Span(self.file, meta.line, meta.column, meta.end_line, meta.end_column)
+
+    def _tspan(self, tok: Token) -> Span:
+        return Span(self.file, tok.line, tok.column, tok.end_line, tok.end_column)
+
+    # ---- top level
+    def start(self, items):
+        return A.Program(tuple(items), self.file, self.source)
+
+    @v_args(meta=True)
+    def kernel(self, meta, ch):
+        name = ch[0]
+        cparams, params, where, grid, body = (), (), (), (), None
+        for c in ch[1:]:
+            if isinstance(c, tuple) and c and c[0] == "cparams":
+                cparams = c[1]
+            elif isinstance(c, tuple) and c and c[0] == "params":
+                params = c[1]
+            elif isinstance(c, tuple) and c and c[0] == "where":
+                where = c[1]
+            elif isinstance(c, tuple) and c and c[0] == "grid":
+                grid = c[1]
+            elif isinstance(c, A.Block):
+                body = c
+        return A.Kernel(str(name), cparams, params, where, grid, body, self._span(meta))
+
+    def cparams(self, ch):
+        return ("cparams", tuple(ch))
+
+    @v_args(meta=True)
+    def cparam(self, meta, ch):
+        name, kind = ch[0], ch[1]
+        default = ch[2] if len(ch) > 2 else None
+        return A.CParam(str(name), str(kind), default, self._span(meta))
+
+    @v_args(meta=True)
+    def cparam_auto(self, meta, ch):
+        return A.CParam(str(ch[0]), str(ch[1]), None, self._span(meta), auto=True)
+
+    @v_args(meta=True)
+    def cparam_space(self, meta, ch):
+        return A.CParam(str(ch[0]), str(ch[1]), None, self._span(meta), auto=True, space=tuple(ch[2:]))
+
+    def _number(self, t: Token, sign: int = 1) -> int | float:
+        if t.type == "INT":
+            try:
+                return int_literal(str(t), sign)
+            except ValueError as e:
+                raise CompileError(str(e), self._tspan(t), source=self.source) from None
+        return sign * float(str(t))
+
+    def const_value(self, ch):
+        t = ch[0]
+        if t.type in ("INT", "FLOAT"):
+            return self._number(t)
+        return t.type == "TRUE"
+
+    def neg_const(self, ch):
+        return self._number(ch[0], -1)
+
+    def params(self, ch):
+        return ("params", tuple(ch))
+
+    @v_args(meta=True)
+    def param(self, meta, ch):
+        name = ch[0]
+        is_out = False
+        rest = list(ch[1:])
+        if rest and isinstance(rest[0], Token) and rest[0].type == "OUT":
+            is_out = True
+            rest.pop(0)
+        ty = rest[0]
+        default = rest[1] if len(rest) > 1 else None
+        return A.Param(str(name), ty, is_out, default, self._span(meta))
+
+    @v_args(meta=True)
+    def type_expr(self, meta, ch):
+        dims = tuple(ch[1]) if len(ch) > 1 else None
+        return A.TypeExpr(str(ch[0]), dims, self._span(meta))
+
+    def dims(self, ch):
+        return list(ch)
+
+    def where_clause(self, ch):
+        return ("where", tuple(ch))
+
+    def grid_clause(self, ch):
+        return ("grid", tuple(ch))
+
+    @v_args(meta=True)
+    def block(self, meta, ch):
+        return A.Block(tuple(ch), self._span(meta))
+
+    # ---- statements
+    @v_args(meta=True)
+    def assign(self, meta, ch):
+        return A.Assign(str(ch[0]), ch[1], self._span(meta))
+
+    @v_args(meta=True)
+    def augassign(self, meta, ch):
+        return A.Assign(str(ch[0]), ch[2], self._span(meta), AUG_OPS[str(ch[1])])
+
+    def _target(self, meta, ch) -> A.Index:
+        name_tok = ch[0]
+        items, kwargs = ch[1]
+        base = A.Name(str(name_tok), self._tspan(name_tok))
+        last = (list(items) + [v for _, v in kwargs])[-1:]
+        end = last[0].span if last and last[0].span.line else base.span
+        span = Span(self.file, name_tok.line, name_tok.column, end.end_line, end.end_col + 1)
+        return A.Index(base, items, kwargs, span)
+
+    @v_args(meta=True)
+    def store(self, meta, ch):
+        return A.Store(self._target(meta, ch), ch[2], self._span(meta))
+
+    @v_args(meta=True)
+    def augstore(self, meta, ch):
+        return A.Store(self._target(meta, ch), ch[3], self._span(meta), AUG_OPS[str(ch[2])])
+
+    @v_args(meta=True)
+    def for_stmt(self, meta, ch):
+        var, it, body = ch
+        span = self._span(meta)
+        if not (isinstance(it, A.Call) and it.func in ("range", "pipeline")):
+            raise CompileError("a for loop iterates over range(start, stop[, step]) or pipeline(start, stop, step, stages=S)",
+                               it.span, source=self.source)
+        args = it.args
+        if not 1 <= len(args) <= 3:
+            raise CompileError(f"{it.func}() takes 1 to 3 positional arguments, got {len(args)}", it.span, source=self.source)
+        if len(args) == 1:
+            start, stop, step = A.IntLit(0, it.span), args[0], A.IntLit(1, it.span)
+        else:
+            start, stop = args[0], args[1]
+            step = args[2] if len(args) == 3 else A.IntLit(1, it.span)
+        stages, pipelined = 1, it.func == "pipeline"
+        for k, v in it.kwargs:
+            if k == "stages" and pipelined:
+                stages = v  # an expression; the resolve pass folds it to an int
+            else:
+                raise CompileError(f"unknown keyword argument '{k}' for {it.func}()", v.span, source=self.source)
+        return A.For(str(var), start, stop, step, body, span, stages, pipelined)
+
+    @v_args(meta=True)
+    def if_stmt(self, meta, ch):
+        cond, then = ch[0], ch[1]
+        rest = ch[2:]
+        orelse = None
+        if rest and isinstance(rest[-1], tuple) and rest[-1][0] == "else":
+            orelse = rest[-1][1]
+            rest = rest[:-1]
+        for econd, eblock, espan in reversed([r[1] for r in rest]):
+            inner = A.If(econd, eblock, orelse, espan)
+            orelse = A.Block((inner,), espan)
+        return A.If(cond, then, orelse, self._span(meta))
+
+    @v_args(meta=True)
+    def elif_clause(self, meta, ch):
+        return ("elif", (ch[0], ch[1], self._span(meta)))
+
+    def else_clause(self, ch):
+        return ("else", ch[0])
+
+    # ---- expressions
+    def _bin(self, meta, op, a, b):
+        return A.BinOp(op, a, b, self._span(meta))
+
+    @v_args(meta=True)
+    def or_op(self, meta, ch):
+        return self._bin(meta, A.BinOpKind.OR, ch[0], ch[1])
+
+    @v_args(meta=True)
+    def and_op(self, meta, ch):
+        return self._bin(meta, A.BinOpKind.AND, ch[0], ch[1])
+
+    @v_args(meta=True)
+    def not_op(self, meta, ch):
+        return A.UnaryOp(A.UnaryOpKind.NOT, ch[0], self._span(meta))
+
+    @v_args(meta=True)
+    def compare(self, meta, ch):
+        return self._bin(meta, A.BinOpKind(str(ch[1])), ch[0], ch[2])
+
+    @v_args(meta=True)
+    def bitor(self, meta, ch):
+        return self._bin(meta, A.BinOpKind.BITOR, ch[0], ch[1])
+
+    @v_args(meta=True)
+    def bitand(self, meta, ch):
+        return self._bin(meta, A.BinOpKind.BITAND, ch[0], ch[1])
+
+    @v_args(meta=True)
+    def binop(self, meta, ch):
+        return self._bin(meta, A.BinOpKind(str(ch[1])), ch[0], ch[2])
+
+    @v_args(meta=True)
+    def pow_op(self, meta, ch):
+        return self._bin(meta, A.BinOpKind.POW, ch[0], ch[2])
+
+    @v_args(meta=True)
+    def neg(self, meta, ch):
+        x = ch[0]
+        if isinstance(x, (A.IntLit, A.FloatLit)):  # fold literal negation: -1, -inf stays a call
+            return type(x)(-x.value, self._span(meta))
+        return A.UnaryOp(A.UnaryOpKind.NEG, x, self._span(meta))
+
+    def factor(self, ch):  # unary plus
+        return ch[-1]
+
+    @v_args(meta=True)
+    def index(self, meta, ch):
+        items, kwargs = ch[1]
+        return A.Index(ch[0], items, kwargs, self._span(meta))
+
+    def _split_args(self, ch):
+        if not ch or ch[0] is None:
+            return (), ()
+        args = ch[0]
+        pos = tuple(a for a in args if not isinstance(a, tuple))
+        kw = tuple(a for a in args if isinstance(a, tuple))
+        return pos, kw
+
+    @v_args(meta=True)
+    def call(self, meta, ch):
+        args, kwargs = self._split_args(ch[1:])
+        return A.Call(str(ch[0]), args, kwargs, self._span(meta))
+
+    @v_args(meta=True)
+    def where_call(self, meta, ch):
+        args, kwargs = self._split_args(ch)
+        return A.Call("where", args, kwargs, self._span(meta))
+
+    @v_args(meta=True)
+    def method(self, meta, ch):
+        args, kwargs = self._split_args(ch[2:])
+        return A.Method(ch[0], str(ch[1]), args, kwargs, self._span(meta))
+
+    @v_args(meta=True)
+    def attr(self, meta, ch):
+        return A.Attr(ch[0], str(ch[1]), self._span(meta))
+
+    def args(self, ch):
+        return list(ch)
+
+    def kwarg(self, ch):
+        return (str(ch[0]), ch[1])
+
+    def subscripts(self, ch):
+        items = tuple(c for c in ch if not isinstance(c, tuple))
+        kwargs = tuple(c for c in ch if isinstance(c, tuple))
+        return items, kwargs
+
+    @v_args(meta=True)
+    def slice(self, meta, ch):
+        return A.Slice(ch[0], ch[1], self._span(meta))
+
+    @v_args(meta=True)
+    def newaxis(self, meta, ch):
+        return A.NewAxis(self._span(meta))
+
+    @v_args(meta=True)
+    def name(self, meta, ch):
+        return A.Name(str(ch[0]), self._span(meta))
+
+    @v_args(meta=True)
+    def int_lit(self, meta, ch):
+        return A.IntLit(self._number(ch[0]), self._span(meta))
+
+    @v_args(meta=True)
+    def float_lit(self, meta, ch):
+        return A.FloatLit(float(str(ch[0])), self._span(meta))
+
+    @v_args(meta=True)
+    def true_lit(self, meta, ch):
+        return A.BoolLit(True, self._span(meta))
+
+    @v_args(meta=True)
+    def false_lit(self, meta, ch):
+        return A.BoolLit(False, self._span(meta))
+
+    @v_args(meta=True)
+    def dtype_lit(self, meta, ch):
+        return A.DTypeLit(str(ch[0]), self._span(meta))
+
+    @v_args(meta=True)
+    def tile_type(self, meta, ch):
+        return A.TileTypeExpr(str(ch[0]), tuple(ch[1]), self._span(meta))

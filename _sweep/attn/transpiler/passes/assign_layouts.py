@@ -1,0 +1,397 @@
+"""Layout assignment: the memory space and layout of every expression, and the scratch each needs.
+
+Needs: choose_threads (`kernel.info` LaunchConfig), plan_matmul, and for each run the resident and
+streamed tiles (place_resident, plan_streams; infer_memory drives the runs). Guarantees: every value
+has `ty.space` and every tile `ty.layout`; elementwise results take the layout of the value they are
+assigned to or of their first full-shape operand, operands are read through broadcast views, loads
+and constructors are materialized in the layout their consumer wants, a reduction yields the slice
+of its operand's layout; each product of a wgmma loop is checked (`wgmma_obstacle`) and a failure
+is recorded in `demote` (infer_memory reruns with the loop on mma.sync).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .. import ast as A
+from ..builtins import FUNCTIONS
+from ..diagnostics import CompileError
+from ..exprs import unparse, untransposed
+from ..layout import Fragment, Layout, canonical, mma_fragment, mma_warp_grid, reduction_plan
+from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, smem_limit
+from ..types import DType, MemSpace, numel
+from .base import Rewriter, Walker, fail
+from .choose_threads import planned_loops
+from .budget_smem import ring_what
+from .memory_info import SmemUse
+from .plan_matmul import StreamedMma
+
+
+def compute_bytes(dt) -> int:
+    return dt.compute.itemsize if dt.compute.itemsize >= 4 else 4
+
+
+def reduce_smem_groups(layout: Layout, axis: int) -> int:
+    """How many warps' partial results a reduction along `axis` must combine in shared memory."""
+    return reduction_plan(layout, axis).groups
+
+
+def _wgmma_loops(k: A.Kernel, demoted: dict) -> set:
+    """ids of the pipeline loops whose products run as wgmma (plan_matmul's choice, less the demoted)."""
+    found = set()
+
+    class _Find(Walker):
+        def on_For(self, f):
+            if f.mma is not None and f.mma.strategy == "wgmma" and id(f) not in demoted:
+                found.add(id(f))
+    _Find().walk(k.body)
+    return found
+
+
+class LayoutAssigner(Rewriter):
+    """One run of the memory planning of a kernel: its state (threads, plans, wgmma loops, resident and
+    streamed tiles) and the layout rules that annotate every expression (`assign`, the statement visitors),
+    recording the shared memory each operation needs (`uses`) and what a second run should change
+    (`prefer`: variables to create in another layout; `demote`: wgmma loops whose products cannot be)."""
+
+    def __init__(self, k: A.Kernel, arch: str, seed: dict | None = None, shrink: int = 0, demoted: dict | None = None):
+        self.k = k
+        self.arch = arch
+        self.demoted = demoted or {}
+        self.wgmma = _wgmma_loops(k, self.demoted)
+        self.demote: dict = {}  # found in this run: id(For) -> why not wgmma
+        self.swizzled_resident: set = set()  # resident tiles in 128-byte swizzled rows (read only by wgmma products)
+        self.loop = None  # the pipeline loop being visited
+        self.shrink = shrink  # streamed rings: 0 as asked, 1 at most 2 stages, 2 also no tiles read into registers
+        self.seed = seed or {}  # variable -> layout to create it in (from a first run: what its updates produce)
+        self.prefer: dict[str, Layout] = {}
+        self.plans = planned_loops(k)
+        self.launch = k.info  # choose_threads' LaunchConfig
+        self.T = self.launch.threads
+        self.accs: dict[str, Layout] = {}  # accumulators of planned loops -> fragment layouts
+        for plan in self.plans:
+            frag = Layout.of(mma_fragment((plan.bm, plan.bn), plan.warps_m, plan.warps_n, plan.strategy))
+            for prod in plan.products:
+                self.accs[prod.acc] = frag
+        self.in_plan = False
+        self.streaming: frozenset = frozenset()  # names streamed into shared memory by the enclosing loops
+        self.streams: dict = {}
+        self.mbar = (0, 0)  # the TMA rings' mbarriers: (byte offset, count)
+        self.limit = smem_limit(arch)
+        self.vars: dict[str, Layout | None] = {}
+        self.uses: list[SmemUse] = []
+
+    def canon(self, shape) -> Layout:
+        return Layout.of(canonical(tuple(shape), self.T))
+
+    def need(self, what: str, nbytes: int, node) -> None:
+        self.uses.append(SmemUse(what, nbytes, node.span))
+
+    def convert_if_needed(self, e: A.Expr, have: Layout, want: Layout | None) -> None:
+        """Account for the shared memory codegen uses to move `e` from `have` to `want`."""
+        if want is not None and not have.compatible(want):
+            self.need(f"converting the layout of '{unparse(e)}'", numel(e.ty.shape) * compute_bytes(e.ty.dtype), e)
+
+    # ---- layout choice
+    def natural(self, e: A.Expr) -> Layout:
+        """The layout an elementwise expression computes in when nothing asks for one."""
+        shape = e.ty.shape
+        found = self._find(e, shape)
+        return found or self.canon(shape)
+
+    def _find(self, e: A.Expr, shape) -> Layout | None:
+        """The layout `e` naturally has, if a variable, a tensor-core product or a reduction of one decides it."""
+        if e.ty is None or e.ty.what != "value" or e.ty.shape != shape:
+            return None
+        if isinstance(e, A.Name) and e.kind is A.NameKind.LOCAL:
+            return self.vars.get(e.id)
+        if isinstance(e, A.BinOp) and e.op is A.BinOpKind.MATMUL:
+            return self.mma_layout(e)
+        if isinstance(e, A.Call) and _is_reduction_call(e) and e.args[0].ty.shape:
+            inner = self._find(e.args[0], e.args[0].ty.shape)
+            if inner is None:
+                return None
+            out = inner
+            for axis in sorted(_reduced_axes(e, len(e.args[0].ty.shape)), reverse=True):
+                out = out.reduce(axis, keepdims=_keepdims(e))
+            return out if out.shape == tuple(shape) else None
+        if _elementwise(e):
+            found = [got for c in _operands(e) if (got := self._find(c, shape)) is not None]
+            frag = [f for f in found if isinstance(f.root, Fragment)]
+            return (frag or found or [None])[0]
+        return None
+
+    def mma_layout(self, e: A.BinOp) -> Layout | None:
+        """The mma.sync fragment layout of a register-tile product `a @ b`, or None (the FMA fallback)."""
+        (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
+        if self.arch not in MMA_ARCHS or e.lhs.ty.dtype not in TENSOR_CORE_DTYPES or e.rhs.ty.dtype != e.lhs.ty.dtype:
+            return None
+        if e.ty.dtype is not DType.F32 or kk % 16:
+            return None
+        grid = mma_warp_grid(m, n, self.T // 32)
+        if grid is None:
+            return None
+        return Layout.of(mma_fragment((m, n), *grid))
+
+    def wgmma_obstacle(self, e: A.BinOp, lhs: A.Expr, b: A.Expr, frag: Layout) -> str | None:
+        """Why the product `e` (operands annotated: `lhs`; `b` the right operand's tile) of a wgmma loop
+        cannot run as wgmma after all, or None."""
+        m = e.lhs.ty.shape[0]
+        if self.T != 32 * (m // 16) or frag.root.warps != (m // 16, 1):
+            return f"wgmma runs one warp per 16 rows: the {m}-row products need {m // 16} warps (the kernel has {self.T // 32})"
+        tiles = {t.name: t for t in self.streams.get(id(self.loop), ())}
+        what = b.id if isinstance(b, A.Name) else unparse(b)
+        if isinstance(b, A.Name) and b.id in tiles and tiles[b.id].gather is not None:
+            return f"'{what}' is gathered (its ring keeps padded rows: swizzled gathers are not implemented)"
+        if isinstance(b, A.Name) and b.id in tiles and not tiles[b.id].swizzled:
+            return f"'{what}' is also read into registers (its ring keeps padded rows for that)"
+        if not (isinstance(b, A.Name) and b.id in tiles):
+            return f"'{what}' is not streamed into shared memory by this loop (wgmma reads B from the ring)"
+        if isinstance(e.lhs, A.Name) and e.lhs.id in self.swizzled_resident:
+            return None
+        if isinstance(e.lhs, A.Name) and e.lhs.id in self.resident:
+            return f"'{e.lhs.id}' is kept in shared memory for products that do not run as wgmma too (padded rows)"
+        la = register_a(lhs).ty.layout
+        if not (isinstance(la.root, Fragment) and la == Layout.of(la.root) and la.root.warps == (m // 16, 1)
+                and la.root.shape[0] == m):
+            return (f"the left operand of '{unparse(e)}' is neither kept in shared memory nor in the product's "
+                    "row fragment in registers")
+        return None
+
+    def assign(self, e: A.Expr, want: Layout | None = None) -> A.Expr:
+        """Annotate `e` (and below) with space and layout; `want` is the view its consumer reads."""
+        if e is None or isinstance(e, (A.Slice, A.NewAxis)):
+            return e
+        ty = e.ty
+        if ty.what == "tensor":
+            return replace(e, ty=replace(ty, space=MemSpace.GLOBAL))
+        if ty.what in ("dtype", "type"):
+            if isinstance(e, A.TileTypeExpr):
+                return replace(e, dims=tuple(self.assign(d) for d in e.dims))
+            return e
+        is_reduction = isinstance(e, A.Call) and FUNCTIONS[e.func].kind in ("reduce", "argreduce") \
+            or (isinstance(e, A.Call) and e.func in ("max", "min") and len(e.args) == 1)
+        if not ty.shape and not is_reduction:  # scalars: every thread holds the same value
+            return self._children(e, None, MemSpace.UNIFORM, None)
+        if isinstance(e, A.Name):
+            layout = self.vars[e.id]
+            self.convert_if_needed(e, layout, want)
+            return replace(e, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
+        if _elementwise(e):
+            layout = want or self.natural(e)
+            return self._children(e, layout, MemSpace.REGISTERS, layout)
+        if isinstance(e, A.Index):
+            if e.base.ty.what == "tensor":  # a load: materialized where it is consumed
+                layout = want or self.canon(ty.shape)
+                return self._children(e, None, MemSpace.REGISTERS, layout, operand_layout=None)
+            base_want = None
+            if want is not None and isinstance(want.root, Fragment) and all(
+                    isinstance(i, A.NewAxis) or isinstance(i, A.Slice) and i.start is None and i.stop is None for i in e.items):
+                # `t[:, None]` read at a fragment layout: make t in the matching 1-D view of it, so no data moves
+                base_want = want.axes(*(a for a, it in enumerate(e.items) if not isinstance(it, A.NewAxis)))
+            if isinstance(e.base, A.Name) and base_want is not None:
+                have = self.vars.get(e.base.id)
+                if have is not None and not have.compatible(base_want) and e.base.id not in self.accs:
+                    self.prefer[e.base.id] = base_want  # a second run creates the variable in this layout
+                base_want = None
+            base = self.assign(e.base, base_want)
+            layout = base.ty.layout
+            for axis, item in enumerate(e.items):
+                if isinstance(item, A.NewAxis):
+                    layout = layout.expand(axis)
+            self.convert_if_needed(e, layout, want)
+            return replace(e, base=base, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
+        if isinstance(e, A.Attr):  # .T of a tile: a free view
+            obj = self.assign(e.obj)
+            layout = obj.ty.layout.transpose()
+            self.convert_if_needed(e, layout, want)
+            return replace(e, obj=obj, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
+        if isinstance(e, A.BinOp) and e.op is A.BinOpKind.MATMUL:
+            lhs, rhs = self.assign(e.lhs), self.assign(e.rhs)
+            lhs = replace(lhs, ty=replace(lhs.ty, space=MemSpace.SHARED))
+            rhs = replace(rhs, ty=replace(rhs.ty, space=MemSpace.SHARED))
+            (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
+            item = e.lhs.ty.dtype.itemsize
+            frag = None if self.in_plan else self.mma_layout(e)
+            if frag is not None:
+                r = untransposed(e.rhs)
+                if self.loop is not None and id(self.loop) in self.wgmma:
+                    why = self.wgmma_obstacle(e, lhs, r, frag)
+                    if why:
+                        self.demote.setdefault(id(self.loop), why)
+                    elif not (isinstance(e.lhs, A.Name) and e.lhs.id in self.swizzled_resident):
+                        lhs = replace(lhs, ty=replace(lhs.ty, space=MemSpace.REGISTERS))  # wgmma reads A from registers
+                    layout = frag
+                    self.convert_if_needed(e, layout, want)
+                    return replace(e, lhs=lhs, rhs=rhs, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
+                if isinstance(r, A.Name) and r.id in self.streaming:  # b is already in shared memory
+                    self.need(f"staging the left operand of '@' for mma.sync ({m}x{kk})", m * (kk + MATMUL_PAD) * item, e)
+                else:
+                    self.need(f"staging the operands of '@' for mma.sync ({m}x{kk} and {kk}x{n})",
+                              (m * (kk + MATMUL_PAD) + max(kk * (n + MATMUL_PAD), n * (kk + MATMUL_PAD))) * item, e)
+                layout = frag
+                self.convert_if_needed(e, layout, want)
+                return replace(e, lhs=lhs, rhs=rhs, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
+            if not self.in_plan:
+                self.need(f"staging the operands of '@' ({m}x{kk} and {kk}x{n})",
+                      (m * (kk + MATMUL_PAD) + kk * (n + MATMUL_PAD)) * item, e)
+            layout = want or self.canon(ty.shape)
+            return replace(e, lhs=lhs, rhs=rhs, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
+        if is_reduction:
+            x = self.assign(e.args[0])
+            layout = x.ty.layout
+            if not isinstance(layout, Layout):
+                fail("internal: reduction operand without a layout")
+            axes = _reduced_axes(e, len(x.ty.shape))
+            keep = _keepdims(e)
+            out = layout
+            for axis in sorted(axes, reverse=True):
+                groups = reduce_smem_groups(out, axis if not keep else axis)
+                red = out.reduce(axis, keepdims=keep)
+                if groups > 1:
+                    # argmax/argmin keep (value, i32 index) pairs
+                    per = compute_bytes(x.ty.dtype) + 4 if FUNCTIONS[e.func].kind == "argreduce" else compute_bytes(e.ty.dtype)
+                    self.need(f"combining {e.func}() across {groups} warps", groups * max(1, numel(red.shape)) * per, e)
+                out = red
+            args = (x,) + tuple(self.assign(a) for a in e.args[1:])
+            kwargs = tuple((k, self.assign(v)) for k, v in e.kwargs)
+            if not ty.shape:
+                return replace(e, args=args, kwargs=kwargs, ty=replace(ty, space=MemSpace.UNIFORM, layout=None))
+            self.convert_if_needed(e, out, want)
+            return replace(e, args=args, kwargs=kwargs, ty=replace(ty, space=MemSpace.REGISTERS, layout=out))
+        if isinstance(e, A.Call):  # constructors: materialized where consumed
+            layout = want or self.canon(ty.shape)
+            return self._children(e, None, MemSpace.REGISTERS, layout)
+        fail(f"internal: no memory rule for {type(e).__name__}")
+
+    def _children(self, e, view_of: Layout | None, space, layout, operand_layout=None):
+        changes = {}
+        for name in ("lhs", "rhs", "operand", "obj"):
+            if hasattr(e, name):
+                c = getattr(e, name)
+                changes[name] = self.assign(c, view_of.view_for(c.ty.shape) if view_of is not None and _is_tile(c) else None)
+        if hasattr(e, "args"):
+            changes["args"] = tuple(self.assign(a, view_of.view_for(a.ty.shape) if view_of is not None and _is_tile(a) else None)
+                                    for a in e.args)
+        if hasattr(e, "kwargs"):
+            changes["kwargs"] = tuple((k, self.assign(v)) for k, v in e.kwargs)
+        if isinstance(e, A.Index):
+            # index tiles (a gather) are read at the rows of the result: the view of its first axis
+            rows = layout.axes(0) if layout is not None and layout.dims else None
+            for i in e.items:  # an index variable made elsewhere: a second run creates it at these rows
+                if rows is not None and isinstance(i, A.Name) and _is_tile(i) and i.id not in self.accs:
+                    have = self.vars.get(i.id)
+                    if have is not None and not have.compatible(rows) and i.id not in self.prefer:
+                        self.prefer[i.id] = rows.compact()  # a slot per row this thread holds
+            changes["items"] = tuple(
+                replace(i, start=self.assign(i.start), stop=self.assign(i.stop)) if isinstance(i, A.Slice)
+                else self.assign(i, rows if _is_tile(i) else None) for i in e.items)
+            changes["base"] = self.assign(e.base)
+        return replace(e, **changes, ty=replace(e.ty, space=space, layout=layout))
+
+    # ---- statements
+    def visit_Assign(self, s):
+        shape = s.value.ty.shape
+        if s.name in self.vars:
+            layout = self.vars[s.name]
+            if layout is not None and shape and s.name not in self.accs:
+                natural = self._find(s.value, shape)
+                if natural is not None and natural != layout and isinstance(natural.root, Fragment):
+                    self.prefer[s.name] = natural  # updated in a tensor-core layout: create it there next time
+            want = layout.view_for(shape) if layout is not None and shape else None
+            value = self.assign(s.value, want)
+        elif s.name in self.accs or s.name in self.seed:
+            layout = self.accs.get(s.name) or self.seed[s.name]
+            value = self.assign(s.value, layout)
+            self.vars[s.name] = layout
+        else:
+            value = self.assign(s.value)
+            self.vars[s.name] = value.ty.layout
+        return replace(s, value=value)
+
+    def visit_Store(self, s):
+        tshape = s.target.ty.shape
+        if tshape:
+            natural = self.natural(s.value) if s.value.ty.shape == tshape else self.canon(tshape)
+            value = self.assign(s.value, natural.view_for(s.value.ty.shape) if s.value.ty.shape else None)
+            target = self.assign(s.target, natural)
+        else:
+            value, target = self.assign(s.value), self.assign(s.target)
+        return replace(s, target=target, value=value)
+
+    def visit_For(self, s):
+        start, stop, step = (self.assign(x) for x in (s.start, s.stop, s.step))
+        if s.plan is None:
+            stream = self.streams.get(id(s), ())
+            outer, self.streaming = self.streaming, self.streaming | {t.name for t in stream}
+            outer_loop, self.loop = self.loop, s if s.mma is not None else self.loop
+            body = self.visit(s.body)
+            self.streaming, self.loop = outer, outer_loop
+            mma = s.mma
+            if id(s) in self.demoted:
+                mma = StreamedMma("mma", self.demoted[id(s)])
+            return replace(s, start=start, stop=stop, step=step, body=body, stream=stream, mma=mma)
+        p = s.plan
+        for prod in p.products:
+            if self.vars.get(prod.acc) is None:
+                raise CompileError(f"the accumulator '{prod.acc}' must be assigned before the loop", s.span)
+        if not p.persistent:  # (a persistent ring is a region of its own, see run())
+            self.need(ring_what(p), p.smem_bytes, s)
+        self.in_plan = True
+        body = self.visit(s.body)
+        self.in_plan = False
+        return replace(s, start=start, stop=stop, step=step, body=body)
+
+    def visit_If(self, s):
+        return replace(s, cond=self.assign(s.cond), then=self.visit(s.then), orelse=self.visit(s.orelse))
+
+
+def register_a(lhs: A.Expr) -> A.Expr:
+    """The tile whose registers a wgmma product packs into its A operand: x for `x.to(bf16)` of an f32
+    tile (the packing conversion rounds, once), else the operand itself."""
+    if isinstance(lhs, A.Method) and lhs.name == "to" and lhs.obj.ty.dtype is DType.F32 and lhs.obj.ty.shape == lhs.ty.shape:
+        return lhs.obj
+    return lhs
+
+
+def _is_tile(e) -> bool:
+    return isinstance(e, A.Expr) and e.ty is not None and e.ty.what == "value" and bool(e.ty.shape)
+
+
+def _elementwise(e: A.Expr) -> bool:
+    if isinstance(e, A.BinOp):
+        return e.op is not A.BinOpKind.MATMUL
+    if isinstance(e, A.UnaryOp):
+        return True
+    if isinstance(e, A.Method):
+        return e.name == "to"
+    if isinstance(e, A.Call):
+        kind = FUNCTIONS[e.func].kind
+        return kind in ("math", "abs", "where") or (kind == "minmax" and len(e.args) == 2)
+    return False
+
+
+def _operands(e: A.Expr):
+    if isinstance(e, A.BinOp):
+        return (e.lhs, e.rhs)
+    if isinstance(e, A.UnaryOp):
+        return (e.operand,)
+    if isinstance(e, A.Method):
+        return (e.obj,)
+    if isinstance(e, A.Call):
+        return e.args
+    return ()
+
+
+def _is_reduction_call(e: A.Call) -> bool:
+    kind = FUNCTIONS[e.func].kind
+    return kind in ("reduce", "argreduce") or (kind == "minmax" and len(e.args) == 1)
+
+
+def _reduced_axes(e: A.Call, rank: int) -> list[int]:
+    axis = e.kwarg("axis")
+    return [axis.value] if axis is not None else list(range(rank))
+
+
+def _keepdims(e: A.Call) -> bool:
+    k = e.kwarg("keepdims")
+    return bool(k is not None and k.value)

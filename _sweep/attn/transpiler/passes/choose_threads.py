@@ -1,0 +1,102 @@
+"""Pass choose_threads: how many threads run one program (one thread block).
+
+Needs: plan_matmul (its `For.plan`s). Guarantees: `kernel.info` is a `LaunchConfig` with the
+consumer threads per block (a planned tensor-core loop's warps, which every plan in the kernel
+must agree on; else the kernel's `WARPS`; else enough warps for the largest tile, 1 to 8 warps)
+and the producer threads of a warp-specialized loop. infer_memory reads it and replaces
+`kernel.info` with its KernelMemory. `MIN_BLOCKS` is checked by `min_blocks` (called by
+infer_memory at the end of its run, so that its errors come in the same order as before).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .. import ast as A
+from ..diagnostics import CompileError
+from ..types import numel
+from .base import Walker
+
+MAX_THREADS_PER_SM = 2048  # sm_80 .. sm_90
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    threads: int  # consumer threads per block
+    producers: int = 0  # extra threads that only load operands (a warp-specialized matmul loop)
+
+    @property
+    def launch_threads(self) -> int:
+        return self.threads + self.producers
+
+
+def choose_threads(program: A.Program) -> A.Program:
+    return replace(program, kernels=tuple(replace(k, info=launch_config(k)) for k in program.kernels))
+
+
+def launch_config(k: A.Kernel) -> LaunchConfig:
+    plans = planned_loops(k)
+    threads = _threads(k, plans)
+    for plan in plans:
+        if plan.consumers != threads:
+            raise CompileError(f"two tensor-core loops in kernel '{k.name}' want different warp counts "
+                               f"({plan.consumers // 32} and {threads // 32})", k.span,
+                               ("give both loops the same tile sizes, or set WARPS",))
+    return LaunchConfig(threads, max((p.producers for p in plans), default=0))
+
+
+def planned_loops(k: A.Kernel) -> list:
+    """The `For.plan`s of `k` (plan_matmul's tensor-core loops), in program order."""
+    found = []
+
+    class _Find(Walker):
+        def on_For(self, s):
+            if s.plan is not None:
+                found.append(s.plan)
+
+    _Find().walk(k.body)
+    return found
+
+
+def _threads(k: A.Kernel, plans: list) -> int:
+    if plans:  # the tensor-core loop decides the warps; every plan in a kernel must agree
+        return max(p.consumers for p in plans)
+    for name, v in k.defines:
+        if name == "WARPS":
+            if not isinstance(v, int) or v < 1 or v > 32 or v & (v - 1):
+                raise CompileError(f"WARPS must be a power of two from 1 to 32, got {v}", k.span)
+            return 32 * v
+    sizes = _TileSizes()
+    sizes.walk(k.body)
+    t = 32
+    while t < 256 and t * 8 < sizes.biggest:
+        t *= 2
+    return t
+
+
+def min_blocks(k: A.Kernel, threads: int) -> int:
+    """MIN_BLOCKS, if the kernel declares it: resident blocks per SM requested of ptxas, which caps
+    registers per thread at 65536 / (threads * MIN_BLOCKS) (0: no request)."""
+    for name, v in k.defines:
+        if name == "MIN_BLOCKS":
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v * threads > MAX_THREADS_PER_SM:
+                most = MAX_THREADS_PER_SM // threads
+                raise CompileError(f"MIN_BLOCKS must be an integer from 0 to {most} for {threads} threads per block "
+                                   f"(at most {MAX_THREADS_PER_SM} threads per SM), got {v}", k.span)
+            return v
+    return 0
+
+
+class _TileSizes(Walker):
+    """Finds the element count of the largest tile a kernel computes."""
+
+    biggest = 1
+
+    def __getattr__(self, name):
+        if not name.startswith("on_"):
+            raise AttributeError(name)
+        return self._see
+
+    def _see(self, node):
+        ty = getattr(node, "ty", None)
+        if ty is not None and ty.what == "value" and ty.shape:
+            self.biggest = max(self.biggest, numel(ty.shape))

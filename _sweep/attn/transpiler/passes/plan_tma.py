@@ -1,0 +1,73 @@
+"""TMA for streamed rings: whether a wgmma pipeline loop's ring is filled by TMA, and each tile's box.
+
+Used by infer_memory's stream planning for the tiles of a wgmma `pipeline` loop. Needs: the loop's
+StreamTiles (swizzled, gathered, rows, cols decided) and their loads; check_constraints' facts
+(the row pitch must be provably a multiple of 16 bytes). Guarantees: either every tile of the loop
+has `tma_box` (one 64-column atom's box in the tensor's dims, innermost first) or none has and each
+carries the first obstacle in `tma_why` (a ring is filled one way).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .. import ast as A
+from ..exprs import unparse
+from ..types import DType
+
+
+def plan_tma(k: A.Kernel, tiles: list, loads: dict) -> list:
+    """`tiles` (the StreamTiles of one wgmma loop; `loads`: tile name -> its tensor load) with TMA boxes
+    when every one qualifies, else with the first tile's obstacle in `tma_why`."""
+    why = next((w for w in (tma_obstacle(k, t, loads[t.name]) for t in tiles) if w), None)
+    return [replace(t, tma_box=() if why else tma_box(loads[t.name], t.rows), tma_why=why or "") for t in tiles]
+
+
+# TMA (cp.async.bulk.tensor, tiled mode) limits that the compiler checks (the runtime checks the rest:
+# a 16-byte aligned base, strides below 2^40): at most 5 dims, box dims of at most 256, and with
+# SWIZZLE_128B an inner box of at most 128 bytes (64 2-byte elements: one swizzle atom per box)
+TMA_MAX_RANK = 5
+TMA_MAX_BOX = 256
+
+
+def tma_box(load: A.Index, rows: int) -> tuple:
+    """The box of one 64-column atom of the streamed tile `load` (slices on one axis and the last, scalar
+    indices elsewhere) in the tensor's dims, innermost first: 64 on the last axis, `rows` on the sliced
+    row axis, 1 on the others. It lands in shared memory as [rows, 64] elements, 128 bytes a row."""
+    last = len(load.items) - 1
+    row = next(a for a, it in enumerate(load.items) if isinstance(it, A.Slice) and a != last)
+    return tuple(64 if a == last else rows if a == row else 1 for a in reversed(range(last + 1)))
+
+
+def tma_obstacle(k: A.Kernel, t, load: A.Index) -> str | None:
+    """Why the ring of streamed tile `t` (a StreamTile; `load`, in a wgmma loop) cannot be filled by TMA, or None.
+
+    TMA needs: a swizzled plain slice (no gather, not read into registers), at most TMA_MAX_RANK dims,
+    columns in whole 64-element atoms, rows a multiple of 8 (whole swizzle patterns) and at most
+    TMA_MAX_BOX, a row pitch provably a multiple of 16 bytes (so is every stride of a row-major tensor),
+    and 32-bit indices (TMA coordinates are int32; out-of-range ones read zeros, as the language does)."""
+    name = load.base.id
+    p = next(p for p in k.params if p.name == name)
+    if DType(p.type.dtype).itemsize != 2:
+        return f"'{name}' is not a 2-byte float (the ring's byte counts assume bf16/f16)"
+    if t.gather is not None or not t.swizzled:
+        return f"'{t.name}' is {'gathered' if t.gather is not None else 'not a 128-byte swizzled wgmma operand'}"
+    if len(load.items) > TMA_MAX_RANK:
+        return f"'{name}' has {len(load.items)} dims (TMA maps have at most {TMA_MAX_RANK})"
+    if t.cols % 64:
+        return f"'{t.name}' has {t.cols} columns, not whole 64-column atoms"
+    if t.rows % 8 or t.rows > TMA_MAX_BOX:
+        return f"'{t.name}' has {t.rows} rows (a TMA box takes a multiple of 8, at most {TMA_MAX_BOX})"
+    last = p.type.dims[-1]
+    per = 16 // DType(p.type.dtype).itemsize
+    if isinstance(last, A.IntLit):
+        ok = last.value % per == 0
+    else:
+        ok = k.facts is not None and k.facts.proves(last.id, per)
+    if not ok:
+        return (f"the row pitch of '{name}' is not known to be a multiple of 16 bytes "
+                f"(add `where {unparse(last)} % {per} == 0`)")
+    for it in load.items:
+        for e in ((it.start,) if isinstance(it, A.Slice) else (it,)):
+            if e is not None and e.ty.dtype is not DType.I32:
+                return f"an index of '{name}' is {e.ty.dtype.value}, TMA coordinates are 32-bit"
+    return None

@@ -1,0 +1,529 @@
+"""Binding and checking call arguments against a KernelSpec (pure Python, no CuPy).
+
+`bind_arguments` maps positional/keyword arguments onto `spec.params`, checks every
+tensor (dtype, rank, sizes, contiguity, device) and scalar, binds the shape symbols,
+evaluates the `where` constraints and the grid, and returns a `BoundArgs`. Every
+problem is a `LaunchError` that names the parameter and says what was expected and
+what was passed.
+
+Tensors may be CuPy arrays, PyTorch CUDA tensors (recognised by their type's module,
+so torch is never imported here), other objects with `__cuda_array_interface__`, and
+NumPy arrays when `allow_numpy=True` (the interpreter's path).
+"""
+from __future__ import annotations
+
+import ast
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from ..diagnostics import LaunchError
+from ..spec import KernelSpec, ParamSpec
+
+INT32_MAX = 2**31 - 1
+GRID_X_MAX = 2**31 - 1
+GRID_YZ_MAX = 65535
+
+# tilex dtype name -> numpy dtype name (bf16 via ml_dtypes), torch dtype str.
+_NUMPY_NAMES = ("f16", "bf16", "f32", "i32", "i64", "bool", "f8e4m3")  # dtypes a kernel parameter may have
+_TORCH_NAMES = {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32",
+                "i32": "torch.int32", "i64": "torch.int64", "bool": "torch.bool",
+                "f8e4m3": "torch.float8_e4m3fn"}
+_TORCH_TO_TILEX = {v: k for k, v in _TORCH_NAMES.items()}
+# torch spells some dtypes two ways (torch.half is torch.float16 and prints as such).
+
+
+@functools.lru_cache(maxsize=None)
+def _numpy_dtypes() -> dict[str, np.dtype]:
+    """tilex dtype name -> NumPy dtype, for every name in _NUMPY_NAMES (in that order)."""
+    from ..types import DType, numpy_dtype as _np_dtype
+
+    return {name: _np_dtype(DType(name)) for name in _NUMPY_NAMES}
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The NumPy dtype of a tilex dtype name (bf16 and fp8 through ml_dtypes)."""
+    if name not in _NUMPY_NAMES:
+        raise LaunchError(f"unknown tilex dtype {name!r}")
+    return _numpy_dtypes()[name]
+
+
+def tilex_dtype_of_numpy(dt: np.dtype) -> str | None:
+    """The tilex dtype name of a NumPy dtype, or None when tilex has no such dtype."""
+    dt = np.dtype(dt)
+    return next((name for name, d in _numpy_dtypes().items() if dt == d), None)
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of integers: cdiv(7, 2) == 4."""
+    return -(-a // b)
+
+
+# ---------------------------------------------------------------------------------
+# Safe evaluation of constraint and grid expressions
+# ---------------------------------------------------------------------------------
+
+_ALLOWED_NODES = (
+    ast.Expression, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast.IfExp,
+    ast.Call, ast.Name, ast.Load, ast.Constant,
+    ast.And, ast.Or, ast.Not, ast.USub, ast.UAdd, ast.Invert,
+    ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.Div, ast.Pow,
+    ast.LShift, ast.RShift, ast.BitAnd, ast.BitOr, ast.BitXor,
+    ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE,
+)
+_FUNCTIONS = {"cdiv": cdiv, "min": min, "max": max}
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile_expr(expr: str) -> tuple[Any, tuple[str, ...]]:
+    """Parse `expr`, allow only arithmetic/comparisons/cdiv/min/max; return (code, names)."""
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as e:
+        raise LaunchError(f"internal error: cannot parse launch expression `{expr}`: {e.msg}") from None
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, _ALLOWED_NODES):
+            raise LaunchError(f"internal error: launch expression `{expr}` uses "
+                              f"unsupported syntax ({type(node).__name__})")
+        if isinstance(node, ast.Call):
+            if not (isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS) or node.keywords:
+                raise LaunchError(f"internal error: launch expression `{expr}` may only call "
+                                  "cdiv, min and max")
+        elif isinstance(node, ast.Constant) and not isinstance(node.value, (int, float, bool)):
+            raise LaunchError(f"internal error: launch expression `{expr}` has a non-numeric constant")
+        elif isinstance(node, ast.Name) and node.id not in _FUNCTIONS:
+            found.append((node.col_offset, node.id))
+    names = tuple(dict.fromkeys(n for _, n in sorted(found)))  # source order, unique
+    return compile(tree, "<tilex launch expression>", "eval"), names
+
+
+def eval_expr(expr: str, symbols: Mapping[str, int]) -> Any:
+    """Evaluate a constraint/grid expression with only `cdiv`, `min`, `max` and `symbols`."""
+    code, names = _compile_expr(expr)
+    missing = [n for n in names if n not in symbols]
+    if missing:
+        raise LaunchError(f"internal error: launch expression `{expr}` uses unknown "
+                          f"symbol(s) {', '.join(missing)}")
+    env = {"__builtins__": {}, **_FUNCTIONS}
+    env.update({n: symbols[n] for n in names})
+    try:
+        return eval(code, env)  # noqa: S307 - checked AST, no builtins
+    except ZeroDivisionError:
+        vals = ", ".join(f"{n} = {symbols[n]}" for n in names)
+        raise LaunchError(f"launch expression `{expr}` divides by zero ({vals})") from None
+
+
+def expr_symbols(expr: str) -> tuple[str, ...]:
+    """The symbol names an expression refers to, in source order."""
+    return _compile_expr(expr)[1]
+
+
+# ---------------------------------------------------------------------------------
+# Describing array-like arguments
+# ---------------------------------------------------------------------------------
+
+class ArrayInfo(NamedTuple):
+    """What the checks need to know about one array argument."""
+
+    kind: str  # "numpy", "cupy", "torch", "cai" (other __cuda_array_interface__)
+    dtype: str | None  # tilex dtype name, None when tilex has no such dtype
+    dtype_text: str  # the dtype as the caller's library spells it
+    shape: tuple[int, ...]
+    c_contiguous: bool
+    device: str  # "cpu", "cuda:N" or "cuda:?" (CUDA, ordinal unknown)
+
+
+# Types seen to be torch tensors / CuPy arrays (a type's module and methods do not change),
+# so that the test below runs once per type; Python scalars are never arrays.
+_TORCH_TYPES: set[type] = set()
+_CUPY_TYPES: set[type] = set()
+_PLAIN_SCALARS = frozenset({bool, int, float})
+
+
+def _type_module(x: Any) -> str:
+    return type(x).__module__ or ""
+
+
+def _top_module(x: Any) -> str:
+    return _type_module(x).partition(".")[0]
+
+
+def _of_library(x: Any, seen: set[type], module: str, attr: str) -> bool:
+    """True when x's type comes from `module` and x has `attr`; types whose class has `attr`
+    (not this object alone) are remembered in `seen`."""
+    t = type(x)
+    if t in seen:
+        return True
+    if _top_module(x) == module and hasattr(x, attr):
+        if hasattr(t, attr):
+            seen.add(t)
+        return True
+    return False
+
+
+def is_torch_tensor(x: Any) -> bool:
+    """True for a torch.Tensor (checked without importing torch)."""
+    return _of_library(x, _TORCH_TYPES, "torch", "is_contiguous")
+
+
+def is_cupy_array(x: Any) -> bool:
+    """True for a cupy.ndarray (checked without importing cupy)."""
+    return _of_library(x, _CUPY_TYPES, "cupy", "__cuda_array_interface__")
+
+
+def _c_contiguous(shape: Sequence[int], strides: Sequence[int] | None, itemsize: int) -> bool:
+    """Row-major check on byte strides; dims of size <= 1 may have any stride."""
+    if strides is None:
+        return True
+    expected = itemsize
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n > 1 and s != expected:
+            return False
+        expected *= max(n, 1)
+    return True
+
+
+def describe_array(x: Any) -> ArrayInfo | None:
+    """An ArrayInfo for a supported array object, or None when `x` is not an array."""
+    if type(x) in _PLAIN_SCALARS:
+        return None
+    if is_torch_tensor(x):
+        dev = x.device
+        device = f"cuda:{dev.index if dev.index is not None else 0}" if dev.type == "cuda" else dev.type
+        return ArrayInfo("torch", *torch_dtype_names(x.dtype), tuple(map(int, x.shape)),
+                         bool(x.is_contiguous()), device)
+    if isinstance(x, np.ndarray):
+        return ArrayInfo("numpy", *_numpy_names(x.dtype), tuple(x.shape), bool(x.flags.c_contiguous), "cpu")
+    if is_cupy_array(x):
+        return ArrayInfo("cupy", *_numpy_names(x.dtype), tuple(x.shape), bool(x.flags.c_contiguous),
+                         f"cuda:{x.device.id}")
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if isinstance(cai, dict):
+        try:
+            dt = np.dtype(cai["typestr"])
+        except (TypeError, KeyError, ValueError):
+            dt = None
+        shape = _cai_shape(x, cai)
+        itemsize = dt.itemsize if dt is not None else 1
+        return ArrayInfo("cai", tilex_dtype_of_numpy(dt) if dt is not None else None,
+                         str(dt) if dt is not None else cai["typestr"], shape,
+                         _c_contiguous(shape, cai.get("strides"), itemsize), "cuda:?")
+    return None
+
+
+def _cai_shape(x: Any, cai: dict) -> tuple[int, ...]:
+    """The `shape` of a `__cuda_array_interface__`: a tuple of non-negative ints, else a LaunchError."""
+    shape = cai.get("shape")
+    what = f"{type(x).__module__}.{type(x).__name__}.__cuda_array_interface__"
+    if not isinstance(shape, (tuple, list)):
+        raise LaunchError(f"{what}: 'shape' must be a tuple of non-negative integers, got {shape!r}")
+    if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0 for n in shape):
+        raise LaunchError(f"{what}: 'shape' must be a tuple of non-negative integers, got {tuple(shape)!r}")
+    return tuple(int(n) for n in shape)
+
+
+@functools.lru_cache(maxsize=256)
+def torch_dtype_names(dt: Any) -> tuple[str | None, str]:
+    """(tilex dtype name or None, torch's spelling) of a torch dtype, memoized per dtype object."""
+    text = str(dt)
+    return _TORCH_TO_TILEX.get(text), text
+
+
+@functools.lru_cache(maxsize=256)
+def _numpy_names(dt: np.dtype) -> tuple[str | None, str]:
+    """(tilex dtype name or None, NumPy's own spelling) of a NumPy dtype, memoized."""
+    return tilex_dtype_of_numpy(dt), str(dt)
+
+
+def is_array(x: Any) -> bool:
+    """`describe_array(x) is not None`, without describing torch, NumPy and CuPy arrays."""
+    if type(x) in _PLAIN_SCALARS:
+        return False
+    if is_torch_tensor(x) or isinstance(x, np.ndarray) or is_cupy_array(x):
+        return True
+    return describe_array(x) is not None
+
+
+# ---------------------------------------------------------------------------------
+# Binding
+# ---------------------------------------------------------------------------------
+
+@dataclass
+class BoundArgs:
+    """Arguments bound to a KernelSpec and checked: ready to launch (or to interpret)."""
+
+    symbols: dict[str, int]  # symbol name -> size, in `spec.symbols` order
+    arrays: dict[str, Any]  # tensor parameter name -> the caller's object
+    scalars: dict[str, Any]  # scalar parameter name -> Python value (int, float or bool)
+    grid: tuple[int, int, int]
+    device: str | None = None  # "cuda:N", "cpu", or None when no tensor told us
+    kinds: dict[str, str] = field(default_factory=dict)  # tensor name -> "cupy"/"torch"/...
+
+    @property
+    def empty(self) -> bool:
+        """True when the grid has no blocks: the launch is skipped."""
+        return 0 in self.grid
+
+    @property
+    def uses_torch(self) -> bool:
+        """True when any tensor argument is a torch tensor."""
+        return "torch" in self.kinds.values()
+
+
+class _SpecPlan:
+    """What binding needs to know about one KernelSpec, worked out once: the parameter
+    names; per parameter, its fixed dims and its symbol dims (index, size or name); the
+    symbols in the order binding finds them; and the grid of each tuple of symbol values
+    seen so far (those that passed the constraints and the grid checks)."""
+
+    MAX_GRIDS = 1024
+
+    def __init__(self, spec: KernelSpec):
+        self.spec = spec
+        self.names = frozenset(p.name for p in spec.params)
+        self.steps = tuple((p, tuple((i, d) for i, d in enumerate(p.dims) if isinstance(d, int)),
+                            tuple((i, d) for i, d in enumerate(p.dims) if isinstance(d, str)))
+                           for p in spec.params)
+        found = [d for p in spec.params if p.kind == "tensor" for d in p.dims if isinstance(d, str)]
+        bound = dict.fromkeys(found)  # the keys of `symbols` once every tensor is bound, in order
+        self.unbound = [s for s in spec.symbols if s not in bound]
+        self.order = tuple(dict.fromkeys((*spec.symbols, *bound)))
+        self.grids: dict[tuple, tuple[int, int, int]] = {}
+
+    def remember(self, key: tuple, grid: tuple[int, int, int]) -> None:
+        if len(self.grids) >= self.MAX_GRIDS:
+            self.grids.clear()
+        self.grids[key] = grid
+
+
+_PLANS: dict[int, _SpecPlan] = {}  # id(spec) -> plan; the plan holds the spec, so the id stays its own
+_MAX_PLANS = 256
+
+
+def _plan(spec: KernelSpec) -> _SpecPlan:
+    plan = _PLANS.get(id(spec))
+    if plan is None or plan.spec is not spec:
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        plan = _PLANS[id(spec)] = _SpecPlan(spec)
+    return plan
+
+
+def _match_params(spec: KernelSpec, args: Sequence[Any], kwargs: Mapping[str, Any],
+                  names: frozenset[str]) -> dict[str, Any]:
+    """Positional then keyword binding by parameter name (`names`: the parameters'); defaults for scalars."""
+    params = spec.params
+    if len(args) > len(params):
+        raise LaunchError(f"{spec.name}() takes {len(params)} argument(s) "
+                          f"({', '.join(p.name for p in params)}) but {len(args)} were given")
+    values: dict[str, Any] = {p.name: a for p, a in zip(params, args)}
+    for k, v in kwargs.items():
+        if k not in names:
+            raise LaunchError(f"{spec.name}() got an unexpected argument '{k}' "
+                              f"(parameters: {', '.join(p.name for p in params)})")
+        if k in values:
+            raise LaunchError(f"{spec.name}() got multiple values for argument '{k}'")
+        values[k] = v
+    if len(values) < len(params):
+        for p in params:
+            if p.name not in values:
+                if p.kind == "scalar" and p.default is not None:
+                    values[p.name] = p.default
+                else:
+                    raise LaunchError(f"{spec.name}() missing argument '{p.name}' "
+                                      f"({_param_text(p)})")
+    return values
+
+
+def _param_text(p: ParamSpec) -> str:
+    if p.kind == "tensor":
+        return f"{p.dtype}[{', '.join(str(d) for d in p.dims)}]"
+    return p.dtype
+
+
+# Binding messages, shared with tilex.torch's fake rules for user kernels (tilex/torch/_user.py).
+def dtype_message(p: ParamSpec, got: str) -> str:
+    return f"argument '{p.name}': expected dtype {p.dtype}, got {got}"
+
+
+def rank_message(p: ParamSpec, shape) -> str:
+    return (f"argument '{p.name}': expected rank {len(p.dims)} ({_param_text(p)}), "
+            f"got rank {len(shape)} with shape {tuple(shape)}")
+
+
+def fixed_dim_message(p: ParamSpec, i: int, n, shape) -> str:
+    return f"argument '{p.name}': dimension {i} must be {p.dims[i]} ({_param_text(p)}), got {n} (shape {tuple(shape)})"
+
+
+def inconsistent_message(d: str, q: str, j: int, first, name: str, i: int, n) -> str:
+    return (f"inconsistent size for symbol {d}: '{q}' has {d} = {first} "
+            f"({q}.shape[{j}]) but '{name}' has {d} = {n} ({name}.shape[{i}])")
+
+
+def constraint_message(spec: KernelSpec, c, symbols: Mapping[str, Any]) -> str:
+    vals = ", ".join(f"{n} = {symbols[n]}" for n in expr_symbols(c.py))
+    return f"constraint `{c.text}` ({spec.source_file}:{c.line}) failed: {vals}"
+
+
+# the largest finite value of each float dtype whose conversion overflows to inf (f8e4m3 saturates instead)
+_FLOAT_MAX = {"f16": 65504.0, "bf16": 3.3895313892515355e38, "f32": 3.4028234663852886e38}
+
+
+def _check_scalar(p: ParamSpec, v: Any) -> Any:
+    """Check a scalar's Python/NumPy type and range; return a plain Python value."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if describe_array(v) is not None:
+        raise LaunchError(f"argument '{p.name}': expected a {p.dtype} scalar, got an array")
+    if p.dtype == "bool":
+        if not isinstance(v, bool):
+            raise LaunchError(f"argument '{p.name}': expected a bool scalar, got {type(v).__name__} {v!r}")
+        return v
+    if p.dtype in ("i32", "i64"):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise LaunchError(f"argument '{p.name}': expected an integer ({p.dtype}), "
+                              f"got {type(v).__name__} {v!r}")
+        bits = 32 if p.dtype == "i32" else 64
+        if not -(2 ** (bits - 1)) <= v < 2 ** (bits - 1):
+            raise LaunchError(f"argument '{p.name}': {v} does not fit in {p.dtype}")
+        return v
+    if p.dtype in ("f16", "bf16", "f32", "f8e4m3"):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise LaunchError(f"argument '{p.name}': expected a number ({p.dtype}), "
+                              f"got {type(v).__name__} {v!r}")
+        try:
+            v = float(v)
+        except OverflowError:  # an int beyond any float
+            raise LaunchError(f"argument '{p.name}': {v} is out of the range of {p.dtype}") from None
+        if abs(v) > _FLOAT_MAX.get(p.dtype, np.inf) and v - v == 0:  # rare: beyond the largest finite value
+            with np.errstate(over="ignore", invalid="ignore"):
+                rounded = float(np.asarray(v).astype(_numpy_dtypes()[p.dtype]))
+            if np.isfinite(rounded):  # within half an ulp of the largest value: rounds to it
+                return v
+            # out of range: f32/f16/bf16 would silently become inf (f8e4m3 saturates to +-448 on both backends)
+            raise LaunchError(f"argument '{p.name}': {v!r} is out of the range of {p.dtype} "
+                              f"(largest finite value {float(np.finfo(_numpy_dtypes()[p.dtype]).max)!r})")
+        return v
+    raise LaunchError(f"argument '{p.name}': unknown scalar dtype {p.dtype!r}")
+
+
+def _wanted(allow_numpy: bool) -> str:
+    return "a CuPy array or PyTorch CUDA tensor" + (" or NumPy array" if allow_numpy else "")
+
+
+def _check_tensor(p: ParamSpec, x: Any, allow_numpy: bool, fixed: Sequence[tuple[int, int]]) -> ArrayInfo:
+    """Type, device kind, dtype, rank and contiguity of one tensor argument (`fixed`: the
+    (index, size) of its fixed dims)."""
+    info = describe_array(x)
+    if info is None:
+        raise LaunchError(f"argument '{p.name}': expected {_wanted(allow_numpy)} of {_param_text(p)}, "
+                          f"got {type(x).__module__}.{type(x).__name__}")
+    if info.kind == "numpy" and not allow_numpy:
+        raise LaunchError(f"argument '{p.name}': expected a CUDA array ({_wanted(allow_numpy)}), got a NumPy "
+                          "array; move it to the GPU first (cupy.asarray)")
+    if info.device == "cpu" and info.kind != "numpy":
+        raise LaunchError(f"argument '{p.name}': expected a CUDA tensor, got a tensor on cpu")
+    if info.dtype != p.dtype:
+        raise LaunchError(dtype_message(p, info.dtype_text))
+    if len(info.shape) != len(p.dims):
+        raise LaunchError(rank_message(p, info.shape))
+    for i, d in fixed:
+        n = info.shape[i]
+        if d != n:
+            raise LaunchError(fixed_dim_message(p, i, n, info.shape))
+    if not info.c_contiguous:
+        raise LaunchError(f"argument '{p.name}': expected a C-contiguous (row-major) tensor, "
+                          f"got a non-contiguous one with shape {info.shape}; make a contiguous "
+                          "copy first")
+    return info
+
+
+def bind_arguments(spec: KernelSpec, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
+                   allow_numpy: bool = False) -> BoundArgs:
+    """Bind and check call arguments against `spec`; raise LaunchError on any mismatch.
+
+    Every argument is checked on every call; only the constraints and the grid, which
+    depend on the symbol values alone, are remembered per tuple of symbol values."""
+    plan = _plan(spec)
+    values = _match_params(spec, tuple(args), kwargs or {}, plan.names)
+    arrays: dict[str, Any] = {}
+    scalars: dict[str, Any] = {}
+    kinds: dict[str, str] = {}
+    symbols: dict[str, int] = {}
+    bound_by: dict[str, tuple[str, int]] = {}  # symbol -> (param, dim index)
+    device: str | None = None
+    device_param = ""
+    zero_dims: list[str] = []
+    for p, fixed, named in plan.steps:
+        v = values[p.name]
+        if p.kind == "scalar":
+            scalars[p.name] = _check_scalar(p, v)
+            continue
+        if p.kind != "tensor":
+            raise LaunchError(f"internal error: parameter '{p.name}' has unknown kind {p.kind!r}")
+        info = _check_tensor(p, v, allow_numpy, fixed)
+        arrays[p.name], kinds[p.name] = v, info.kind
+        if info.device != "cuda:?":  # objects that only expose a pointer can't be compared
+            if device is None:
+                device, device_param = info.device, p.name
+            elif info.device != device:
+                raise LaunchError(f"all tensors must be on the same device: '{device_param}' is on "
+                                  f"{device} but '{p.name}' is on {info.device}")
+        shape = info.shape
+        if 0 in shape:
+            zero_dims += [f"{p.name}.shape[{i}] = 0" for i, n in enumerate(shape) if n == 0]
+        for i, d in named:
+            n = shape[i]
+            if d in symbols:
+                if symbols[d] != n:
+                    q, j = bound_by[d]
+                    raise LaunchError(inconsistent_message(d, q, j, symbols[d], p.name, i, n))
+            else:
+                if n > INT32_MAX:
+                    raise LaunchError(f"symbol {d} = {n} (from {p.name}.shape[{i}]) does not fit "
+                                      f"in a 32-bit int (must be < 2**31)")
+                symbols[d], bound_by[d] = n, (p.name, i)
+    if plan.unbound:
+        raise LaunchError(f"internal error: symbol {plan.unbound[0]} is not bound by any tensor parameter of "
+                          f"{spec.name}")
+    key = tuple(symbols.values())  # the symbols are always found in the same order (plan.order)
+    grid = plan.grids.get(key)
+    if grid is None:
+        for c in spec.constraints:
+            if not eval_expr(c.py, symbols):
+                raise LaunchError(constraint_message(spec, c, symbols))
+        grid = eval_grid(spec, symbols)
+        plan.remember(key, grid)
+    if zero_dims and 0 not in grid:
+        raise LaunchError(f"zero-size tensor dimension ({', '.join(zero_dims)}) but the grid "
+                          f"{grid} is not empty; tilex kernels only accept empty tensors when "
+                          "they launch no blocks")
+    ordered = {s: symbols[s] for s in plan.order}
+    return BoundArgs(ordered, arrays, scalars, grid, device, kinds)
+
+
+def eval_grid(spec: KernelSpec, symbols: Mapping[str, int]) -> tuple[int, int, int]:
+    """Evaluate `spec.grid` (1 to 3 expressions) into (x, y, z), checking CUDA's limits."""
+    if not 1 <= len(spec.grid) <= 3:
+        raise LaunchError(f"internal error: {spec.name} has {len(spec.grid)} grid expressions "
+                          "(expected 1 to 3)")
+    dims = []
+    for axis, expr in zip("xyz", spec.grid):
+        g = eval_expr(expr, symbols)
+        if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
+            raise LaunchError(f"internal error: grid {axis} = `{expr}` is not an integer ({g!r})")
+        g = int(g)
+        limit = GRID_X_MAX if axis == "x" else GRID_YZ_MAX
+        vals = ", ".join(f"{n} = {symbols[n]}" for n in expr_symbols(expr))
+        if g < 0:
+            raise LaunchError(f"grid {axis} = `{expr}` is negative: {g} ({vals})")
+        if g > limit:
+            raise LaunchError(f"grid {axis} = `{expr}` = {g} exceeds the CUDA limit of {limit} "
+                              f"blocks ({vals})")
+        dims.append(g)
+    while len(dims) < 3:
+        dims.append(1)
+    return (dims[0], dims[1], dims[2])

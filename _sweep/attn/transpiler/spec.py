@@ -1,0 +1,69 @@
+"""KernelSpec: everything the host side needs to launch one generated kernel.
+
+Codegen produces a KernelSpec next to the CUDA source; the CuPy runtime, the C++ host
+launcher and the interpreter's argument binding all read it. It is plain data (no AST),
+so it can be cached and printed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One kernel parameter as the caller sees it."""
+
+    name: str
+    kind: str  # "tensor" or "scalar"
+    dtype: str  # tilex dtype name: "f16", "bf16", "f32", "i32", "i64", "bool"
+    dims: tuple = ()  # tensor dims: symbol names (str) or fixed sizes (int); () for scalars
+    is_out: bool = False
+    default: float | int | bool | None = None  # scalar default value, if the source gives one
+
+
+@dataclass(frozen=True)
+class ConstraintSpec:
+    """A `where` constraint, checked at launch."""
+
+    py: str  # Python expression over symbol names (and `cdiv`), e.g. "N % 8 == 0"
+    text: str  # the constraint as written in the source
+    line: int  # source line, for messages
+
+
+@dataclass(frozen=True)
+class TmaMap:
+    """A TMA descriptor the host encodes at launch, 128-byte swizzled, zero fill outside the tensor; passed by
+    value after the symbols. Without `box`: a 2-D map of a row-major 2-D tensor with [box_rows, box_cols] boxes
+    (a wgmma main loop). With `box`: an N-D map mirroring the tensor's dims (innermost first, the byte
+    strides of a row-major tensor) with that box, innermost first (a streamed loop's ring,
+    runtime/tma.py `geometry`)."""
+
+    param: str  # kernel parameter name
+    tensor: str  # the tensor parameter it describes
+    box_rows: int
+    box_cols: int = 64
+    box: tuple = ()
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """How to launch one kernel of a translated .tile file.
+
+    The CUDA entry point `name` takes, in this order: one device pointer per tensor
+    parameter, one value per scalar parameter (C type from `dtype`), then one `int` per
+    symbol in `symbols`, then one 128-byte TMA descriptor per entry of `tma`. Tensors are dense
+    and row-major (C-contiguous).
+    """
+
+    name: str
+    params: tuple[ParamSpec, ...]
+    symbols: tuple[str, ...]
+    constraints: tuple[ConstraintSpec, ...]
+    grid: tuple[str, ...]  # Python expressions over symbols and `cdiv`, 1 to 3 entries
+    threads: int  # threads per block
+    smem_bytes: int  # dynamic shared memory per block
+    defines: tuple[tuple[str, int | float | bool], ...] = ()  # compile-time params used
+    source_file: str = "<string>"
+    line: int = 0
+    tma: tuple[TmaMap, ...] = ()
+    extra: dict = field(default_factory=dict, compare=False)

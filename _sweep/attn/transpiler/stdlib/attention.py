@@ -1,0 +1,263 @@
+"""Attention: dense prefill (FlashAttention-style) and paged decode (flash-decoding).
+
+Kernels: stdlib_kernels/attention_prefill.tile and stdlib_kernels/attention_decode.tile;
+the strategy is described in docs/stdlib_attention.md.
+"""
+from __future__ import annotations
+
+import math
+
+from . import _launch as L
+from . import messages as M
+from .attention_plan import Shape, choose_prefill, prefill_config, short_config
+
+HEAD_DIMS = (16, 32, 64, 128, 256)   # power-of-two head sizes (64 and 128 are the tuned ones)
+MAX_SPLITS = 64
+MIN_SHARE_TOKENS = 32  # two 16-token blocks
+SINGLE_SHARE_TOKENS = 128  # contexts this short are not split
+STATIC_TOKENS = 256  # one-share tables at most this wide are walked whole (attention_decode_split's STATIC)
+RESIDENT_PER_SM = 2  # attention_decode blocks that fit on an SM (shared memory of the streamed K/V ring)
+
+
+def _head_dim(name, x) -> int:
+    d = int(x.shape[-1])
+    if d not in HEAD_DIMS:
+        raise ValueError(M.bad_head_dim(name, d, HEAD_DIMS))
+    return d
+
+
+def _scale(scale, d: int) -> float:
+    return 1.0 / math.sqrt(d) if scale is None else float(scale)
+
+
+# the prefill kernels: config["KERNEL"] -> the .tile file (and kernel) that computes it
+PREFILL_KERNELS = {"flash": "attention_prefill", "gqa": "attention_prefill_gqa", "short": "attention_prefill_short"}
+
+# smaller tiles of each kernel, tried in order when the target's shared memory (e.g. sm_86/89: 99 KB) cannot hold
+# the chosen ones
+_PREFILL_SMALLER = {
+    "flash": (dict(BM=64, BN=64, WARPS=4), dict(BM=64, BN=32, WARPS=4), dict(BM=32, BN=32, WARPS=2)),
+    "gqa": (dict(BM=64, BN=64, WARPS=4), dict(BM=64, BN=32, WARPS=4), dict(BM=32, BN=32, WARPS=2)),
+    "short": (dict(BM=64, STAGES=1), dict(BM=64, BK=32, STAGES=1)),
+}
+
+
+def _prefill_module(cfg: dict, pinned: dict, **kw):
+    """(kernel name, module): the prefill kernel cfg["KERNEL"] (default "flash") compiled with the rest of `cfg`,
+    or with the first of its _PREFILL_SMALLER tilings that fits the target's shared memory when `cfg` does not
+    (tile sizes the caller pinned in `pinned` are never changed)."""
+    from ..diagnostics import CompileError
+
+    cfg = dict(cfg)
+    kind = cfg.pop("KERNEL", "flash")
+    if kind not in PREFILL_KERNELS:
+        raise ValueError(f"config: KERNEL must be one of {sorted(PREFILL_KERNELS)}, got {kind!r}")
+    name = PREFILL_KERNELS[kind]
+    *tries, last = [cfg] + [dict(cfg, **c) for c in _PREFILL_SMALLER[kind] if not set(c) & set(pinned)]
+    for c in tries:
+        try:
+            return name, L.load(name, **kw, **c)
+        except CompileError as e:
+            if "shared memory" not in str(e):
+                raise
+    return name, L.load(name, **kw, **last)
+
+
+def _out(out, like, shape, dt):
+    """A new output array, or `out` checked (kind, dtype, shape, contiguity) to be written in place."""
+    if out is None:
+        return L.empty(like, shape)
+    L.check_float("out", out, ndim=len(shape))
+    L.check_same_dtype("out", out, dt)
+    L.check_shape("out", out, shape)
+    L.kind_of(like, out)
+    from ..runtime.args import describe_array
+
+    if not describe_array(out).c_contiguous:
+        raise ValueError("out: must be contiguous (it is written in place)")
+    return out
+
+
+def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, out=None,
+                      config: dict | None = None, layout: str = "bhsd"):
+    """softmax(scale * q k^T (+ causal mask)) v with grouped-query heads.
+
+    q: [B, Hq, S, D]; k, v: [B, Hkv, S, D] with Hq a multiple of Hkv (query head h uses KV
+    head h // (Hq / Hkv)); f32, f16 or bf16 (one dtype); D a power of two from 16 to 256.
+    layout="bshd" takes token-major tensors instead (q [B, S, Hq, D], k, v [B, S, Hkv, D],
+    o like q), as a linear's output reshaped to heads is laid out: no transposes.
+    causal: query i attends keys j <= i (top-left aligned). scale defaults to 1/sqrt(D).
+    Returns o in q's layout, kind and dtype (written into `out` when given). NumPy
+    arrays run in the interpreter.
+    The kernel and its tiling come from a cost model of the shape (attention_plan.choose_prefill). `config`
+    overrides them, for benchmarks: compile-time parameters (BM, BN, WARPS, STAGES, ...) of the kernel it names,
+    KERNEL="flash" (one query head per program; the default when config names none), "gqa" (the query heads of a
+    KV head in one tile) or "short" (S <= BN, layout="bhsd": a persistent kernel whose scores are one
+    tensor-core main loop).
+    """
+    if layout not in ("bhsd", "bshd"):
+        raise ValueError(M.bad_layout(layout))
+    dt = L.check_float("q", q, ndim=4)
+    for name, x in (("k", k), ("v", v)):
+        L.check_float(name, x, ndim=4)
+        L.check_same_dtype(name, x, dt)
+    L.kind_of(q, k, v)
+    tokens = layout == "bshd"
+    if tokens:
+        b, s, hq, d = (int(n) for n in q.shape)
+        hkv = int(k.shape[2])
+        kv_shape = (b, s, hkv, d)
+    else:
+        b, hq, s, d = (int(n) for n in q.shape)
+        hkv = int(k.shape[1])
+        kv_shape = (b, hkv, s, d)
+    _head_dim("q", q)
+    L.check_shape("k", k, kv_shape)
+    L.check_shape("v", v, kv_shape)
+    if hkv == 0 or hq % hkv:
+        raise ValueError(M.prefill_heads(hq, hkv))
+    o = _out(out, q, tuple(int(n) for n in q.shape), dt)
+    if b * hq * s == 0:
+        return o
+    if config is None:  # the model's choice (attention_plan.py)
+        kind, cfg, _ = choose_prefill(Shape(b, hq, hkv, s, d, bool(causal), layout, dt), L.sm_count(q), _arch())
+        cfg = dict(cfg, KERNEL=kind)
+    else:
+        kind = config.get("KERNEL", "flash")
+        cfg = dict(short_config(s, d) if kind == "short" else prefill_config(d, s), **config)
+    if kind == "short":  # per KV head: q, o [B * Hkv, G * S, D], k, v [B * Hkv, S, D] (TMA reads q and k)
+        if tokens or s > cfg["BN"]:
+            raise ValueError(f"config: KERNEL='short' takes layout='bhsd' and S <= BN ({cfg['BN']}), "
+                             f"got layout={layout!r}, S={s}")
+        cfg.setdefault("PROGRAMS", L.sm_count(q))
+        g = hq // hkv
+        q4, k4, v4, o4 = (L.reshape(x, (b * hkv, n, d)) for x, n in
+                          ((_aligned16(L.contiguous(q)), g * s), (_aligned16(L.contiguous(k)), s),
+                           (L.contiguous(v), s), (o, g * s)))
+    else:
+        q4, k4, v4, o4 = L.contiguous(q), _aligned16(L.contiguous(k)), _aligned16(L.contiguous(v)), o
+        if not tokens:  # [B, H, S, D] is [B * H, S, 1, D] token-major: one head per batch row
+            q4, k4, v4, o4 = (L.reshape(x, (int(x.shape[0]) * int(x.shape[1]), s, 1, d)) for x in (q4, k4, v4, o4))
+        if kind == "gqa":  # the query heads of one KV head in one tile (a compile-time G)
+            cfg["G"] = hq // hkv
+    name, mod = _prefill_module(cfg, config or {}, T=dt, D=d, CAUSAL=bool(causal))
+    L.run(mod, name, q4, k4, v4, o4, scale=_scale(scale, d))
+    return o
+
+
+def _arch() -> str:
+    """The target the kernels compile for (sm_90a when no GPU is visible, as _launch.load does)."""
+    try:
+        from ..runtime.nvrtc import default_arch
+
+        return default_arch()
+    except Exception:  # noqa: BLE001 - no GPU: the interpreter runs whichever kernel
+        return "sm_90a"
+
+
+def _aligned16(x):
+    """`x`, or a copy of it when its data does not start on a 16-byte boundary (a view at an odd element
+    offset of a buffer): on sm_90a the prefill kernel reads k and v by TMA, which takes 16-byte aligned
+    addresses only (the kernel launch raises LaunchError on others)."""
+    from ..runtime.launch import _pointer
+
+    kind = L.kind_of(x)
+    if kind == "numpy" or int(_pointer(x)) % 16 == 0:  # the interpreter's arrays have nothing to align
+        return x
+    return x.clone() if kind == "torch" else x.copy()
+
+
+def decode_splits(batch: int, kv_heads: int, max_blocks: int, block_size: int, sm_count: int = 132) -> int:
+    """How many shares each sequence's context is split into (flash-decoding).
+
+    Enough programs (batch * kv_heads * splits) for one wave of RESIDENT_PER_SM blocks per SM,
+    but at least MIN_SHARE_TOKENS per share, and at most MAX_SPLITS shares. Decided from shapes
+    only (no read of seq_lens), so it is fixed under CUDA-graph capture. With K/V streamed
+    into shared memory (78 KB per block: two per SM) more programs only queue: at batch 16,
+    8 KV heads, context 4096 (H200, 2026-11-30) 2 shares ran 0.120 ms, 4 0.123, 9 (the former
+    ~8-programs-per-SM rule) 0.146, 32 0.150, and 1 0.199 (half the SMs idle). A context of at most
+    SINGLE_SHARE_TOKENS (two 64-key iterations) is one share: B1 Hq32 Hkv8 ctx128 (2026-12-01) 1 share
+    0.0054 ms, 4 shares (the rule above) 0.0062-0.0070.
+    """
+    if max_blocks * block_size <= SINGLE_SHARE_TOKENS:  # one program per KV head reads it all: no combine launch
+        return 1
+    pairs = max(1, batch * kv_heads)
+    want = RESIDENT_PER_SM * sm_count // pairs
+    most = -(-max_blocks * block_size // MIN_SHARE_TOKENS)
+    return max(1, min(want, most, MAX_SPLITS))
+
+
+def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | None = None,
+                     num_splits: int | None = None, out=None, config: dict | None = None):
+    """One query token per sequence against a paged KV cache, with grouped-query heads.
+
+    q: [B, Hq, D]; k_cache, v_cache: [num_blocks, block_size, Hkv, D] (block_size any
+    power of two, 16 or 32 typically); block_table: [B, max_blocks] int32/int64, the cache
+    block of each block of BLOCK_SIZE tokens of each sequence; seq_lens: [B] int32/int64,
+    tokens of each sequence (clamped to [0, max_blocks * block_size]; 0 gives zeros).
+    Sequence b attends its tokens 0 .. seq_lens[b]-1. Hq a multiple of Hkv; f32, f16 or
+    bf16 (one dtype); D a power of two from 16 to 256; scale defaults to 1/sqrt(D).
+    Returns o [B, Hq, D] of q's kind and dtype (written into `out` when given). Block ids outside [0, num_blocks) read
+    zeros (never out of bounds).
+
+    The context is split into `num_splits` shares processed by separate programs and
+    merged by a second kernel (default: `decode_splits`); 1 runs a single kernel.
+    """
+    dt = L.check_float("q", q, ndim=3)
+    for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
+        L.check_float(name, x, ndim=4)
+        L.check_same_dtype(name, x, dt)
+    L.check_int("block_table", block_table, ndim=2)
+    L.check_int("seq_lens", seq_lens, ndim=1)
+    L.kind_of(q, k_cache, v_cache, block_table, seq_lens)
+    b, hq, d = (int(n) for n in q.shape)
+    nb, bs, hkv = (int(n) for n in k_cache.shape[:3])
+    _head_dim("q", q)
+    L.check_shape("k_cache", k_cache, (nb, bs, hkv, d))
+    L.check_shape("v_cache", v_cache, (nb, bs, hkv, d))
+    if bs < 1 or bs & (bs - 1) or bs > 256:
+        raise ValueError(M.bad_block_size(bs))
+    if hkv == 0 or hq % hkv:
+        raise ValueError(M.decode_heads(hq, hkv))
+    maxb = int(block_table.shape[1])
+    if int(block_table.shape[0]) != b:
+        raise ValueError(M.block_table_rows(b, block_table.shape))
+    L.check_shape("seq_lens", seq_lens, (b,))
+    o = _out(out, q, (b, hq, d), dt)
+    if b * hq == 0:
+        return o
+    g = hq // hkv
+    if nb == 0 or maxb == 0:  # no cache at all: every sequence is empty
+        o[...] = 0
+        return o
+    ns = int(num_splits) if num_splits is not None else decode_splits(b, hkv, maxb, bs, L.sm_count(q))
+    if not 1 <= ns <= 1024:
+        raise ValueError(M.bad_num_splits(ns))
+    table = L.contiguous(L.astype(block_table, "i32"))
+    lens = L.contiguous(L.astype(seq_lens, "i32"))
+    q4 = L.reshape(L.contiguous(q), (b, hkv, g, d))
+    # 64 keys per iteration at every head size: at D = 256 (H200, sweep_attention.py, 2026-12-01) B1 Hq8 Hkv4
+    # ctx4096 0.0511 ms with 32 keys (chosen when 64 spilled), 0.0124 with 64 (0.96x SDPA)
+    cfg = {"WARPS": 4, "BN": 64, **(config or {})}
+    # K/V streamed into shared memory one iteration ahead pays when a share spans more than one
+    # iteration (H200: B16 Hq40 Hkv8 ctx4096 0.235 -> 0.147 ms in a CUDA graph; qwen2.5-14b decode
+    # bs16, 1024-token prompt, ~2 iterations a share: 1317 -> 1381 tok/s); a share of one
+    # iteration (bs1: 32-token shares) only pays the bigger shared-memory footprint (108.5 -> 105.9)
+    cfg.setdefault("STAGES", 2 if 2 * maxb * bs >= 3 * cfg["BN"] * ns else 1)
+    direct = ns == 1
+    # one share over a table of a few iterations: walk its whole width (STATIC), so the first block-table read
+    # does not wait for seq_lens (one dependent round trip fewer on a latency-bound call)
+    cfg.setdefault("STATIC", direct and maxb * bs <= STATIC_TOKENS)
+    split = L.load("attention_decode", kernel="attention_decode_split", T=dt, BS=bs, D=d,
+                   GP=max(16, L.next_pow2(g)), DIRECT=direct, **cfg)  # >= 16 rows: mma.sync products
+    o_part = L.empty(q, (b, hkv, g, ns, d), "f32")
+    lse_part = L.empty(q, (b, hkv, g, ns), "f32")
+    L.run(split, "attention_decode_split", q4, L.contiguous(k_cache), L.contiguous(v_cache), table, lens,
+          o_part, lse_part, L.reshape(o, (b, hkv, g, d)), scale=_scale(scale, d))
+    if not direct:
+        nsp = L.next_pow2(ns)
+        combine = L.load("attention_decode", kernel="attention_decode_combine", T=dt, D=d, NSP=nsp,
+                         WARPS=8 if nsp * d >= 8192 else 4)
+        L.run(combine, "attention_decode_combine", L.reshape(o_part, (b, hq, ns, d)),
+              L.reshape(lse_part, (b, hq, ns)), o)
+    return o

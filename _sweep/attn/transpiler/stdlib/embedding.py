@@ -1,0 +1,32 @@
+"""Embedding lookup."""
+from __future__ import annotations
+
+from . import _launch as L
+from . import rows as model
+
+
+def embedding(ids, table):
+    """table[ids] (like F.embedding(ids, table)): ids any shape of int32/int64, table [V, D].
+
+    Returns [*ids.shape, D] in table's dtype. An id outside [0, V) gives a row of zeros
+    (on the GPU there is no device-side error as in torch).
+    """
+    dt = L.check_float("table", table, ndim=2)
+    idt = L.check_int("ids", ids)
+    L.kind_of(ids, table)
+    table = L.contiguous(table)
+    ids_c = L.contiguous(ids)
+    s = 1
+    for n in ids.shape:
+        s *= int(n)
+    v, d = (int(n) for n in table.shape)
+    y = L.empty(table, (s, d))
+    if s and d:
+        block = model.column_block(d)
+        rows = 1
+        while rows < 8 and block * rows * 2 <= 2048 and s >= rows * 2 * 528:
+            rows *= 2
+        warps = max(1, min(8, block // 256))
+        mod = L.load("embedding", T=dt, I=idt, BLOCK=block, ROWS=rows, WARPS=warps)
+        L.run(mod, "embedding", L.reshape(ids_c, (s,)), table, y)
+    return L.reshape(y, tuple(ids.shape) + (d,))

@@ -1,0 +1,281 @@
+"""linear (torch.nn.functional.linear) and the fused gated MLP, on stdlib_kernels/linear.tile.
+
+The wrapper picks the kernel and tile sizes: `linear` (TMA + wgmma on sm_90a; needs K % 8 == 0)
+with 128x256 tiles for large M (as `linear_persistent`, one block per SM walking the tiles, when
+there is no bias) and 64-row tiles for M <= 64; for decode (M <= 16) on the GPU `linear_swap(_bias)`,
+which puts the weight rows on the tensor cores' 64-row side (y.T = w @ x.T) and streams the weights
+in one pass; for 16 < M <= 64 `linear_splitk` + `splitk_sum(_bias)` where too few column tiles would
+leave SMs idle; `linear_any` for other K (16-row mma.sync tiles at M <= 16 there and in the
+interpreter). Outside the decode paths, `linear`, `linear_bias` and `gated_mlp` take their tiles from
+tilex.autoconfig's resource model (`_model_config`: BM, BN and the pipeline depth over `_SPACE`, chosen per model
+bucket, memoized per shape); `linear_persistent` / `gated_mlp_persistent` when the model picks the 128x256
+(gated: 128x128) 4-stage tile. A configuration stored by `tilex tune` for the shape's bucket overrides these.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from . import _launch as L
+from . import messages as M
+
+# tile sizes by the number of rows (tokens); measured on an H200, see benchmarks/RESULTS.md
+_LARGE = dict(BM=128, BN=256, BK=64, STAGES=4)
+_MEDIUM = dict(BM=64, BN=128, BK=64, STAGES=6)
+_SKINNY = dict(BM=16, BN=64, BK=64, STAGES=6)
+_GATED = dict(BM=128, BN=128, BK=64, STAGES=4)
+_GATED_SKINNY = dict(BM=16, BN=32, BK=64, STAGES=6)
+
+
+_SPLITK = dict(BM=64, BN=256, BK=64, STAGES=4)  # `tilex tune` on an H200, M=16 N=13824 K=5120
+# large M without a bias (and the gated MLP): one block per SM walks the tiles (the ring refills during
+# the epilogue); 1.01-1.03x the one-tile-per-block kernel on the H200 (benchmarks/bench_persistent.py)
+_PERSISTENT = True
+SMS = 132  # streaming multiprocessors of an H100/H200: enough tiles to fill them twice needs no split
+
+
+def _splits(m: int, n: int, k: int) -> int:
+    """Split-K factor for decode shapes: few rows and too few N tiles to keep every SM streaming weights."""
+    if m > _SPLITK["BM"]:
+        return 1
+    tiles = -(-n // _SPLITK["BN"])
+    # one block per SM (the ring takes most of shared memory): fill the SMs once, no second partial wave
+    return max(1, min(SMS // tiles, k // (4 * _SPLITK["BK"])))
+
+
+def _use_split_kernels(m: int, n: int, k: int) -> bool:
+    """Whether linear() takes linear_splitk + splitk_sum(_bias): when K is split (S > 1) and the
+    swapped-operand decode kernels do not apply (16 < M <= 64)."""
+    return k % 8 == 0 and m > _SWAP_ROWS and _splits(m, n, k) > 1
+
+
+_SWAP_ROWS = 16  # linear_swap's x tile (the wgmma N side): decode batches up to 16 tokens
+
+
+def _use_swap(m: int, k: int, gpu: bool) -> bool:
+    """Whether linear() takes linear_swap(_bias): decode shapes (M <= 16) on the GPU with K % 8 == 0."""
+    return gpu and 0 < m <= _SWAP_ROWS and k % 8 == 0
+
+
+def _swap_config(n: int) -> dict:
+    """linear_swap's tiles (H200, bench_decode_paths.py --swap, 2026-11-30; ms vs cuBLAS in the same run):
+    64 weight rows x 128-deep stages x 6 while N / 64 blocks fit on the SMs once (M=1 K=5120 N=5120 0.0177
+    vs 0.0177; K=13824 N=5120 0.0400 vs 0.0416), else 128 rows x 64-deep x 6, two blocks per SM (M=1 N=13824
+    0.0373 vs 0.0388, N=152064 0.361 vs 0.371; M=16 N=13824 0.0387 vs 0.0382)."""
+    if -(-n // 64) <= SMS:
+        return dict(BN=64, BM=_SWAP_ROWS, BK=128, STAGES=6)
+    return dict(BN=128, BM=_SWAP_ROWS, BK=64, STAGES=6)
+
+
+def _partials(x2, weight, dt: str, m: int, n: int, k: int):
+    """f32 partial products [S, m, n] of x2 @ weight.T for the fused decode epilogues (S shares of K):
+    one share from linear_swap_splitk for decode shapes on the GPU, else linear_splitk's S shares."""
+    if _use_swap(m, k, L.kind_of(x2) != "numpy"):
+        part = L.empty(x2, (1, m, n), "f32")
+        cfg = _tuned("linear_swap_splitk", dt, m, n, k, _swap_config(n), S=1)
+        L.run(L.load("linear", kernel="linear_swap_splitk", T=dt, **cfg), "linear_swap_splitk", x2, weight, part)
+        return part
+    part = L.empty(x2, (max(1, _splits(m, n, k)), m, n), "f32")
+    L.run(L.load("linear", T=dt, **_SPLITK), "linear_splitk", x2, weight, part)
+    return part
+
+
+# linear, linear_bias and gated_mlp take their tiles from tilex.autoconfig's model over these spaces (the decode
+# paths above, swap and split-K, stay as measured); _MODEL = False takes the measured table below instead (A/B)
+_MODEL = True
+_SPACE = dict(BM=(16, 64, 128), BN=(64, 128, 256), BK=(64,), STAGES=(3, 4, 5, 6))
+_GATED_SPACE = dict(BM=(16, 64, 128), BN=(32, 64, 128), BK=(64,), STAGES=(3, 4, 5, 6))
+_CHOSEN: dict = {}  # (kernel, dtype, m, n, k) -> the model's tiles: one dict lookup per call after the first
+_MAX_CHOSEN = 4096
+
+
+def _model_config(kernel: str, dt: str, m: int, n: int, k: int, space: dict, table: dict) -> dict:
+    """The tiles of `kernel` for this shape: the model's choice over `space` (`tilex.autoconfig.choose` on the
+    file as compiled for `dt`, at the model bucket of (m, n, k)), or `table` with `_MODEL` off."""
+    key = (kernel, dt, m, n, k)
+    hit = _CHOSEN.get(key)
+    if hit is None:
+        if _MODEL:
+            from ..autoconfig import choose
+
+            hit = choose(L.source("linear", (("T", dt),)), "linear.tile", kernel, dict(M=m, N=n, K=k),
+                         "sm_90a", space=space, tuned=False).defines
+        else:
+            hit = table
+        if len(_CHOSEN) >= _MAX_CHOSEN:
+            _CHOSEN.clear()
+        _CHOSEN[key] = hit = dict(hit)
+    return dict(hit)
+
+
+def _config(m: int, skinny: dict, medium: dict, large: dict) -> dict:
+    """Tile sizes by the number of rows: decode (<= 16), small batches (<= 64), the rest."""
+    return skinny if m <= 16 else medium if m <= 64 else large
+
+
+def _flatten(x, k_name="x"):
+    L.check_rank(k_name, x, ndim_min=1)
+    x = L.contiguous(x)
+    k = int(x.shape[-1])
+    m = 1
+    for n in x.shape[:-1]:
+        m *= int(n)
+    return L.reshape(x, (m, k)), m, k
+
+
+_TUNED: dict = {}  # (kernel, dtype, m, n, k, sizes, cache dir, tune.WRITES) -> (when asked, stored defines)
+TUNED_RECHECK_S = 1.0  # a shape's answer is reused this long: a store written by another process shows within it
+
+
+def _tuned(kernel: str, dt: str, m: int, n: int, k: int, default: dict, **sizes: int) -> dict:
+    """`default` updated with the configuration `tilex tune` stored for this shape's bucket (`sizes`: the
+    kernel's other size symbols, e.g. S of the split-K kernels, which the bucket key includes).
+
+    Asked of the store at most once per TUNED_RECHECK_S per shape (a dict lookup otherwise: the store's stat
+    and digest cost ~10 us, a third of an eager call's host time); a `tilex tune` in this process
+    (TuneStore.put) is seen at once, one in another process within TUNED_RECHECK_S."""
+    from .. import tune
+
+    key = (kernel, dt, m, n, k, tuple(sorted(sizes.items())), os.environ.get("TILEX_CACHE_DIR"), tune.WRITES)
+    now = time.monotonic()
+    hit = _TUNED.get(key)
+    if hit is not None and now - hit[0] < TUNED_RECHECK_S:
+        return {**default, **hit[1]}
+    try:
+        from ..api import tuned_defines
+
+        # the tuned store is keyed by the compiled text (for bf16, the file as written; its digest is memoized)
+        got = tuned_defines(L.source("linear", (("T", dt),)), kernel, dict(M=m, N=n, K=k, **sizes))
+    except Exception:  # no GPU, no store: the defaults
+        got = {}
+    if len(_TUNED) >= 4096:
+        _TUNED.clear()
+    _TUNED[key] = (now, dict(got))
+    return {**default, **got}
+
+
+def _check_linear(x, weight, x_ndim=None):
+    """x float of a supported dtype, weight [out, in] of the same: (dtype, x as [m, k], m, k, n)."""
+    dt = L.check_float("x", x, ndim=x_ndim)
+    L.check_rank("weight", weight, ndim=2)
+    L.check_same_dtype("weight", weight, dt)
+    x2, m, k = _flatten(x)
+    n = int(weight.shape[0])
+    if int(weight.shape[1]) != k:
+        raise ValueError(M.linear_weight(k, weight.shape))
+    return dt, x2, m, k, n
+
+
+def linear(x, weight, bias=None):
+    """y = x @ weight.T (+ bias), weight [out, in] as in torch.nn.functional.linear; x [..., in] -> [..., out]."""
+    dt, x2, m, k, n = _check_linear(x, weight)
+    weight = L.contiguous(weight)
+    if bias is not None:
+        L.check_same_dtype("bias", bias, dt)
+        L.check_shape("bias", bias, (n,))
+        bias = L.contiguous(bias)
+    if k == 0:  # an empty sum is zero (+ bias), as in torch; kernels take empty operands only with empty grids
+        y = L.full(x2, (m, n), 0.0)
+        if bias is not None:
+            y[...] = bias
+        return L.reshape(y, tuple(x.shape[:-1]) + (n,))
+    y = L.empty(x2, (m, n))
+    gpu = L.kind_of(x2) != "numpy"
+    if m and n and _use_split_kernels(m, n, k) and gpu:
+        # few rows: f32 partial sums over K shares (S > 1), then their sum (+ bias)
+        part = _partials(x2, weight, dt, m, n, k)
+        mod = L.load("linear", T=dt, **_SPLITK)
+        if bias is None:
+            L.run(mod, "splitk_sum", part, y)
+        else:
+            L.run(mod, "splitk_sum_bias", part, bias, y)
+    elif m and n:
+        if _use_swap(m, k, gpu):
+            kernel = "linear_swap_bias" if bias is not None else "linear_swap"
+            cfg = _tuned(kernel, dt, m, n, k, _swap_config(n))
+        elif k % 8 == 0:
+            kernel = "linear_bias" if bias is not None else "linear"
+            cfg = _tuned(kernel, dt, m, n, k,
+                         _model_config(kernel, dt, m, n, k, _SPACE, _config(m, _SKINNY, _MEDIUM, _LARGE)))
+            if kernel == "linear" and gpu and cfg == _LARGE and m > 64 and _PERSISTENT:
+                kernel, cfg = "linear_persistent", dict(cfg, PROGRAMS=L.sm_count(x2))
+        else:
+            kernel, cfg = "linear_any", dict(BM=64 if m > 16 else 16, BN=128 if m > 16 else 64, BK=32, STAGES=4)
+            if bias is not None:
+                raise ValueError(M.linear_bias_k(k))
+        mod = L.load("linear", kernel=kernel, T=dt, **cfg)
+        args = (x2, weight, bias, y) if bias is not None else (x2, weight, y)
+        L.run(mod, kernel, *args)
+    return L.reshape(y, tuple(x.shape[:-1]) + (n,))
+
+
+def _check_qkv(x, weight, q_size, kv_size, bias, x_ndim=None):
+    """Checks shared by the fused-[q | k | v] wrappers: (dtype, x as [m, k], m, k, q_size, kv_size)."""
+    dt = L.check_float("x", x, ndim=x_ndim)
+    L.check_rank("weight", weight, ndim=2)
+    L.check_same_dtype("weight", weight, dt)
+    q_size, kv_size = int(q_size), int(kv_size)
+    x2, m, k = _flatten(x)
+    n = q_size + 2 * kv_size
+    if tuple(int(d) for d in weight.shape) != (n, k):
+        raise ValueError(M.qkv_weight(n, k, q_size, kv_size, weight.shape))
+    if bias is not None:
+        L.check_same_dtype("bias", bias, dt)
+        L.check_shape("bias", bias, (n,))
+    return dt, x2, m, k, q_size, kv_size
+
+
+def linear_qkv(x, weight, q_size: int, kv_size: int, bias=None):
+    """The q, k, v projections of attention from one fused weight [q_size + 2 * kv_size, in]
+    (rows: q, then k, then v; bias likewise): returns (q, k, v), each [..., size] and contiguous.
+
+    One `linear_qkv` kernel when in % 8 == 0 and a column tile width of 16 or more divides both
+    sizes (every Llama/Qwen shape); otherwise three `linear` calls on row views of the weight.
+    Meant for many tokens (prefill); up to 64 rows the split-K `linear` of each projection
+    streams the weights better.
+    """
+    dt, x2, m, k, q_size, kv_size = _check_qkv(x, weight, q_size, kv_size, bias)
+    n = q_size + 2 * kv_size
+    if bias is not None:
+        bias = L.contiguous(bias)
+    weight = L.contiguous(weight)
+    lead = tuple(x.shape[:-1])
+    cfg = _config(m, _SKINNY, _MEDIUM, _LARGE)
+    # a column tile width dividing both sizes; 16 at least (the tensor-core paths' smallest N)
+    bn = next((b for b in (256, 128, 64, 32, 16) if b <= cfg["BN"] and q_size % b == 0 and kv_size % b == 0), 0)
+    if k % 8 or not bn or not (m and q_size and kv_size and k):
+        cuts = ((0, q_size), (q_size, q_size + kv_size), (q_size + kv_size, n))
+        return tuple(linear(x, weight[a:b], None if bias is None else bias[a:b]) for a, b in cuts)
+    q, kk, v = L.empty(x2, (m, q_size)), L.empty(x2, (m, kv_size)), L.empty(x2, (m, kv_size))
+    mod = L.load("linear", kernel="linear_qkv", T=dt, **dict(cfg, BN=bn, BIAS=bias is not None))
+    # without BIAS the kernel never reads b: any [n] array of the dtype will do (the weight's first n values)
+    b = bias if bias is not None else L.reshape(weight, (n * k,))[:n]
+    L.run(mod, "linear_qkv", x2, weight, b, q, kk, v)
+    return tuple(L.reshape(t, lead + (int(t.shape[1]),)) for t in (q, kk, v))
+
+
+def gated_mlp(x, w_gate, w_up):
+    """silu(x @ w_gate.T) * (x @ w_up.T) in one kernel (the Llama/Qwen MLP before down_proj); x [..., in]."""
+    dt = L.check_float("x", x)
+    for name, w in (("w_gate", w_gate), ("w_up", w_up)):
+        L.check_rank(name, w, ndim=2)
+        L.check_same_dtype(name, w, dt)
+    x2, m, k = _flatten(x)
+    n = int(w_gate.shape[0])
+    for name, w in (("w_gate", w_gate), ("w_up", w_up)):
+        if tuple(int(s) for s in w.shape) != (n, k):
+            raise ValueError(M.gated_weight(name, n, k, w.shape))
+    if k % 8:
+        raise ValueError(M.gated_k(k))
+    if k == 0:  # silu(0) * 0
+        return L.reshape(L.full(x2, (m, n), 0.0), tuple(x.shape[:-1]) + (n,))
+    y = L.empty(x2, (m, n))
+    if m and n:
+        kernel = "gated_mlp"
+        cfg = _tuned(kernel, dt, m, n, k,
+                     _model_config(kernel, dt, m, n, k, _GATED_SPACE, _config(m, _GATED_SKINNY, _GATED, _GATED)))
+        if L.kind_of(x2) != "numpy" and m > 64 and cfg == _GATED and _PERSISTENT:
+            kernel, cfg = "gated_mlp_persistent", dict(cfg, PROGRAMS=L.sm_count(x2))
+        mod = L.load("linear", kernel=kernel, T=dt, **cfg)
+        L.run(mod, kernel, x2, L.contiguous(w_gate), L.contiguous(w_up), y)
+    return L.reshape(y, tuple(x.shape[:-1]) + (n,))

@@ -1,0 +1,241 @@
+"""The launch model of the library's row kernels: how a [M, N] row-wise kernel is laid over the GPU.
+
+One job: from (kernel, N, M, dtype, SM count) to the compile-time parameters of the row kernels
+(rms_norm, fused_add_rms_norm, layer_norm; softmax's one-pass rows use `row_config`, and
+softmax, argmax and sample split few long rows with `split_segments`; silu_and_mul, gelu_and_mul
+and embedding take their column tile from `column_block`), from a small table of measured kernel
+traits and of the target's per-SM resources. No GPU is needed; `explain(...)` says why.
+
+The model, in the order it decides:
+
+1. **Row shape.** A row of N <= ONE_PASS_MAX elements is read once. Its tile is the next power of
+   two (`BLOCK`, the language's tiles are powers of two) unless that leaves more than
+   `IDLE_MAX` of the tile idle and N = K * W with W a power of two and K = P1 + P2 a sum of two
+   powers of two (5120 = 1024 * (4 + 1)): the *pieces* path (`<kernel>_k2`, x viewed as
+   [M * K, W], two tiles of sub-rows per row, W / 8 threads, every thread busy). Longer rows go
+   in CHUNK-wide steps (`ONE_PASS=False`).
+2. **Threads.** 16 elements per thread on the power-of-two path (measured best, row_config), 32 to
+   1024 threads; exactly W / 8 threads on the pieces path (8 * K elements each).
+3. **Rows per step** (`R`): short rows are taken up to 8 at a time while a step is under 2048
+   elements and there are at least two steps per SM.
+4. **Programs per wave.** Blocks resident per SM = the least of the thread budget
+   (`Traits.threads_per_sm`, 1024 or 768 measured), 32 blocks, the register file
+   (registers per thread from the kernel's measured registers per held element) and shared
+   memory (STAGES ring stages of a step); the grid is persistent: PROGRAMS = SMs x that.
+   A kernel whose one-pass rows go straight into registers (`Traits.registers`, fused_add_rms_norm:
+   x and residual loads in flight together) instead gets a program per step (`STAGES=1`, a grid
+   past the row count), the blocks resident per SM bounded by threads and registers.
+5. **Bytes in flight per SM.** The ring is `STAGES` deep, at least the kernel's measured default,
+   deepened (up to the kernel's `max_stages`, past which ptxas spilled) until resident blocks x
+   (STAGES - 1) steps ahead x the bytes a step reads reaches IN_FLIGHT (32 KB: rms_norm at 4096 and 8192, 0.85-0.87 of copy, has 32 KB;
+   at 5120 with BLOCK 8192 it had 20 KB and reached 0.49-0.57).
+
+`split_segments` is the model of a reduction over few long rows (softmax, argmax, sample): a row
+is cut into segments, one program each, when the rows alone leave SMs idle.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ONE_PASS_MAX = 16384  # a row up to this long is one step (rms_norm's measured range)
+CHUNK = 4096  # the step of longer rows
+IDLE_MAX = 0.20  # a power-of-two tile may leave this much of itself idle before the pieces path is taken
+IN_FLIGHT = 32 * 1024  # bytes a SM should have requested and not yet received (see 5. above)
+MAX_STAGES = 4
+ELEMS_PER_THREAD = 16
+
+
+@dataclass(frozen=True)
+class Target:
+    """Per-SM resources the model counts (an H100/H200, sm_90)."""
+    threads: int = 2048
+    blocks: int = 32
+    registers: int = 65536
+    smem: int = 227 * 1024
+
+
+H100 = Target()
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What the model knows of one row kernel (measured on an H200 / from ptxas, see the notes)."""
+    reads: int  # tensors of [M, N] streamed in (bytes in flight per element = reads * itemsize)
+    threads_per_sm: int  # thread budget of the power-of-two path (sweep_rows.py, 2026-11-30)
+    stages: int  # ring depth of the power-of-two path (ditto)
+    regs_per_elem: float  # registers per element a thread holds on the pieces path (ptxas, bf16)
+    pieces: bool  # has a `<name>_k2` kernel
+    max_stages: int = 4  # deepest ring the model may choose (deeper ones spilled in ptxas)
+    registers: bool = False  # one-pass rows go straight into registers: a program per step, no ring
+
+
+# ptxas 13.0, sm_90a, bf16, no register cap (rows.py tests rebuild these): rms_norm_k2 K=3/5/9 at
+# 72/120/208 registers, fused_add_rms_norm_k2 (STAGES=1) 61/114/164, layer_norm_k2 115/196/255+spills
+TRAITS = {
+    "rms_norm": Traits(reads=1, threads_per_sm=1024, stages=2, regs_per_elem=3.0, pieces=True),
+    # one-pass rows in registers: 97% of copy at 16384x4096 where the persistent ring reached 88% (RESULTS.md s15)
+    "fused_add_rms_norm": Traits(reads=2, threads_per_sm=1024, stages=2, regs_per_elem=3.0, pieces=True,
+                                 registers=True),
+    # layer_norm at BLOCK 4096 spills 36 bytes at 4 stages where 3 spill 24 (test_stdlib_rows.py)
+    "layer_norm": Traits(reads=1, threads_per_sm=768, stages=3, regs_per_elem=5.0, pieces=True, max_stages=3),
+}
+REGS_MAX = 232  # a pieces configuration needing more (255 is ptxas's limit) would spill
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def pieces(n: int, kernel: str = "rms_norm", w_max: int = 4096) -> tuple[int, int, int] | None:
+    """(W, P1, P2) with n == W * (P1 + P2), all powers of two and P1 > P2, W the largest power of two
+    dividing n (at most w_max: W / 8 <= 512 threads), when the power-of-two tile of n would be more
+    than IDLE_MAX idle and the kernel's registers allow it; else None."""
+    t = TRAITS[kernel]
+    if not t.pieces or n > ONE_PASS_MAX or n % 8 or 1 - n / next_pow2(n) <= IDLE_MAX:
+        return None
+    w = min(n & -n, w_max)
+    k = n // w
+    p1 = 1 << (k.bit_length() - 1)
+    p2 = k - p1
+    if w < 256 or not _is_pow2(p2) or t.regs_per_elem * 8 * k > REGS_MAX:
+        return None
+    return w, p1, p2
+
+
+def _resident(threads: int, regs: int, stage_bytes: int, stages: int, budget: int, tgt: Target) -> int:
+    by_regs = tgt.registers // max(1, threads * regs) if regs else tgt.blocks
+    by_smem = tgt.smem // max(1, stage_bytes * stages)
+    return max(1, min(tgt.blocks, budget // threads, by_regs, by_smem))
+
+
+def _deepen(stages: int, blocks: int, step_bytes: int, tgt: Target, threads: int, regs: int, budget: int,
+            most: int = MAX_STAGES) -> int:
+    """The shallowest ring from `stages` on with IN_FLIGHT bytes ahead per SM (`most` at most)."""
+    while stages < min(most, MAX_STAGES) and blocks * (stages - 1) * step_bytes < IN_FLIGHT:
+        deeper = _resident(threads, regs, step_bytes, stages + 1, budget, tgt)
+        if deeper < blocks:  # a deeper ring that costs resident blocks buys nothing
+            break
+        stages += 1
+    return stages
+
+
+def row_config(n: int, m: int, sms: int = 132, one_pass_max: int = ONE_PASS_MAX, chunk: int = CHUNK,
+               threads_per_sm: int = 1024, stages: int = 2) -> dict:
+    """Compile-time parameters of the power-of-two path of a streamed row kernel over [m, n]:
+    BLOCK, R, ONE_PASS, WARPS, MIN_BLOCKS, PROGRAMS, STAGES (steps 1-4 of the module docstring with
+    the thread budget and ring depth given; MIN_BLOCKS = the blocks the budget allows, the
+    `__launch_bounds__` request that keeps them resident). sweep_rows.py on an H200 (2026-11-30,
+    bf16): 16 elements per thread, 1024 threads per SM and 2 stages were best or within 3% for
+    rms_norm, fused_add_rms_norm and softmax at 16384x4096 and rms_norm at 4096x8192; layer_norm
+    and the chunked softmax (4096x32000) ran best with 768 threads per SM and 3 stages."""
+    one = n <= one_pass_max
+    block = max(8, next_pow2(n)) if one else chunk
+    rows = 1
+    while one and rows < 8 and block * rows < 2048 and m >= rows * 2 * sms:
+        rows *= 2
+    warps = min(32, max(1, block * rows // (32 * ELEMS_PER_THREAD)))
+    blocks = max(1, min(32, threads_per_sm // (32 * warps)))
+    return dict(BLOCK=block, R=rows, ONE_PASS=one, WARPS=warps, MIN_BLOCKS=blocks, PROGRAMS=sms * blocks,
+                STAGES=stages)
+
+
+def plan(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Target = H100) -> tuple[str, dict]:
+    """(kernel name, compile-time parameters) for `kernel` (a TRAITS key) over [m, n] rows of
+    `itemsize`-byte elements on `sms` SMs. The name is `kernel` (power-of-two or chunked path) or
+    `kernel + "_k2"` (pieces path: the caller views its [m, n] tensors as [m * K, W] and its [n]
+    vectors as [K, W], K = P1 + P2)."""
+    t = TRAITS[kernel]
+    pc = pieces(n, kernel)
+    if pc is None:
+        cfg = row_config(n, m, sms, threads_per_sm=t.threads_per_sm, stages=t.stages)
+        if cfg["ONE_PASS"] and t.registers:
+            cfg.update(STAGES=1, PROGRAMS=1 << 30)
+        elif cfg["ONE_PASS"]:
+            step = cfg["R"] * n * itemsize * t.reads
+            threads = 32 * cfg["WARPS"]
+            blocks = cfg["MIN_BLOCKS"]
+            cfg["STAGES"] = _deepen(cfg["STAGES"], blocks, step, tgt, threads, 0, t.threads_per_sm, t.max_stages)
+        return kernel, cfg
+    w, p1, p2 = pc
+    k = p1 + p2
+    threads = w // 8
+    regs = int(t.regs_per_elem * 8 * k + 0.5)
+    step = n * itemsize * t.reads
+    blocks = _resident(threads, regs, step, t.stages, tgt.threads, tgt)
+    if t.registers:
+        return kernel + "_k2", dict(W=w, P1=p1, P2=p2, WARPS=threads // 32, MIN_BLOCKS=0, PROGRAMS=1 << 30,
+                                    STAGES=1)
+    stages = _deepen(t.stages, blocks, step, tgt, threads, regs, tgt.threads, t.max_stages)
+    return kernel + "_k2", dict(W=w, P1=p1, P2=p2, WARPS=threads // 32, MIN_BLOCKS=0, PROGRAMS=sms * blocks,
+                                STAGES=stages)
+
+
+def explain(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Target = H100) -> str:
+    """One line: the configuration `plan` picks and the numbers it came from."""
+    name, cfg = plan(kernel, n, m, itemsize, sms, tgt)
+    t = TRAITS[kernel]
+    if name.endswith("_k2"):
+        threads, elems = 32 * cfg["WARPS"], n // (32 * cfg["WARPS"])
+        regs = int(t.regs_per_elem * 8 * (cfg["P1"] + cfg["P2"]) + 0.5)
+        blocks = _resident(threads, regs, n * itemsize * t.reads, max(1, cfg["STAGES"]), tgt.threads, tgt)
+        step = n * itemsize * t.reads
+        tile = f"{n} = {cfg['W']} x ({cfg['P1']} + {cfg['P2']}), 0% idle"
+    else:
+        threads, blocks = 32 * cfg["WARPS"], cfg["MIN_BLOCKS"]
+        elems = cfg["BLOCK"] * cfg["R"] // threads
+        step = cfg["R"] * min(n, cfg["BLOCK"]) * itemsize * t.reads
+        tile = (f"BLOCK {cfg['BLOCK']} x R {cfg['R']}, {1 - n / cfg['BLOCK']:.0%} idle" if cfg["ONE_PASS"]
+                else f"chunks of {cfg['BLOCK']}")
+    if cfg["STAGES"] == 1:  # straight into registers: every resident block's step is in flight
+        ahead, how = blocks * step, "a program per step, loads into registers"
+        grid = f"{-(-m // cfg.get('R', 1))} programs"
+    else:
+        ahead, how = blocks * (cfg["STAGES"] - 1) * step, f"{cfg['STAGES']} stages"
+        grid = f"{cfg['PROGRAMS']} programs"
+    return (f"{name} [{m}, {n}]: {tile}; {threads} threads x {elems} elements; {blocks} blocks/SM, "
+            f"{grid}; {how}, {ahead // 1024} KB in flight per SM")
+
+
+def split_segments(m: int, n: int, block: int, sms: int = 132, waves: int = 4, most: int = 256,
+                   fill: bool = False, min_chunks: int = 1) -> int:
+    """Programs per row for a reduction over m rows of n, in `block`-wide chunks (the last one
+    masked): enough for about `waves` programs per SM in all, at most `most` and one per chunk; 1
+    means a program per row. With `fill`, rows that alone give every SM a program (m >= sms) are not
+    split (a split kernel reads its segment twice, the second time from L2), nor rows of fewer than
+    `min_chunks` chunks (a second launch costs more than the few idle SMs: a guess, not measured)."""
+    chunks = -(-n // block)
+    if (fill and m >= sms) or chunks < min_chunks:
+        return 1
+    return max(1, min(chunks, most, (waves * sms) // max(1, m)))
+
+
+def segment(n: int, block: int, ns: int) -> tuple[int, int]:
+    """(seg, ns): a segment length that is a multiple of `block` for about `ns` segments per row of
+    n, and the number of segments that covers the row with it."""
+    chunks = -(-n // block)
+    seg = -(-chunks // ns) * block
+    return seg, -(-n // seg)
+
+
+PAD_MAX = 0.08  # a column block may pad the row by this much before a narrower one is taken
+
+
+def column_block(d: int, most: int = 2048, least: int = 256) -> int:
+    """The column tile of a kernel that cuts [M, d] rows into column blocks (silu_and_mul, gelu_and_mul,
+    embedding): the widest power of two from `most` down to `least` whose blocks pad the row by at
+    most PAD_MAX (4864 -> 1024: 5 blocks, 5.3% padding, where 2048 pads 21%), else the least padded
+    (the widest on a tie), starting from the row's next power of two when that is narrower."""
+    b = min(most, max(8, next_pow2(d)))
+    best, pad_best = b, None
+    while b >= least:
+        pad = (-(-d // b) * b - d) / d
+        if pad <= PAD_MAX:
+            return b
+        if pad_best is None or pad < pad_best:
+            best, pad_best = b, pad
+        b //= 2
+    return best

@@ -1,0 +1,55 @@
+"""verify(): the IR invariants after each pass; run after every pass in the tests.
+
+After infer_dtypes every expression has a dtype; after infer_shapes every value has a
+static shape (tensors: symbolic dims); after infer_memory every tile has a memory space
+and a layout, and every scalar is uniform.
+"""
+from __future__ import annotations
+
+from . import ast as A
+from .passes.base import Walker
+
+_ORDER = ["parse", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "choose_threads",
+          "infer_memory"]
+
+
+class IRInvariantError(AssertionError):
+    """The compiler broke its own IR contract (a bug in tilex, not in the user's program)."""
+
+
+def verify(program: A.Program, after: str) -> None:
+    stage = _ORDER.index(after)
+    for k in program.kernels:
+        _Check(stage, after, k.name).walk(k.body)
+        for e in k.where + k.grid:
+            _Check(stage, after, k.name).walk(e)
+
+
+class _Check(Walker):
+    def __init__(self, stage: int, after: str, kernel: str):
+        self.stage, self.after, self.kernel = stage, after, kernel
+
+    def _bad(self, node, what):
+        raise IRInvariantError(f"after {self.after}, in kernel {self.kernel}: {type(node).__name__} at {node.span} {what}")
+
+    def _expr(self, e: A.Expr):
+        if isinstance(e, (A.Slice, A.NewAxis)):
+            return
+        if self.stage >= 1 and isinstance(e, A.Name) and e.kind is A.NameKind.UNRESOLVED:
+            self._bad(e, "is unresolved")
+        if self.stage >= 2 and (e.ty is None or e.ty.dtype is None):
+            self._bad(e, "has no dtype")
+        if self.stage >= 3 and e.ty.what in ("value", "tensor", "type") and e.ty.shape is None:
+            self._bad(e, "has no shape")
+        if self.stage >= 3 and e.ty.what == "value" and not all(isinstance(d, int) for d in e.ty.shape):
+            self._bad(e, f"has a non-static shape {e.ty.shape}")
+        if self.stage >= _ORDER.index("infer_memory") and e.ty.what == "value":
+            if e.ty.space is None:
+                self._bad(e, "has no memory space")
+            if e.ty.shape and e.ty.layout is None:
+                self._bad(e, "is a tile without a layout")
+
+    def __getattr__(self, name):
+        if name.startswith("on_"):
+            return lambda node: self._expr(node) if isinstance(node, A.Expr) else None
+        raise AttributeError(name)
