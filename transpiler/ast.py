@@ -11,7 +11,7 @@ from enum import Enum
 from typing import Any, Iterator
 
 from .diagnostics import NO_SPAN, Span
-from .types import Ty
+from .types import DType, Ty
 
 
 class BinOpKind(Enum):
@@ -118,7 +118,7 @@ class BoolLit(Expr):
 class DTypeLit(Expr):
     """A dtype used as a value: the argument of `.to(bf16)`."""
 
-    dtype: str
+    dtype: DType
     span: Span = NO_SPAN
     ty: Ty | None = None
 
@@ -127,7 +127,7 @@ class DTypeLit(Expr):
 class TileTypeExpr(Expr):
     """`f32[BM, BN]`: the argument of zeros/full/arange-style constructors."""
 
-    dtype: str
+    dtype: DType
     dims: tuple[Expr, ...]
     span: Span = NO_SPAN
     ty: Ty | None = None
@@ -297,7 +297,7 @@ class CParam:
 
 @dataclass(frozen=True)
 class TypeExpr:
-    dtype: str
+    dtype: DType
     dims: tuple[Expr, ...] | None  # None: a scalar
     span: Span = NO_SPAN
 

@@ -26,11 +26,11 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import ast as A
-from .builtins import FUNCTIONS, NUMPY_MATH
+from .builtins import FUNCTIONS, NUMPY_MATH, BuiltinKind as K
 from .deep import deep
 from .diagnostics import LaunchError, TilexError
 from .passes.infer_dtypes import operand_dtype
-from .types import DType, numpy_dtype
+from .types import DType, TyWhat, numpy_dtype
 
 B = A.BinOpKind
 
@@ -326,31 +326,31 @@ class _Interp:
         f = c.func
         kind = FUNCTIONS[f].kind
         dt = c.ty.dtype
-        if kind == "math":
+        if kind is K.MATH:
             x = self.ev_as(c.args[0], DType.F32)
             r = eval(_MATH[f], _MATH_ENV, {"x": x})  # noqa: S307 - fixed table of expressions
             return cast(np.asarray(r, dtype=np.float32)[()], dt)
-        if kind == "abs":
+        if kind is K.ABS:
             return cast(np.abs(self.ev_as(c.args[0], dt.compute)), dt)
-        if kind == "minmax" and len(c.args) == 2:
+        if kind is K.MINMAX and len(c.args) == 2:
             cd = dt.compute
             a, b = self.ev_as(c.args[0], cd), self.ev_as(c.args[1], cd)
             return cast(np.fmax(a, b) if f == "max" else np.fmin(a, b), dt)
-        if kind in ("minmax", "reduce", "argreduce"):
+        if kind in (K.MINMAX, K.REDUCE, K.ARGREDUCE):
             return self.reduce(c)
-        if kind == "where":
+        if kind is K.WHERE:
             cond = self.ev_as(c.args[0], DType.BOOL)
             a, b = self.ev_as(c.args[1], dt), self.ev_as(c.args[2], dt)
             return np.where(cond, a, b)[()]
-        if kind == "ctor":
+        if kind is K.CTOR:
             shape = c.args[0].ty.shape
             if f == "zeros":
                 return np.zeros(shape, _NP[dt])
             return np.full(shape, self.ev_as(c.args[1], dt), _NP[dt])
-        if kind == "arange":
+        if kind is K.ARANGE:
             start = self.ev_as(c.args[0], DType.I32)
             return (np.arange(c.ty.shape[0], dtype=np.int32) + start).astype(np.int32)
-        if kind == "axis":
+        if kind is K.AXIS:
             axis = int(self.ev(c.args[0]))
             return np.int32(self.pid[axis] if f == "program_id" else self.nprog[axis])
         if f == "cdiv":
@@ -459,7 +459,7 @@ class _Interp:
 
     def e_index(self, e: A.Index):
         base = e.base
-        if base.ty.what != "tensor":
+        if base.ty.what != TyWhat.TENSOR:
             v = self.ev(base)
             idx = tuple(None if isinstance(i, A.NewAxis) else slice(None) for i in e.items)
             return np.asarray(v)[idx]

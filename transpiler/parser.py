@@ -15,6 +15,7 @@ from lark import Token, Transformer, v_args
 from . import ast as A
 from .deep import deep
 from .diagnostics import CompileError, Span
+from .types import DType
 
 AUG_OPS = {
     "+=": A.BinOpKind.ADD,
@@ -230,7 +231,7 @@ class _ToAst(Transformer):
     @v_args(meta=True)
     def type_expr(self, meta, ch):
         dims = tuple(ch[1]) if len(ch) > 1 else None
-        return A.TypeExpr(str(ch[0]), dims, self._span(meta))
+        return A.TypeExpr(DType(str(ch[0])), dims, self._span(meta))
 
     def dims(self, ch):
         return list(ch)
@@ -433,8 +434,8 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def dtype_lit(self, meta, ch):
-        return A.DTypeLit(str(ch[0]), self._span(meta))
+        return A.DTypeLit(DType(str(ch[0])), self._span(meta))
 
     @v_args(meta=True)
     def tile_type(self, meta, ch):
-        return A.TileTypeExpr(str(ch[0]), tuple(ch[1]), self._span(meta))
+        return A.TileTypeExpr(DType(str(ch[0])), tuple(ch[1]), self._span(meta))

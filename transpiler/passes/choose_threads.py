@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from .. import ast as A
 from ..diagnostics import CompileError
-from ..types import numel
+from ..types import TyWhat, numel
 from .base import Walker
 
 MAX_THREADS_PER_SM = 2048  # sm_80 .. sm_90
@@ -98,5 +98,5 @@ class _TileSizes(Walker):
 
     def _see(self, node):
         ty = getattr(node, "ty", None)
-        if ty is not None and ty.what == "value" and ty.shape:
+        if ty is not None and ty.what == TyWhat.VALUE and ty.shape:
             self.biggest = max(self.biggest, numel(ty.shape))
