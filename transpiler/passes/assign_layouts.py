@@ -17,7 +17,7 @@ from ..builtins import FUNCTIONS, BuiltinKind as K, is_reduction
 from ..diagnostics import CompileError
 from ..exprs import unparse, untransposed
 from ..layout import Fragment, Layout, canonical, mma_fragment, mma_warp_grid, reduction_plan
-from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, smem_limit
+from ..targets import MATMUL_PAD, TENSOR_CORE_DTYPES, Target
 from ..types import DType, MemSpace, MmaStrategy, TyWhat, numel
 from .base import Rewriter, Walker, fail
 from .choose_threads import planned_loops
@@ -53,9 +53,9 @@ class LayoutAssigner(Rewriter):
     recording the shared memory each operation needs (`uses`) and what a second run should change
     (`prefer`: variables to create in another layout; `demote`: wgmma loops whose products cannot be)."""
 
-    def __init__(self, k: A.Kernel, arch: str, seed: dict | None = None, shrink: int = 0, demoted: dict | None = None):
+    def __init__(self, k: A.Kernel, tgt: Target, seed: dict | None = None, shrink: int = 0, demoted: dict | None = None):
         self.k = k
-        self.arch = arch
+        self.target = tgt
         self.demoted = demoted or {}
         self.wgmma = _wgmma_loops(k, self.demoted)
         self.demote: dict = {}  # found in this run: id(For) -> why not wgmma
@@ -76,7 +76,7 @@ class LayoutAssigner(Rewriter):
         self.streaming: frozenset = frozenset()  # names streamed into shared memory by the enclosing loops
         self.streams: dict = {}
         self.mbar = (0, 0)  # the TMA rings' mbarriers: (byte offset, count)
-        self.limit = smem_limit(arch)
+        self.limit = tgt.smem_per_block
         self.vars: dict[str, Layout | None] = {}
         self.uses: list[SmemUse] = []
 
@@ -123,7 +123,7 @@ class LayoutAssigner(Rewriter):
     def mma_layout(self, e: A.BinOp) -> Layout | None:
         """The mma.sync fragment layout of a register-tile product `a @ b`, or None (the FMA fallback)."""
         (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
-        if self.arch not in MMA_ARCHS or e.lhs.ty.dtype not in TENSOR_CORE_DTYPES or e.rhs.ty.dtype != e.lhs.ty.dtype:
+        if not self.target.mma or e.lhs.ty.dtype not in TENSOR_CORE_DTYPES or e.rhs.ty.dtype != e.lhs.ty.dtype:
             return None
         if e.ty.dtype is not DType.F32 or kk % 16:
             return None

@@ -10,12 +10,12 @@ tensor's dtype (convert with `.to(...)`); f8e4m3 is used only on targets that ha
 """
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 from .. import ast as A
 from ..builtins import FUNCTIONS, BuiltinKind as K
 from ..diagnostics import CompileError
+from ..targets import DEFAULT_ARCH, FP8_MIN_CC, Target, target
 from ..types import SUPPORTED, DType, Ty, TyWhat, promote
 from .base import Rewriter, fail
 
@@ -23,24 +23,18 @@ B = A.BinOpKind
 
 
 # dtypes the hardware has only from some compute capability on: the fp8 conversions
-# (cvt.*.e4m3x2) need sm_89 (Ada) or later
-MIN_SM = {DType.F8E4M3: 89}
+# (cvt.*.e4m3x2) need sm_89 (Ada) or later (`Target.fp8`)
+MIN_SM = {DType.F8E4M3: FP8_MIN_CC}
 
 
-def infer_dtypes(program: A.Program, arch: str = "sm_90a") -> A.Program:
-    return replace(program, kernels=tuple(_Dtypes(k, arch).run() for k in program.kernels))
+def infer_dtypes(program: A.Program, tgt: Target | None = None) -> A.Program:
+    tgt = tgt or target(DEFAULT_ARCH)
+    return replace(program, kernels=tuple(_Dtypes(k, tgt).run() for k in program.kernels))
 
 
-def _sm(arch: str) -> int | None:
-    """The compute capability of `sm_90a`-style names as 90; None for names it cannot read."""
-    m = re.fullmatch(r"sm_(\d+)[a-z]?", arch)
-    return int(m.group(1)) if m else None
-
-
-def _too_old(dt: DType, arch: str) -> bool:
-    """Whether `arch` predates the first target that has `dt` (False for archs it cannot read)."""
-    need, have = MIN_SM.get(dt), _sm(arch)
-    return need is not None and have is not None and have < need
+def _too_old(dt: DType, tgt: Target) -> bool:
+    """Whether `tgt` lacks `dt` (the archs it cannot read are taken to have it)."""
+    return dt is DType.F8E4M3 and not tgt.fp8
 
 
 def _dtype(name: str) -> DType:
@@ -73,15 +67,15 @@ def _v(dt: DType) -> Ty:
 
 
 class _Dtypes(Rewriter):
-    def __init__(self, k: A.Kernel, arch: str = "sm_90a"):
+    def __init__(self, k: A.Kernel, tgt: Target):
         self.k = k
-        self.arch = arch
+        self.target = tgt
         self.env: dict[str, tuple[DType, int]] = {}  # name -> (dtype, line of first binding)
         for p in k.params:
             dt = _dtype_at(p.type)
-            if _too_old(dt, arch):
+            if _too_old(dt, tgt):
                 raise CompileError(f"parameter '{p.name}' is {dt.value}, which needs sm_{MIN_SM[dt]} or later; "
-                                   f"the target is {arch}", p.span, _target_notes(dt))
+                                   f"the target is {tgt.arch}", p.span, _target_notes(dt))
             self.env[p.name] = (dt, p.span.line)
         for s in k.symbols:
             self.env[s] = (DType.I32, k.span.line)
@@ -128,8 +122,8 @@ class _Dtypes(Rewriter):
         return replace(n, ty=_v(DType.BOOL))
 
     def _on_target(self, dt: DType) -> DType:
-        if _too_old(dt, self.arch):
-            fail(f"{dt.value} needs sm_{MIN_SM[dt]} or later; the target is {self.arch}", *_target_notes(dt))
+        if _too_old(dt, self.target):
+            fail(f"{dt.value} needs sm_{MIN_SM[dt]} or later; the target is {self.target.arch}", *_target_notes(dt))
         return dt
 
     def visit_DTypeLit(self, n):
@@ -337,7 +331,7 @@ def _at(node, thunk):
 
 
 def _target_notes(dt: DType) -> tuple[str, ...]:
-    return (f"compile for sm_{MIN_SM[dt]} or later (--arch sm_{MIN_SM[dt]}, sm_90a), or use bf16 or f16",)
+    return (f"compile for sm_{MIN_SM[dt]} or later (--arch sm_{MIN_SM[dt]}, {DEFAULT_ARCH}), or use bf16 or f16",)
 
 
 def _dtype_at(t: A.TypeExpr) -> DType:

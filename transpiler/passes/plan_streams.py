@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ast as A
-from ..targets import MATMUL_PAD, MMA_ARCHS
+from ..targets import MATMUL_PAD
 from ..types import DType, TyWhat
 from ..exprs import untransposed
 from .base import Rewriter, Walker, name_nodes, names_in, stored_tensors
@@ -26,7 +26,7 @@ from .stream_hazards import assigned, assigned_count, local_to, nested_loops, ou
 def plan_streams(mem, offset: int) -> tuple[dict, list, tuple]:
     """{id(for loop): (StreamTile, ...)}, their shared-memory uses, from byte `offset` on, and the TMA
     rings' mbarriers (byte offset, count). `mem`: infer_memory's planner of this run (its kernel `k`,
-    `arch`, `plans`, `wgmma` loops, `limit`, `shrink`, and its `mma_layout`, `canon`, `assign`).
+    `target`, `plans`, `wgmma` loops, `limit`, `shrink`, and its `mma_layout`, `canon`, `assign`).
 
     A tile qualifies when, in a `pipeline(..., stages >= 2)` loop of a kernel without
     planned (wgmma/mma ring) loops, it is assigned once at the top of the loop body from a
@@ -35,7 +35,7 @@ def plan_streams(mem, offset: int) -> tuple[dict, list, tuple]:
     write (or writes only in this loop's rows, `rows_ahead_disjoint`), whose indices use only the loop variable and names not assigned in the loop. Read
     only as `x @ tile` or `x @ tile.T` products that run on mma.sync, it stays in shared
     memory; any other read makes it `regs` (read from shared memory into registers)."""
-    if mem.plans or mem.arch not in MMA_ARCHS:
+    if mem.plans or not mem.target.cp_async:
         return {}, [], (0, 0)
     out = {}
 
