@@ -87,13 +87,13 @@ def default_candidates(name: str, kind: str, default: Any) -> list:
     """Candidate values of one compile-time parameter when no --space names it.
 
     int parameters with a power-of-two default: half, the default and double, within
-    `SIZE_BOUNDS` (`WARP_BOUNDS` for WARPS). Parameters whose name contains STAGE: default
+    `SIZE_BOUNDS` (`WARP_BOUNDS` for a `warps` parameter or WARPS). Parameters whose name contains STAGE: default
     - 1, default, default + 1 within `STAGE_BOUNDS`. Everything else (floats, bools, ints
     that are not powers of two): just the default.
     """
     if default is None:
         return []
-    if kind != "int" or isinstance(default, bool):
+    if kind not in ("int", "warps", "min_blocks") or isinstance(default, bool):
         return [default]
     d = int(default)
     if "STAGE" in name.upper():
@@ -101,7 +101,7 @@ def default_candidates(name: str, kind: str, default: Any) -> list:
         return [v for v in (d - 1, d, d + 1) if lo <= v <= hi] or [d]
     if not _is_pow2(d):
         return [d]
-    lo, hi = WARP_BOUNDS if name.upper() == "WARPS" else SIZE_BOUNDS
+    lo, hi = WARP_BOUNDS if name.upper() == "WARPS" or kind == "warps" else SIZE_BOUNDS
     out = [v for v in (d // 2, d, d * 2) if lo <= v <= hi and _is_pow2(v)]
     return sorted(set(out)) if d in out else [d]
 
@@ -176,7 +176,7 @@ def search_space(cparams: Sequence[Any], space: Mapping[str, Sequence] | None = 
 def _check_kind(c: Any, v: Any) -> None:
     ok = {"int": isinstance(v, int) and not isinstance(v, bool),
           "float": isinstance(v, (int, float)) and not isinstance(v, bool),
-          "bool": isinstance(v, bool)}.get(c.kind, True)
+          "bool": isinstance(v, bool)}.get(getattr(c.kind, "value_kind", c.kind), True)
     if not ok:
         raise TuneError(f"{c.name}={v!r}: '{c.name}' is declared {c.kind}")
 
