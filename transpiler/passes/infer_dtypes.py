@@ -264,7 +264,7 @@ class _Dtypes(Rewriter):
             if isinstance(i, (A.Slice, A.NewAxis)):
                 continue
             if i.ty.what != TyWhat.VALUE or not i.ty.dtype.is_int:
-                fail(f"an index must be an integer, got {i.ty.show() if i.ty.what == 'value' else _what(i)}")
+                fail(f"an index must be an integer, got {i.ty.show() if i.ty.what == TyWhat.VALUE else _what(i)}")
         for k, v in kwargs:
             if k != "other":
                 fail(f"unknown subscript keyword '{k}' (only other=VALUE)")
