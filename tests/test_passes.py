@@ -16,6 +16,7 @@ from tilex.diagnostics import CompileError
 from tilex.layout import Layout
 from tilex.passes.infer_shapes import broadcast
 from tilex.pipeline import PASS_NAMES, Options, compile_program
+from tilex.targets import target
 from tilex.types import DType, MemSpace
 from tilex.verify import verify
 
@@ -872,14 +873,14 @@ def test_smem_policy_decides_what_a_kernel_over_budget_gives_up():
     from tilex.passes.infer_memory import infer_memory
 
     prog = _attention_sm80(3)
-    fitted = infer_memory(prog, "sm_80", SMEM_POLICY)
+    fitted = infer_memory(prog, target("sm_80"), SMEM_POLICY)
     assert _streamed_stages(fitted) == {2}
     assert all(k.info.smem_bytes <= k.info.smem_limit for k in fitted.kernels)
     for policy in ((), (shallower_ring,)):  # no fallback that applies to streamed rings
         with pytest.raises(CompileError) as e:
-            infer_memory(prog, "sm_80", policy)
+            infer_memory(prog, target("sm_80"), policy)
         assert "bytes of shared memory; the target allows" in e.value.message
-    assert _streamed_stages(infer_memory(_attention_sm80(2), "sm_80", ())) == {2}  # fits as asked
+    assert _streamed_stages(infer_memory(_attention_sm80(2), target("sm_80"), ())) == {2}  # fits as asked
 
 
 def test_infer_memory_needs_choose_threads():

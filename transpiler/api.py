@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .pipeline import Options
 from .source import read_source
+from .targets import DEFAULT_ARCH, resolve_arch, target
 from .translate import Translation, translate
 
 
@@ -30,7 +31,8 @@ class Module:
         self.cache_dir = cache_dir
         self.defines = dict(defines or {})
         self.specialize = specialize
-        self.arch_for_choice = arch or "sm_90a"
+        self.arch_for_choice = arch or DEFAULT_ARCH
+        self.target = target(self.arch_for_choice)  # what the translation was compiled for (targets.Target)
         self._kernels = {}
         self._variants = {}
 
@@ -85,13 +87,7 @@ def compile(path_or_source: str, arch: str | None = None, cache_dir=None, **defi
 
     A str with no newline and no '{' (or an os.PathLike) is a path; anything else is source text."""
     source, file = read_source(path_or_source)
-    if arch is None:
-        from .runtime.nvrtc import default_arch
-
-        try:
-            arch = default_arch()
-        except Exception:  # no GPU: the target only matters when launching
-            arch = "sm_90a"
+    arch = resolve_arch(arch)
     return Module(translate(source, file, Options(defines=dict(defines), arch=arch)), arch, cache_dir,
                   defines=dict(defines), specialize=True)
 

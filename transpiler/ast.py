@@ -11,7 +11,7 @@ from enum import Enum
 from typing import Any, Iterator
 
 from .diagnostics import NO_SPAN, Span
-from .types import Ty
+from .types import DType, StrEnum, Ty
 
 
 class BinOpKind(Enum):
@@ -118,7 +118,7 @@ class BoolLit(Expr):
 class DTypeLit(Expr):
     """A dtype used as a value: the argument of `.to(bf16)`."""
 
-    dtype: str
+    dtype: DType
     span: Span = NO_SPAN
     ty: Ty | None = None
 
@@ -127,7 +127,7 @@ class DTypeLit(Expr):
 class TileTypeExpr(Expr):
     """`f32[BM, BN]`: the argument of zeros/full/arange-style constructors."""
 
-    dtype: str
+    dtype: DType
     dims: tuple[Expr, ...]
     span: Span = NO_SPAN
     ty: Ty | None = None
@@ -282,13 +282,29 @@ class If(Stmt):
 
 
 # ---------------------------------------------------------------- declarations
+class CParamKind(StrEnum):
+    """The declared type of a compile-time parameter. `warps` and `min_blocks` are ints that are also the
+    kernel's launch parameters (`launch_params.requested_launch`)."""
+
+    INT = "int"
+    FLOAT = "float"
+    BOOL = "bool"
+    WARPS = "warps"  # warps per block (a power of two, 1 to 32)
+    MIN_BLOCKS = "min_blocks"  # resident blocks per SM asked of ptxas (__launch_bounds__), 0: none
+
+    @property
+    def value_kind(self) -> "CParamKind":
+        """The kind its values have: launch parameters are ints."""
+        return CParamKind.INT if self in (CParamKind.WARPS, CParamKind.MIN_BLOCKS) else self
+
+
 @dataclass(frozen=True)
 class CParam:
     """A compile-time parameter `<BLOCK: int = 1024>`, or one tilex chooses per shape:
     `<BM: int = auto>` (a search space implied by its role) or `<BM: int in (64, 128)>` (declared)."""
 
     name: str
-    kind: str  # "int" | "float" | "bool"
+    kind: CParamKind | str  # a CParamKind; the parser keeps any other name as written (resolve_names reports it)
     default: int | float | bool | None
     span: Span = NO_SPAN
     auto: bool = False  # chosen by tilex (tilex.autoconfig) unless defined
@@ -297,7 +313,7 @@ class CParam:
 
 @dataclass(frozen=True)
 class TypeExpr:
-    dtype: str
+    dtype: DType
     dims: tuple[Expr, ...] | None  # None: a scalar
     span: Span = NO_SPAN
 

@@ -58,7 +58,7 @@ def auto_params(k: A.Kernel) -> list[A.CParam]:
 def role(k: A.Kernel, name: str) -> str | None:
     """What an `auto` parameter is, from how the (parsed) kernel uses it: the `stages` of a pipeline loop, the
     step of a loop (a K step), WARPS, or a tile size (a tile dimension or a slice extent); None otherwise."""
-    if name.upper() in ("WARPS", "NUM_WARPS"):
+    if name.upper() in ("WARPS", "NUM_WARPS") or any(c.name == name and c.kind == "warps" for c in k.cparams):
         return "warps"
     roles: set[str] = set()
 

@@ -7,11 +7,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .types import StrEnum
+
+
+class BuiltinKind(StrEnum):
+    """The family of a builtin: each pass has one rule per family, not per function."""
+
+    MATH = "math"  # elementwise float math (ints converted to f32; narrow floats compute in f32)
+    ABS = "abs"  # elementwise, same dtype
+    MINMAX = "minmax"  # two operands: elementwise; one: a reduction
+    WHERE = "where"  # elementwise select
+    REDUCE = "reduce"  # sum, mean
+    ARGREDUCE = "argreduce"  # index of the first max/min (i32)
+    CTOR = "ctor"  # a tile of a given type (zeros, full)
+    ARANGE = "arange"  # an i32 tile start..stop-1
+    AXIS = "axis"  # program_id, num_programs
+    SCALAR = "scalar"  # integer scalar functions (cdiv)
+
+
+K = BuiltinKind
+
 
 @dataclass(frozen=True)
 class Builtin:
     name: str
-    kind: str  # "math" | "binary" | "where" | "reduce" | "ctor" | "scalar" | "index"
+    kind: BuiltinKind
     min_args: int
     max_args: int
     kwargs: tuple[str, ...] = ()
@@ -24,44 +44,51 @@ def _b(name, kind, lo, hi, kwargs=(), doc=""):
 
 FUNCTIONS: dict[str, Builtin] = dict([
     # elementwise math on floats (ints are converted to f32); narrow floats compute in f32
-    _b("exp", "math", 1, 1, doc="e**x"),
-    _b("exp2", "math", 1, 1, doc="2**x (a subnormal result is flushed to 0)"),
-    _b("log", "math", 1, 1, doc="natural logarithm"),
-    _b("log2", "math", 1, 1, doc="base-2 logarithm"),
-    _b("sqrt", "math", 1, 1, doc="square root"),
-    _b("rsqrt", "math", 1, 1, doc="1 / sqrt(x)"),
-    _b("tanh", "math", 1, 1, doc="hyperbolic tangent"),
-    _b("sigmoid", "math", 1, 1, doc="1 / (1 + exp(-x))"),
-    _b("silu", "math", 1, 1, doc="x * sigmoid(x)"),
-    _b("gelu", "math", 1, 1, doc="x * Phi(x), the erf form"),
-    _b("gelu_tanh", "math", 1, 1, doc="the tanh approximation of gelu"),
-    _b("sin", "math", 1, 1, doc="sine"),
-    _b("cos", "math", 1, 1, doc="cosine"),
-    _b("erf", "math", 1, 1, doc="error function"),
-    _b("floor", "math", 1, 1, doc="round down"),
-    _b("ceil", "math", 1, 1, doc="round up"),
-    _b("abs", "abs", 1, 1, doc="absolute value, same dtype"),
+    _b("exp", K.MATH, 1, 1, doc="e**x"),
+    _b("exp2", K.MATH, 1, 1, doc="2**x (a subnormal result is flushed to 0)"),
+    _b("log", K.MATH, 1, 1, doc="natural logarithm"),
+    _b("log2", K.MATH, 1, 1, doc="base-2 logarithm"),
+    _b("sqrt", K.MATH, 1, 1, doc="square root"),
+    _b("rsqrt", K.MATH, 1, 1, doc="1 / sqrt(x)"),
+    _b("tanh", K.MATH, 1, 1, doc="hyperbolic tangent"),
+    _b("sigmoid", K.MATH, 1, 1, doc="1 / (1 + exp(-x))"),
+    _b("silu", K.MATH, 1, 1, doc="x * sigmoid(x)"),
+    _b("gelu", K.MATH, 1, 1, doc="x * Phi(x), the erf form"),
+    _b("gelu_tanh", K.MATH, 1, 1, doc="the tanh approximation of gelu"),
+    _b("sin", K.MATH, 1, 1, doc="sine"),
+    _b("cos", K.MATH, 1, 1, doc="cosine"),
+    _b("erf", K.MATH, 1, 1, doc="error function"),
+    _b("floor", K.MATH, 1, 1, doc="round down"),
+    _b("ceil", K.MATH, 1, 1, doc="round up"),
+    _b("abs", K.ABS, 1, 1, doc="absolute value, same dtype"),
     # two-operand elementwise (with one operand: a reduction, see below)
-    _b("max", "minmax", 1, 2, ("axis", "keepdims"), doc="max(a, b) elementwise; max(t[, axis]) reduces"),
-    _b("min", "minmax", 1, 2, ("axis", "keepdims"), doc="min(a, b) elementwise; min(t[, axis]) reduces"),
-    _b("where", "where", 3, 3, doc="where(cond, a, b) elementwise select"),
+    _b("max", K.MINMAX, 1, 2, ("axis", "keepdims"), doc="max(a, b) elementwise; max(t[, axis]) reduces"),
+    _b("min", K.MINMAX, 1, 2, ("axis", "keepdims"), doc="min(a, b) elementwise; min(t[, axis]) reduces"),
+    _b("where", K.WHERE, 3, 3, doc="where(cond, a, b) elementwise select"),
     # reductions
-    _b("sum", "reduce", 1, 1, ("axis", "keepdims"), doc="sum over all elements or one axis"),
-    _b("mean", "reduce", 1, 1, ("axis", "keepdims"), doc="arithmetic mean over all elements or one axis"),
-    _b("argmax", "argreduce", 1, 1, ("axis",), doc="index of the first maximum (i32)"),
-    _b("argmin", "argreduce", 1, 1, ("axis",), doc="index of the first minimum (i32)"),
+    _b("sum", K.REDUCE, 1, 1, ("axis", "keepdims"), doc="sum over all elements or one axis"),
+    _b("mean", K.REDUCE, 1, 1, ("axis", "keepdims"), doc="arithmetic mean over all elements or one axis"),
+    _b("argmax", K.ARGREDUCE, 1, 1, ("axis",), doc="index of the first maximum (i32)"),
+    _b("argmin", K.ARGREDUCE, 1, 1, ("axis",), doc="index of the first minimum (i32)"),
     # tile constructors
-    _b("zeros", "ctor", 1, 1, doc="zeros(f32[B, C]): a tile of zeros"),
-    _b("full", "ctor", 2, 2, doc="full(f32[B], value): a tile filled with a scalar"),
-    _b("arange", "arange", 2, 2, doc="arange(start, stop): i32 tile start..stop-1, stop-start constant"),
+    _b("zeros", K.CTOR, 1, 1, doc="zeros(f32[B, C]): a tile of zeros"),
+    _b("full", K.CTOR, 2, 2, doc="full(f32[B], value): a tile filled with a scalar"),
+    _b("arange", K.ARANGE, 2, 2, doc="arange(start, stop): i32 tile start..stop-1, stop-start constant"),
     # scalars
-    _b("program_id", "axis", 1, 1, doc="index of this program along grid axis 0, 1 or 2"),
-    _b("num_programs", "axis", 1, 1, doc="number of programs along grid axis 0, 1 or 2"),
-    _b("cdiv", "scalar", 2, 2, doc="ceil(a / b) on integers"),
+    _b("program_id", K.AXIS, 1, 1, doc="index of this program along grid axis 0, 1 or 2"),
+    _b("num_programs", K.AXIS, 1, 1, doc="number of programs along grid axis 0, 1 or 2"),
+    _b("cdiv", K.SCALAR, 2, 2, doc="ceil(a / b) on integers"),
 ])
 
-MATH_FUNCS = {n for n, b in FUNCTIONS.items() if b.kind == "math"}
-REDUCTIONS = {"sum", "mean", "max", "min", "argmax", "argmin"}
+MATH_FUNCS = {n for n, b in FUNCTIONS.items() if b.kind is K.MATH}
+REDUCTIONS = {n for n, b in FUNCTIONS.items() if b.kind in (K.REDUCE, K.ARGREDUCE, K.MINMAX)}
+
+
+def is_reduction(call) -> bool:
+    """Whether a builtin call (an `ast.Call`) reduces its operand: sum/mean/argmax/argmin, or max/min of one
+    operand."""
+    kind = FUNCTIONS[call.func].kind
+    return kind in (K.REDUCE, K.ARGREDUCE) or (kind is K.MINMAX and len(call.args) == 1)
 
 # NumPy implementations (float32 in, float32 out) used by the interpreter
 NUMPY_MATH = {

@@ -13,6 +13,8 @@ from typing import Any, Iterator
 
 from . import ast as A
 from .exprs import unparse, unparse_stmt
+from .spec import ParamKind
+from .types import TyWhat
 
 __all__ = ["dump_ir", "explain", "has_matmul", "has_product", "walk_exprs", "walk_stmts"]
 
@@ -232,7 +234,7 @@ def _tile_rows(k: A.Kernel) -> list[dict]:
         for top in tops:
             for e in walk_exprs(top):
                 ty = e.ty
-                if ty is None or ty.what != "value" or ty.shape is None:
+                if ty is None or ty.what != TyWhat.VALUE or ty.shape is None:
                     continue
                 # every tile; scalars only when bound to a name (`inv = rsqrt(...)`)
                 if not ty.shape and not (isinstance(s, A.Assign) and e is s.value):
@@ -310,7 +312,7 @@ def explain(program: A.Program) -> list[dict]:
             t = p.type
             params.append({
                 "name": p.name,
-                "kind": "scalar" if t.dims is None else "tensor",
+                "kind": ParamKind.SCALAR if t.dims is None else ParamKind.TENSOR,
                 "dtype": t.dtype,
                 "dims": None if t.dims is None else [unparse(d) if not isinstance(d, A.IntLit) else d.value
                                                      for d in t.dims],

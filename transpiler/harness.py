@@ -15,7 +15,7 @@ import numpy as np
 from .diagnostics import TilexError
 from .explain import has_matmul
 from .inputs import InputError, compare, load_input, make_inputs, resolve_symbols, tensor_bytes
-from .spec import KernelSpec
+from .spec import KernelSpec, ParamKind
 
 
 @dataclass
@@ -54,7 +54,7 @@ def load_inputs(spec: KernelSpec, files: Mapping[str, str]) -> dict[str, np.ndar
         if p is None:
             raise InputError(f"--input {pname}=...: kernel {spec.name} has no parameter '{pname}' "
                              f"(parameters: {', '.join(params)})")
-        if p.kind != "tensor":
+        if p.kind != ParamKind.TENSOR:
             raise InputError(f"--input {pname}=...: '{pname}' is a scalar parameter: pass --arg {pname}=VALUE")
         loaded[pname] = load_input(path, p)
     return loaded
@@ -66,7 +66,7 @@ def problem(spec: KernelSpec, shapes: Mapping[str, int], seed: int = 0,
     scalars from `args` (text) or their declared defaults."""
     symbols = resolve_symbols(spec, shapes, loaded)
     arrays, scalars = make_inputs(spec, symbols, seed, loaded, args)
-    outputs = {p.name: p.dtype for p in spec.params if p.kind == "tensor" and p.is_out}
+    outputs = {p.name: p.dtype for p in spec.params if p.kind == ParamKind.TENSOR and p.is_out}
     return Problem(symbols, arrays, scalars, outputs)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from .diagnostics import TilexError
 from .runtime.args import eval_expr, expr_symbols
-from .spec import KernelSpec, ParamSpec
+from .spec import KernelSpec, ParamKind, ParamSpec
 from .types import DType, numpy_dtype
 
 SYMBOL_MAX = 2**31 - 1  # shape symbols are i32 in generated kernels
@@ -125,7 +125,7 @@ def scalar_value(p: ParamSpec, text: str) -> int | float | bool:
 
 # ---------------------------------------------------------------- shapes
 def _param_text(p: ParamSpec) -> str:
-    if p.kind == "tensor":
+    if p.kind == ParamKind.TENSOR:
         return f"{p.dtype}[{', '.join(str(d) for d in p.dims)}]"
     return p.dtype
 
@@ -192,7 +192,7 @@ def resolve_symbols(spec: KernelSpec, shapes: Mapping[str, int],
     missing = [s for s in spec.symbols if s not in symbols]
     if missing:
         users = [f"{p.name}: {_param_text(p)}" for p in spec.params
-                 if p.kind == "tensor" and any(d in missing for d in p.dims)]
+                 if p.kind == ParamKind.TENSOR and any(d in missing for d in p.dims)]
         example = ",".join(f"{s}=..." for s in spec.symbols)
         raise InputError(f"no size for symbol{'s' if len(missing) > 1 else ''} {', '.join(missing)} of kernel "
                          f"{spec.name} ({'; '.join(users)}): pass --shape {example}")
@@ -240,10 +240,10 @@ def make_inputs(spec: KernelSpec, symbols: Mapping[str, int], seed: int = 0,
             raise InputError(f"kernel {spec.name} has no parameter '{name}' "
                              f"(parameters: {', '.join(by_name) or 'none'})")
     for name in loaded:
-        if by_name[name].kind != "tensor":
+        if by_name[name].kind != ParamKind.TENSOR:
             raise InputError(f"'{name}' is a scalar parameter: pass --arg {name}=VALUE, not --input")
     for name in args:
-        if by_name[name].kind != "scalar":
+        if by_name[name].kind != ParamKind.SCALAR:
             raise InputError(f"'{name}' is a tensor parameter: pass --input {name}=FILE.npy, not --arg")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise InputError(f"--seed {seed}: the seed is a non-negative integer")
@@ -252,7 +252,7 @@ def make_inputs(spec: KernelSpec, symbols: Mapping[str, int], seed: int = 0,
     arrays: dict[str, np.ndarray] = {}
     scalars: dict[str, Any] = {}
     for p in spec.params:
-        if p.kind == "tensor":
+        if p.kind == ParamKind.TENSOR:
             shape = tensor_shape(p, symbols)
             if p.name in loaded:
                 arr = loaded[p.name]
@@ -282,7 +282,7 @@ def _memory_bytes() -> int:
 def _check_memory(spec: KernelSpec, symbols: Mapping[str, int], loaded: Mapping[str, np.ndarray]) -> None:
     """InputError before allocating random tensors larger than half of this machine's memory."""
     sizes = {p.name: math.prod(tensor_shape(p, symbols)) * np_dtype(p.dtype).itemsize
-             for p in spec.params if p.kind == "tensor" and p.name not in loaded}
+             for p in spec.params if p.kind == ParamKind.TENSOR and p.name not in loaded}
     limit = _memory_bytes() // 2
     if sum(sizes.values()) > limit:
         big = max(sizes, key=sizes.get)
@@ -296,7 +296,7 @@ def tensor_bytes(spec: KernelSpec, symbols: Mapping[str, int]) -> int:
     """Bytes of every tensor parameter (inputs read once, outputs written once)."""
     total = 0
     for p in spec.params:
-        if p.kind == "tensor":
+        if p.kind == ParamKind.TENSOR:
             total += math.prod(tensor_shape(p, symbols)) * np_dtype(p.dtype).itemsize
     return total
 

@@ -14,170 +14,26 @@ It implements the same numeric semantics as the CUDA code generator:
 * `max`/`min` ignore NaN (like CUDA fmaxf); `argmax`/`argmin` give the first extremum
   and NaN never wins (all-NaN gives 0); sums accumulate in f32 (ints in i32/i64).
 
+The arithmetic itself (casts, wrapping ints, the math table, reductions) is in `interp_numeric`.
 `launch` binds NumPy arrays and Python scalars to a kernel's parameters with the same
 checks as a GPU launch (`runtime.args.bind_arguments`) and runs it.
 """
 from __future__ import annotations
 
 import itertools
-import math
 from typing import Any, Mapping
 
 import numpy as np
 
 from . import ast as A
-from .builtins import FUNCTIONS, NUMPY_MATH
+from .builtins import FUNCTIONS, BuiltinKind as K
 from .deep import deep
-from .diagnostics import LaunchError, TilexError
+from .diagnostics import LaunchError
+from .interp_numeric import (COMPARE, MATH, MATH_ENV, NP_DTYPES, B, InterpError, argreduce, arith, cast,  # noqa: F401
+                             dtype_of, lit, reduce_minmax)  # InterpError: re-exported (tilex.interp.InterpError)
 from .passes.infer_dtypes import operand_dtype
-from .types import DType, numpy_dtype
+from .types import DType, TyWhat
 
-B = A.BinOpKind
-
-_NP: dict[DType, np.dtype] = {}
-for _dt in DType:
-    try:
-        _NP[_dt] = numpy_dtype(_dt)
-    except (ImportError, AttributeError, TypeError):  # pragma: no cover - old ml_dtypes
-        pass
-_FROM_NP: dict[np.dtype, DType] = {v: k for k, v in _NP.items()}
-_F32 = np.dtype(np.float32)
-_F8_MAX = np.float32(448.0)  # the largest finite f8e4m3 value
-
-
-class InterpError(TilexError, RuntimeError):
-    """A run-time problem the interpreter cannot execute (e.g. a loop step of 0)."""
-
-
-# ---------------------------------------------------------------- numeric helpers
-_erf_py = np.frompyfunc(math.erf, 1, 1)
-
-
-def _erf(x):
-    """The error function of a float32 array/scalar, correctly rounded to float32."""
-    return np.asarray(_erf_py(np.asarray(x, dtype=np.float64)), dtype=np.float64).astype(np.float32)[()]
-
-
-def _ftz(x):
-    """Subnormal float32 results flushed to (signed) zero, as the GPU's ex2.approx.ftz does."""
-    x = np.asarray(x, dtype=np.float32)
-    return np.where(np.abs(x) < np.finfo(np.float32).tiny, np.float32(0) * x, x)[()]
-
-
-_MATH = {name: compile(expr, f"<tilex math {name}>", "eval") for name, expr in NUMPY_MATH.items()}
-_MATH_ENV = {"np": np, "_erf": _erf, "_ftz": _ftz, "__builtins__": {}}
-
-
-def _dtype_of(v) -> DType:
-    return _FROM_NP[v.dtype]
-
-
-def _float_to_int(v, npdt: np.dtype):
-    """C-style conversion: truncate toward zero, NaN -> 0, saturate to the int range."""
-    info = np.iinfo(npdt)
-    x = np.trunc(np.asarray(v, dtype=np.float64))
-    x = np.where(np.isnan(x), 0.0, x)
-    hi = x >= float(info.max)  # float(max) may round up past max (i64)
-    out = np.clip(x, float(info.min), float(info.max))
-    out = np.where(hi, 0.0, out).astype(npdt)
-    out = np.where(hi, info.max, out).astype(npdt)
-    return out[()]
-
-
-def cast(v, dt: DType):
-    """Convert a NumPy value to tilex dtype `dt` with the kernel's conversion semantics."""
-    npdt = _NP[dt]
-    if v.dtype == npdt:
-        return v
-    src = _FROM_NP.get(v.dtype)
-    if src is None:  # a plain NumPy dtype tilex does not name (float64 from a helper)
-        return np.asarray(v).astype(npdt)[()]
-    if dt.is_int and src.is_float:
-        return _float_to_int(v, npdt)
-    if dt is DType.BOOL:
-        if src.is_float and src.compute is not src:
-            v = v.astype(_F32)
-        return v != 0
-    if dt is DType.F8E4M3:  # via f32, saturating like PTX cvt.rn.satfinite (NaN stays NaN)
-        return np.clip(v.astype(_F32), -_F8_MAX, _F8_MAX).astype(npdt)
-    return v.astype(npdt)
-
-
-def _lit(value, dt: DType):
-    if isinstance(value, bool):
-        return cast(np.bool_(value), dt)
-    if isinstance(value, int):
-        if -(2 ** 63) <= value < 2 ** 63:
-            return cast(np.int64(value), dt)
-        return cast(np.float64(value), dt)
-    return cast(np.float64(value), dt)
-
-
-def _int_power(a, b):
-    """a ** b on ints with wraparound; negative exponents give 1/a truncated (0 unless |a| == 1)."""
-    a, b = np.asarray(a), np.asarray(b)
-    neg = b < 0
-    if not np.any(neg):
-        return np.power(a, b)[()]
-    pos = np.power(a, np.where(neg, 0, b))
-    odd = (b % 2) != 0
-    one = np.ones_like(pos)
-    small = np.where(a == 1, one, np.where(a == -1, np.where(odd, -one, one), np.zeros_like(pos)))
-    return np.where(neg, small, pos).astype(pos.dtype)[()]
-
-
-def _arith(op: B, a, b, dt: DType):
-    if op is B.ADD:
-        return a + b
-    if op is B.SUB:
-        return a - b
-    if op is B.MUL:
-        return a * b
-    if op is B.DIV:
-        return a / b
-    if op is B.FLOORDIV:
-        if dt.is_float:
-            return np.floor(a / b)
-        return np.floor_divide(a, b)
-    if op is B.MOD:
-        if dt.is_float:
-            return a - np.floor(a / b) * b
-        return np.remainder(a, b)
-    if op is B.POW:
-        if dt.is_int:
-            return _int_power(a, b)
-        return np.power(a, b)
-    if op is B.BITAND:
-        return np.bitwise_and(a, b)
-    if op is B.BITOR:
-        return np.bitwise_or(a, b)
-    if op is B.MAX:
-        return np.fmax(a, b)
-    if op is B.MIN:
-        return np.fmin(a, b)
-    raise InterpError(f"internal error: unknown operator {op.value}")
-
-
-_COMPARE = {B.EQ: np.equal, B.NE: np.not_equal, B.LT: np.less, B.LE: np.less_equal,
-            B.GT: np.greater, B.GE: np.greater_equal}
-
-
-def _reduce_minmax(x, func: str, axis, keep: bool):
-    ufunc = np.fmax if func == "max" else np.fmin
-    return ufunc.reduce(np.asarray(x), axis=axis, keepdims=keep)[()]
-
-
-def _argreduce(x, func: str, axis):
-    x = np.asarray(x)
-    if x.dtype.kind == "f":  # NaN-ignoring, like max/min; all-NaN gives index 0
-        x = np.where(np.isnan(x), -np.inf if func == "argmax" else np.inf, x)
-    f = np.argmax if func == "argmax" else np.argmin
-    if axis is None:
-        return np.int32(f(x.reshape(-1)))
-    return f(x, axis=axis).astype(np.int32)
-
-
-# ---------------------------------------------------------------- the interpreter
 class _Interp:
     def __init__(self, kernel: A.Kernel, arrays: Mapping[str, np.ndarray], scalars: Mapping[str, Any],
                  symbols: Mapping[str, int]):
@@ -196,7 +52,7 @@ class _Interp:
                 v = p.default.value
             else:
                 raise InterpError(f"{kernel.name}: no value given for scalar parameter '{p.name}'")
-            self.scalars[p.name] = _lit(v.item() if isinstance(v, np.generic) else v, DType(p.type.dtype))
+            self.scalars[p.name] = lit(v.item() if isinstance(v, np.generic) else v, DType(p.type.dtype))
         self.env: dict[str, Any] = {}
         self.pid = (0, 0, 0)
         self.nprog = (1, 1, 1)
@@ -294,7 +150,7 @@ class _Interp:
     def e_lit(self, n):
         v = self.lits.get(id(n))
         if v is None:
-            v = self.lits[id(n)] = _lit(n.value, n.ty.dtype)
+            v = self.lits[id(n)] = lit(n.value, n.ty.dtype)
         return v
 
     # ---- operators
@@ -310,10 +166,10 @@ class _Interp:
             return cast(np.matmul(a, b), e.ty.dtype)
         if op.is_compare:
             c = operand_dtype(e.lhs, e.rhs).compute
-            return _COMPARE[op](self.ev_as(e.lhs, c), self.ev_as(e.rhs, c))
+            return COMPARE[op](self.ev_as(e.lhs, c), self.ev_as(e.rhs, c))
         dt = e.ty.dtype
         c = dt.compute
-        r = _arith(op, self.ev_as(e.lhs, c), self.ev_as(e.rhs, c), c)
+        r = arith(op, self.ev_as(e.lhs, c), self.ev_as(e.rhs, c), c)
         return cast(r, dt)
 
     def e_unary(self, e: A.UnaryOp):
@@ -326,31 +182,31 @@ class _Interp:
         f = c.func
         kind = FUNCTIONS[f].kind
         dt = c.ty.dtype
-        if kind == "math":
+        if kind is K.MATH:
             x = self.ev_as(c.args[0], DType.F32)
-            r = eval(_MATH[f], _MATH_ENV, {"x": x})  # noqa: S307 - fixed table of expressions
+            r = eval(MATH[f], MATH_ENV, {"x": x})  # noqa: S307 - fixed table of expressions
             return cast(np.asarray(r, dtype=np.float32)[()], dt)
-        if kind == "abs":
+        if kind is K.ABS:
             return cast(np.abs(self.ev_as(c.args[0], dt.compute)), dt)
-        if kind == "minmax" and len(c.args) == 2:
+        if kind is K.MINMAX and len(c.args) == 2:
             cd = dt.compute
             a, b = self.ev_as(c.args[0], cd), self.ev_as(c.args[1], cd)
             return cast(np.fmax(a, b) if f == "max" else np.fmin(a, b), dt)
-        if kind in ("minmax", "reduce", "argreduce"):
+        if kind in (K.MINMAX, K.REDUCE, K.ARGREDUCE):
             return self.reduce(c)
-        if kind == "where":
+        if kind is K.WHERE:
             cond = self.ev_as(c.args[0], DType.BOOL)
             a, b = self.ev_as(c.args[1], dt), self.ev_as(c.args[2], dt)
             return np.where(cond, a, b)[()]
-        if kind == "ctor":
+        if kind is K.CTOR:
             shape = c.args[0].ty.shape
             if f == "zeros":
-                return np.zeros(shape, _NP[dt])
-            return np.full(shape, self.ev_as(c.args[1], dt), _NP[dt])
-        if kind == "arange":
+                return np.zeros(shape, NP_DTYPES[dt])
+            return np.full(shape, self.ev_as(c.args[1], dt), NP_DTYPES[dt])
+        if kind is K.ARANGE:
             start = self.ev_as(c.args[0], DType.I32)
             return (np.arange(c.ty.shape[0], dtype=np.int32) + start).astype(np.int32)
-        if kind == "axis":
+        if kind is K.AXIS:
             axis = int(self.ev(c.args[0]))
             return np.int32(self.pid[axis] if f == "program_id" else self.nprog[axis])
         if f == "cdiv":
@@ -365,19 +221,19 @@ class _Interp:
         keep = bool(keep_e.value) if keep_e is not None else False
         x = self.ev(c.args[0])
         if f in ("argmax", "argmin"):
-            x = cast(x, _dtype_of(x).compute)
-            r = _argreduce(x, f, axis)
+            x = cast(x, dtype_of(x).compute)
+            r = argreduce(x, f, axis)
             if keep:
                 r = np.expand_dims(r, axis) if axis is not None else np.reshape(r, (1,) * np.ndim(x))
             return r
         if f in ("max", "min"):
-            src = _dtype_of(x)
-            return cast(_reduce_minmax(cast(x, src.compute), f, axis, keep), dt)
+            src = dtype_of(x)
+            return cast(reduce_minmax(cast(x, src.compute), f, axis, keep), dt)
         x = cast(x, dt)
-        r = np.sum(x, axis=axis, keepdims=keep, dtype=_NP[dt])
+        r = np.sum(x, axis=axis, keepdims=keep, dtype=NP_DTYPES[dt])
         if f == "mean":
             n = x.size if axis is None else x.shape[axis]
-            r = r / np.asarray(n, dtype=_NP[dt])
+            r = r / np.asarray(n, dtype=NP_DTYPES[dt])
         return cast(np.asarray(r)[()], dt)
 
     def e_method(self, m: A.Method):
@@ -459,15 +315,15 @@ class _Interp:
 
     def e_index(self, e: A.Index):
         base = e.base
-        if base.ty.what != "tensor":
+        if base.ty.what != TyWhat.TENSOR:
             v = self.ev(base)
             idx = tuple(None if isinstance(i, A.NewAxis) else slice(None) for i in e.items)
             return np.asarray(v)[idx]
         if _gathers(e):
             view, idx, valid = self.gather(e)
             other = e.kwarg("other")
-            fill = cast(self.ev(other), e.ty.dtype) if other is not None else _lit(0, e.ty.dtype)
-            out = np.full(e.ty.shape, fill, dtype=_NP[e.ty.dtype])
+            fill = cast(self.ev(other), e.ty.dtype) if other is not None else lit(0, e.ty.dtype)
+            out = np.full(e.ty.shape, fill, dtype=NP_DTYPES[e.ty.dtype])
             if valid.any():
                 out[valid] = view[tuple(i[valid] for i in idx)]
             return out
@@ -477,10 +333,10 @@ class _Interp:
             return np.array(view[src])[()]  # a copy: later stores must not change the tile
         other = e.kwarg("other")
         dt = e.ty.dtype
-        fill = cast(self.ev(other), dt) if other is not None else _lit(0, dt)
+        fill = cast(self.ev(other), dt) if other is not None else lit(0, dt)
         if shape == ():
             return fill
-        out = np.full(shape, fill, dtype=_NP[dt])
+        out = np.full(shape, fill, dtype=NP_DTYPES[dt])
         if inside:
             out[dst] = view[src]
         return out

@@ -15,6 +15,7 @@ from lark import Token, Transformer, v_args
 from . import ast as A
 from .deep import deep
 from .diagnostics import CompileError, Span
+from .types import DType
 
 AUG_OPS = {
     "+=": A.BinOpKind.ADD,
@@ -185,15 +186,15 @@ class _ToAst(Transformer):
     def cparam(self, meta, ch):
         name, kind = ch[0], ch[1]
         default = ch[2] if len(ch) > 2 else None
-        return A.CParam(str(name), str(kind), default, self._span(meta))
+        return A.CParam(str(name), _cparam_kind(kind), default, self._span(meta))
 
     @v_args(meta=True)
     def cparam_auto(self, meta, ch):
-        return A.CParam(str(ch[0]), str(ch[1]), None, self._span(meta), auto=True)
+        return A.CParam(str(ch[0]), _cparam_kind(ch[1]), None, self._span(meta), auto=True)
 
     @v_args(meta=True)
     def cparam_space(self, meta, ch):
-        return A.CParam(str(ch[0]), str(ch[1]), None, self._span(meta), auto=True, space=tuple(ch[2:]))
+        return A.CParam(str(ch[0]), _cparam_kind(ch[1]), None, self._span(meta), auto=True, space=tuple(ch[2:]))
 
     def _number(self, t: Token, sign: int = 1) -> int | float:
         if t.type == "INT":
@@ -230,7 +231,7 @@ class _ToAst(Transformer):
     @v_args(meta=True)
     def type_expr(self, meta, ch):
         dims = tuple(ch[1]) if len(ch) > 1 else None
-        return A.TypeExpr(str(ch[0]), dims, self._span(meta))
+        return A.TypeExpr(DType(str(ch[0])), dims, self._span(meta))
 
     def dims(self, ch):
         return list(ch)
@@ -433,8 +434,17 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def dtype_lit(self, meta, ch):
-        return A.DTypeLit(str(ch[0]), self._span(meta))
+        return A.DTypeLit(DType(str(ch[0])), self._span(meta))
 
     @v_args(meta=True)
     def tile_type(self, meta, ch):
-        return A.TileTypeExpr(str(ch[0]), tuple(ch[1]), self._span(meta))
+        return A.TileTypeExpr(DType(str(ch[0])), tuple(ch[1]), self._span(meta))
+
+
+def _cparam_kind(token) -> A.CParamKind | str:
+    """A compile-time parameter's declared type: a CParamKind, or the name as written when it is none."""
+    text = str(token)
+    try:
+        return A.CParamKind(text)
+    except ValueError:
+        return text

@@ -20,6 +20,7 @@ from .passes.infer_memory import infer_memory
 from .passes.infer_shapes import infer_shapes
 from .passes.plan_matmul import plan_matmul
 from .passes.resolve_names import resolve_names
+from .targets import DEFAULT_ARCH, Target, target
 from .verify import verify
 
 
@@ -28,7 +29,7 @@ class Options:
     """Everything that changes what the compiler produces; passed explicitly, never read from the environment."""
 
     defines: dict = field(default_factory=dict)
-    arch: str = "sm_90a"
+    arch: str = DEFAULT_ARCH  # the -arch name; `target` is what the passes read
     kernel: str | None = None  # restrict to one kernel
     # launch facts added as `where` constraints (checked at launch like the written ones): ((symbol, divisor), ...),
     # the launch-time specialization of tilex.specialize
@@ -36,6 +37,11 @@ class Options:
     # the values of parameters left to tilex (`= auto`, `in (...)`) per kernel, ((kernel, ((name, value), ...)), ...);
     # those not given here nor in `defines` are chosen by tilex.autoconfig at its nominal sizes
     auto: tuple = ()
+
+    @property
+    def target(self) -> Target:
+        """The Target of `arch` (targets.TARGETS), what every pass is given."""
+        return target(self.arch)
 
     def key(self) -> str:
         return repr((sorted(self.defines.items()), self.arch, self.kernel, self.assume, self.auto))
@@ -47,12 +53,12 @@ SMEM_POLICY = (fewer_stream_stages, no_register_streams, shallower_ring)
 
 PASSES: list[tuple[str, Callable]] = [
     ("resolve_names", lambda p, o: resolve_names(p, o.defines, {k: dict(v) for k, v in o.auto})),
-    ("infer_dtypes", lambda p, o: infer_dtypes(p, o.arch)),
+    ("infer_dtypes", lambda p, o: infer_dtypes(p, o.target)),
     ("infer_shapes", lambda p, o: infer_shapes(p)),
     ("check_constraints", lambda p, o: check_constraints(p)),
-    ("plan_matmul", lambda p, o: plan_matmul(p, o.arch)),
+    ("plan_matmul", lambda p, o: plan_matmul(p, o.target.arch)),
     ("choose_threads", lambda p, o: choose_threads(p)),
-    ("infer_memory", lambda p, o: infer_memory(p, o.arch, SMEM_POLICY)),
+    ("infer_memory", lambda p, o: infer_memory(p, o.target, SMEM_POLICY)),
 ]
 
 PASS_NAMES = ["parse"] + [n for n, _ in PASSES]

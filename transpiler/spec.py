@@ -8,14 +8,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .types import DType, StrEnum
+
+
+class ParamKind(StrEnum):
+    TENSOR = "tensor"
+    SCALAR = "scalar"
+
 
 @dataclass(frozen=True)
 class ParamSpec:
     """One kernel parameter as the caller sees it."""
 
     name: str
-    kind: str  # "tensor" or "scalar"
-    dtype: str  # tilex dtype name: "f16", "bf16", "f32", "i32", "i64", "bool"
+    kind: ParamKind
+    dtype: DType  # one of types.PARAM_DTYPES (a str enum: compares equal to its name, "bf16")
     dims: tuple = ()  # tensor dims: symbol names (str) or fixed sizes (int); () for scalars
     is_out: bool = False
     default: float | int | bool | None = None  # scalar default value, if the source gives one

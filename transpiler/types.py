@@ -10,7 +10,25 @@ from enum import Enum
 from typing import Any
 
 
-class DType(Enum):
+class StrEnum(str, Enum):
+    """A closed set whose members are also their string values: `DType.BF16 == "bf16"`, `str()`, f-strings,
+    hashing and JSON give the value, so code still comparing with strings keeps working during the
+    transition (enum.StrEnum is 3.11+, the package supports 3.10)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class DTypeKind(StrEnum):
+    FLOAT = "float"
+    INT = "int"
+    BOOL = "bool"
+
+
+class DType(StrEnum):
     F16 = "f16"
     BF16 = "bf16"
     F32 = "f32"
@@ -22,6 +40,7 @@ class DType(Enum):
     U8 = "u8"
     BOOL = "bool"
     F8E4M3 = "f8e4m3"
+    F8E5M2 = "f8e5m2"
 
     @property
     def info(self) -> "DTypeInfo":
@@ -29,11 +48,11 @@ class DType(Enum):
 
     @property
     def is_float(self) -> bool:
-        return self.info.kind == "float"
+        return self.info.kind is DTypeKind.FLOAT
 
     @property
     def is_int(self) -> bool:
-        return self.info.kind == "int"
+        return self.info.kind is DTypeKind.INT
 
     @property
     def is_bool(self) -> bool:
@@ -52,35 +71,57 @@ class DType(Enum):
         """The dtype arithmetic is done in: narrow floats compute in f32, then round."""
         return DType.F32 if self in (DType.F16, DType.BF16, DType.F8E4M3) else self
 
-    def __str__(self) -> str:
-        return self.value
-
 
 @dataclass(frozen=True)
 class DTypeInfo:
-    kind: str  # "float" | "int" | "bool"
-    itemsize: int
+    """Every fact about one dtype; the other dtype tables of the package are read from `DTYPES`."""
+
+    name: str  # the tilex spelling ("bf16")
+    kind: DTypeKind
+    bits: int
     ctype: str  # storage type in generated CUDA
+    reg: str  # register (compute) C type in generated CUDA: narrow floats compute in float
     numpy: str  # NumPy / ml_dtypes name
+    torch: str | None  # torch dtype attribute (`torch.<name>`), None where torch has none
     rank: int  # promotion rank within its kind
+    signed: bool
+    # kernel-parameter facts: whether a kernel parameter may have it (`SUPPORTED`), and the ctypes type the host
+    # passes a scalar parameter as (narrow floats go as float; the kernel rounds), None where it may not
+    param: bool = False
+    scalar_arg: str | None = None
+
+    @property
+    def itemsize(self) -> int:
+        return self.bits // 8
 
 
-DTYPES: dict[DType, DTypeInfo] = {
-    DType.BOOL: DTypeInfo("bool", 1, "bool", "bool", 0),
-    DType.U8: DTypeInfo("int", 1, "unsigned char", "uint8", 1),
-    DType.I8: DTypeInfo("int", 1, "signed char", "int8", 1),
-    DType.I16: DTypeInfo("int", 2, "short", "int16", 2),
-    DType.I32: DTypeInfo("int", 4, "int", "int32", 3),
-    DType.I64: DTypeInfo("int", 8, "long long", "int64", 4),
-    DType.F8E4M3: DTypeInfo("float", 1, "tilex_fp8e4m3", "float8_e4m3fn", 0),
-    DType.F16: DTypeInfo("float", 2, "tilex_f16", "float16", 1),
-    DType.BF16: DTypeInfo("float", 2, "tilex_bf16", "bfloat16", 1),
-    DType.F32: DTypeInfo("float", 4, "float", "float32", 2),
-    DType.F64: DTypeInfo("float", 8, "double", "float64", 3),
-}
+def _d(dt, kind, bits, ctype, reg, numpy, torch, rank, signed, scalar_arg=None):
+    return dt, DTypeInfo(dt.value, kind, bits, ctype, reg, numpy, torch, rank, signed, scalar_arg is not None,
+                         scalar_arg)
+
+
+_F, _I, _B = DTypeKind.FLOAT, DTypeKind.INT, DTypeKind.BOOL
+DTYPES: dict[DType, DTypeInfo] = dict([
+    _d(DType.BOOL, _B, 8, "bool", "bool", "bool", "bool", 0, False, "c_bool"),
+    _d(DType.U8, _I, 8, "unsigned char", "int", "uint8", "uint8", 1, False),
+    _d(DType.I8, _I, 8, "signed char", "int", "int8", "int8", 1, True),
+    _d(DType.I16, _I, 16, "short", "int", "int16", "int16", 2, True),
+    _d(DType.I32, _I, 32, "int", "int", "int32", "int32", 3, True, "c_int32"),
+    _d(DType.I64, _I, 64, "long long", "long long", "int64", "int64", 4, True, "c_int64"),
+    _d(DType.F8E4M3, _F, 8, "tilex_fp8e4m3", "float", "float8_e4m3fn", "float8_e4m3fn", 0, True, "c_float"),
+    _d(DType.F8E5M2, _F, 8, "tilex_fp8e5m2", "float", "float8_e5m2", "float8_e5m2", 0, True),
+    _d(DType.F16, _F, 16, "tilex_f16", "float", "float16", "float16", 1, True, "c_float"),
+    _d(DType.BF16, _F, 16, "tilex_bf16", "float", "bfloat16", "bfloat16", 1, True, "c_float"),
+    _d(DType.F32, _F, 32, "float", "float", "float32", "float32", 2, True, "c_float"),
+    _d(DType.F64, _F, 64, "double", "double", "float64", "float64", 3, True),
+])
+
+# the dtypes a kernel parameter may have, in the order the runtime lists them
+PARAM_DTYPES: tuple[DType, ...] = (DType.F16, DType.BF16, DType.F32, DType.I32, DType.I64, DType.BOOL, DType.F8E4M3)
+assert {d for d in PARAM_DTYPES} == {d for d, i in DTYPES.items() if i.param}
 
 # dtypes a kernel may use in this version (parsing accepts more, so the error is precise)
-SUPPORTED = {DType.F16, DType.BF16, DType.F32, DType.I32, DType.I64, DType.BOOL, DType.F8E4M3}
+SUPPORTED = set(PARAM_DTYPES)
 
 
 def parse_dtype(name: str) -> DType:
@@ -92,7 +133,7 @@ def numpy_dtype(dt: DType):
     import numpy as np
 
     name = dt.info.numpy
-    if name in ("bfloat16", "float8_e4m3fn"):
+    if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
         import ml_dtypes
 
         return np.dtype(getattr(ml_dtypes, name))
@@ -108,11 +149,11 @@ def promote(a: DType, b: DType) -> DType:
     if a == b:
         return a
     ka, kb = a.info.kind, b.info.kind
-    order = {"bool": 0, "int": 1, "float": 2}
+    order = {DTypeKind.BOOL: 0, DTypeKind.INT: 1, DTypeKind.FLOAT: 2}
     if order[ka] != order[kb]:
         return a if order[ka] > order[kb] else b
     if a.info.rank == b.info.rank:  # f16 vs bf16, i8 vs u8
-        return DType.F32 if ka == "float" else DType.I16
+        return DType.F32 if ka is DTypeKind.FLOAT else DType.I16
     return a if a.info.rank > b.info.rank else b
 
 
@@ -126,18 +167,31 @@ class MemSpace(Enum):
     UNIFORM = "uniform"  # a scalar every thread of the block holds the same value of
 
 
+class TyWhat(StrEnum):
+    """What sort of value an expression is (`Ty.what`)."""
+
+    VALUE = "value"  # a scalar (shape ()) or a tile (static int shape)
+    TENSOR = "tensor"  # a global tensor parameter; `shape` holds its symbolic dims (str or int)
+    DTYPE = "dtype"  # a dtype literal (`f32` in `.to(f32)`)
+    TYPE = "type"  # a tile type (`f32[BM, BN]`)
+
+
+class MmaStrategy(StrEnum):
+    """How tensor-core products run: wgmma (sm_90a: warpgroups, operands in shared memory) or mma.sync."""
+
+    WGMMA = "wgmma"
+    MMA = "mma"
+
+
 @dataclass(frozen=True)
 class Ty:
     """The annotation every expression carries after the passes.
 
-    `what` says what sort of value it is:
-      "value"  a scalar (shape ()) or a tile (static int shape)
-      "tensor" a global tensor parameter; `shape` holds its symbolic dims (str or int)
-      "dtype"  a dtype literal (`f32` in `.to(f32)`)
-      "type"   a tile type (`f32[BM, BN]`)
+    `what` (`TyWhat`) says what sort of value it is: a scalar or tile value, a tensor parameter, a dtype
+    literal or a tile type.
     """
 
-    what: str = "value"
+    what: TyWhat = TyWhat.VALUE
     dtype: DType | None = None
     shape: tuple | None = None
     space: MemSpace | None = None
@@ -145,14 +199,14 @@ class Ty:
 
     @property
     def is_scalar(self) -> bool:
-        return self.what == "value" and self.shape == ()
+        return self.what == TyWhat.VALUE and self.shape == ()
 
     @property
     def is_tile(self) -> bool:
-        return self.what == "value" and bool(self.shape)
+        return self.what == TyWhat.VALUE and bool(self.shape)
 
     def show(self) -> str:
-        if self.what == "dtype":
+        if self.what == TyWhat.DTYPE:
             return f"dtype {self.dtype}"
         if self.shape is None:
             return str(self.dtype)

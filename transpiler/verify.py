@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from . import ast as A
 from .passes.base import Walker
+from .types import TyWhat
 
 _ORDER = ["parse", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "choose_threads",
           "infer_memory"]
@@ -39,11 +40,11 @@ class _Check(Walker):
             self._bad(e, "is unresolved")
         if self.stage >= 2 and (e.ty is None or e.ty.dtype is None):
             self._bad(e, "has no dtype")
-        if self.stage >= 3 and e.ty.what in ("value", "tensor", "type") and e.ty.shape is None:
+        if self.stage >= 3 and e.ty.what in (TyWhat.VALUE, TyWhat.TENSOR, TyWhat.TYPE) and e.ty.shape is None:
             self._bad(e, "has no shape")
-        if self.stage >= 3 and e.ty.what == "value" and not all(isinstance(d, int) for d in e.ty.shape):
+        if self.stage >= 3 and e.ty.what == TyWhat.VALUE and not all(isinstance(d, int) for d in e.ty.shape):
             self._bad(e, f"has a non-static shape {e.ty.shape}")
-        if self.stage >= _ORDER.index("infer_memory") and e.ty.what == "value":
+        if self.stage >= _ORDER.index("infer_memory") and e.ty.what == TyWhat.VALUE:
             if e.ty.space is None:
                 self._bad(e, "has no memory space")
             if e.ty.shape and e.ty.layout is None:

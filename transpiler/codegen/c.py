@@ -9,8 +9,7 @@ from ..types import DType
 B = A.BinOpKind
 
 # register (compute) C type per dtype
-REG = {DType.F16: "float", DType.BF16: "float", DType.F8E4M3: "float", DType.F32: "float", DType.F64: "double",
-       DType.I32: "int", DType.I64: "long long", DType.BOOL: "bool", DType.I8: "int", DType.I16: "int", DType.U8: "int"}
+REG = {d: d.info.reg for d in DType}  # types.DTYPES
 ROUND = {DType.BF16: "tilex_round_bf16", DType.F16: "tilex_round_f16", DType.F8E4M3: "tilex_round_fp8e4m3"}
 
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ast as A
-from ..builtins import FUNCTIONS
+from ..builtins import FUNCTIONS, BuiltinKind as K, is_reduction
 from ..diagnostics import CompileError
 from ..exprs import unparse, untransposed
 from ..layout import Fragment, Layout, canonical, mma_fragment, mma_warp_grid, reduction_plan
-from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, smem_limit
-from ..types import DType, MemSpace, numel
+from ..targets import MATMUL_PAD, TENSOR_CORE_DTYPES, Target
+from ..types import DType, MemSpace, MmaStrategy, TyWhat, numel
 from .base import Rewriter, Walker, fail
 from .choose_threads import planned_loops
 from .budget_smem import ring_what
@@ -41,7 +41,7 @@ def _wgmma_loops(k: A.Kernel, demoted: dict) -> set:
 
     class _Find(Walker):
         def on_For(self, f):
-            if f.mma is not None and f.mma.strategy == "wgmma" and id(f) not in demoted:
+            if f.mma is not None and f.mma.strategy == MmaStrategy.WGMMA and id(f) not in demoted:
                 found.add(id(f))
     _Find().walk(k.body)
     return found
@@ -53,9 +53,9 @@ class LayoutAssigner(Rewriter):
     recording the shared memory each operation needs (`uses`) and what a second run should change
     (`prefer`: variables to create in another layout; `demote`: wgmma loops whose products cannot be)."""
 
-    def __init__(self, k: A.Kernel, arch: str, seed: dict | None = None, shrink: int = 0, demoted: dict | None = None):
+    def __init__(self, k: A.Kernel, tgt: Target, seed: dict | None = None, shrink: int = 0, demoted: dict | None = None):
         self.k = k
-        self.arch = arch
+        self.target = tgt
         self.demoted = demoted or {}
         self.wgmma = _wgmma_loops(k, self.demoted)
         self.demote: dict = {}  # found in this run: id(For) -> why not wgmma
@@ -76,7 +76,7 @@ class LayoutAssigner(Rewriter):
         self.streaming: frozenset = frozenset()  # names streamed into shared memory by the enclosing loops
         self.streams: dict = {}
         self.mbar = (0, 0)  # the TMA rings' mbarriers: (byte offset, count)
-        self.limit = smem_limit(arch)
+        self.limit = tgt.smem_per_block
         self.vars: dict[str, Layout | None] = {}
         self.uses: list[SmemUse] = []
 
@@ -100,13 +100,13 @@ class LayoutAssigner(Rewriter):
 
     def _find(self, e: A.Expr, shape) -> Layout | None:
         """The layout `e` naturally has, if a variable, a tensor-core product or a reduction of one decides it."""
-        if e.ty is None or e.ty.what != "value" or e.ty.shape != shape:
+        if e.ty is None or e.ty.what != TyWhat.VALUE or e.ty.shape != shape:
             return None
         if isinstance(e, A.Name) and e.kind is A.NameKind.LOCAL:
             return self.vars.get(e.id)
         if isinstance(e, A.BinOp) and e.op is A.BinOpKind.MATMUL:
             return self.mma_layout(e)
-        if isinstance(e, A.Call) and _is_reduction_call(e) and e.args[0].ty.shape:
+        if isinstance(e, A.Call) and is_reduction(e) and e.args[0].ty.shape:
             inner = self._find(e.args[0], e.args[0].ty.shape)
             if inner is None:
                 return None
@@ -123,7 +123,7 @@ class LayoutAssigner(Rewriter):
     def mma_layout(self, e: A.BinOp) -> Layout | None:
         """The mma.sync fragment layout of a register-tile product `a @ b`, or None (the FMA fallback)."""
         (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
-        if self.arch not in MMA_ARCHS or e.lhs.ty.dtype not in TENSOR_CORE_DTYPES or e.rhs.ty.dtype != e.lhs.ty.dtype:
+        if not self.target.mma or e.lhs.ty.dtype not in TENSOR_CORE_DTYPES or e.rhs.ty.dtype != e.lhs.ty.dtype:
             return None
         if e.ty.dtype is not DType.F32 or kk % 16:
             return None
@@ -162,15 +162,14 @@ class LayoutAssigner(Rewriter):
         if e is None or isinstance(e, (A.Slice, A.NewAxis)):
             return e
         ty = e.ty
-        if ty.what == "tensor":
+        if ty.what == TyWhat.TENSOR:
             return replace(e, ty=replace(ty, space=MemSpace.GLOBAL))
-        if ty.what in ("dtype", "type"):
+        if ty.what in (TyWhat.DTYPE, TyWhat.TYPE):
             if isinstance(e, A.TileTypeExpr):
                 return replace(e, dims=tuple(self.assign(d) for d in e.dims))
             return e
-        is_reduction = isinstance(e, A.Call) and FUNCTIONS[e.func].kind in ("reduce", "argreduce") \
-            or (isinstance(e, A.Call) and e.func in ("max", "min") and len(e.args) == 1)
-        if not ty.shape and not is_reduction:  # scalars: every thread holds the same value
+        reducing = isinstance(e, A.Call) and is_reduction(e)
+        if not ty.shape and not reducing:  # scalars: every thread holds the same value
             return self._children(e, None, MemSpace.UNIFORM, None)
         if isinstance(e, A.Name):
             layout = self.vars[e.id]
@@ -180,7 +179,7 @@ class LayoutAssigner(Rewriter):
             layout = want or self.natural(e)
             return self._children(e, layout, MemSpace.REGISTERS, layout)
         if isinstance(e, A.Index):
-            if e.base.ty.what == "tensor":  # a load: materialized where it is consumed
+            if e.base.ty.what == TyWhat.TENSOR:  # a load: materialized where it is consumed
                 layout = want or self.canon(ty.shape)
                 return self._children(e, None, MemSpace.REGISTERS, layout, operand_layout=None)
             base_want = None
@@ -236,7 +235,7 @@ class LayoutAssigner(Rewriter):
                       (m * (kk + MATMUL_PAD) + kk * (n + MATMUL_PAD)) * item, e)
             layout = want or self.canon(ty.shape)
             return replace(e, lhs=lhs, rhs=rhs, ty=replace(ty, space=MemSpace.REGISTERS, layout=layout))
-        if is_reduction:
+        if reducing:
             x = self.assign(e.args[0])
             layout = x.ty.layout
             if not isinstance(layout, Layout):
@@ -249,7 +248,7 @@ class LayoutAssigner(Rewriter):
                 red = out.reduce(axis, keepdims=keep)
                 if groups > 1:
                     # argmax/argmin keep (value, i32 index) pairs
-                    per = compute_bytes(x.ty.dtype) + 4 if FUNCTIONS[e.func].kind == "argreduce" else compute_bytes(e.ty.dtype)
+                    per = compute_bytes(x.ty.dtype) + 4 if FUNCTIONS[e.func].kind is K.ARGREDUCE else compute_bytes(e.ty.dtype)
                     self.need(f"combining {e.func}() across {groups} warps", groups * max(1, numel(red.shape)) * per, e)
                 out = red
             args = (x,) + tuple(self.assign(a) for a in e.args[1:])
@@ -328,7 +327,7 @@ class LayoutAssigner(Rewriter):
             self.streaming, self.loop = outer, outer_loop
             mma = s.mma
             if id(s) in self.demoted:
-                mma = StreamedMma("mma", self.demoted[id(s)])
+                mma = StreamedMma(MmaStrategy.MMA, self.demoted[id(s)])
             return replace(s, start=start, stop=stop, step=step, body=body, stream=stream, mma=mma)
         p = s.plan
         for prod in p.products:
@@ -354,7 +353,7 @@ def register_a(lhs: A.Expr) -> A.Expr:
 
 
 def _is_tile(e) -> bool:
-    return isinstance(e, A.Expr) and e.ty is not None and e.ty.what == "value" and bool(e.ty.shape)
+    return isinstance(e, A.Expr) and e.ty is not None and e.ty.what == TyWhat.VALUE and bool(e.ty.shape)
 
 
 def _elementwise(e: A.Expr) -> bool:
@@ -366,7 +365,7 @@ def _elementwise(e: A.Expr) -> bool:
         return e.name == "to"
     if isinstance(e, A.Call):
         kind = FUNCTIONS[e.func].kind
-        return kind in ("math", "abs", "where") or (kind == "minmax" and len(e.args) == 2)
+        return kind in (K.MATH, K.ABS, K.WHERE) or (kind is K.MINMAX and len(e.args) == 2)
     return False
 
 
@@ -380,11 +379,6 @@ def _operands(e: A.Expr):
     if isinstance(e, A.Call):
         return e.args
     return ()
-
-
-def _is_reduction_call(e: A.Call) -> bool:
-    kind = FUNCTIONS[e.func].kind
-    return kind in ("reduce", "argreduce") or (kind == "minmax" and len(e.args) == 1)
 
 
 def _reduced_axes(e: A.Call, rank: int) -> list[int]:

@@ -21,6 +21,7 @@ from typing import Callable
 
 from .. import ast as A
 from ..diagnostics import CompileError
+from ..types import MmaStrategy
 from .base import Rewriter
 
 
@@ -100,6 +101,6 @@ def shallower_persistent_ring(k: A.Kernel) -> A.Kernel | None:
 
 
 def ring_what(p) -> str:
-    what = "TMA ring" if p.strategy == "wgmma" else "cp.async ring"
+    what = "TMA ring" if p.strategy == MmaStrategy.WGMMA else "cp.async ring"
     bs = f"{p.bk}x{p.bn}" if p.nb == 1 else f"{p.nb} of {p.bk}x{p.bn}"
     return f"the {p.stages}-stage {what} of the '@' operands ({p.bm}x{p.bk} and {bs} per stage)"

@@ -2,10 +2,11 @@
 
 Needs: plan_matmul (its `For.plan`s). Guarantees: `kernel.info` is a `LaunchConfig` with the
 consumer threads per block (a planned tensor-core loop's warps, which every plan in the kernel
-must agree on; else the kernel's `WARPS`; else enough warps for the largest tile, 1 to 8 warps)
-and the producer threads of a warp-specialized loop. infer_memory reads it and replaces
-`kernel.info` with its KernelMemory. `MIN_BLOCKS` is checked by `min_blocks` (called by
-infer_memory at the end of its run, so that its errors come in the same order as before).
+must agree on; else the kernel's `warps` launch parameter; else enough warps for the largest tile, 1 to 8
+warps) and the producer threads of a warp-specialized loop. infer_memory reads it and replaces
+`kernel.info` with its KernelMemory. The `min_blocks` launch parameter is checked by `min_blocks` (called by
+infer_memory at the end of its run, so that its errors come in the same order as before). Both are read
+through `launch_params.requested_launch` (declared `NW: warps`, or the deprecated `WARPS` / `MIN_BLOCKS`).
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from dataclasses import dataclass, replace
 
 from .. import ast as A
 from ..diagnostics import CompileError
-from ..types import numel
+from ..launch_params import requested_launch
+from ..types import TyWhat, numel
 from .base import Walker
 
 MAX_THREADS_PER_SM = 2048  # sm_80 .. sm_90
@@ -60,11 +62,12 @@ def planned_loops(k: A.Kernel) -> list:
 def _threads(k: A.Kernel, plans: list) -> int:
     if plans:  # the tensor-core loop decides the warps; every plan in a kernel must agree
         return max(p.consumers for p in plans)
-    for name, v in k.defines:
-        if name == "WARPS":
-            if not isinstance(v, int) or v < 1 or v > 32 or v & (v - 1):
-                raise CompileError(f"WARPS must be a power of two from 1 to 32, got {v}", k.span)
-            return 32 * v
+    asked = requested_launch(k)
+    if asked.warps is not None:
+        v = asked.warps
+        if not isinstance(v, int) or v < 1 or v > 32 or v & (v - 1):
+            raise CompileError(f"{asked.names['warps']} must be a power of two from 1 to 32, got {v}", k.span)
+        return 32 * v
     sizes = _TileSizes()
     sizes.walk(k.body)
     t = 32
@@ -74,16 +77,17 @@ def _threads(k: A.Kernel, plans: list) -> int:
 
 
 def min_blocks(k: A.Kernel, threads: int) -> int:
-    """MIN_BLOCKS, if the kernel declares it: resident blocks per SM requested of ptxas, which caps
-    registers per thread at 65536 / (threads * MIN_BLOCKS) (0: no request)."""
-    for name, v in k.defines:
-        if name == "MIN_BLOCKS":
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v * threads > MAX_THREADS_PER_SM:
-                most = MAX_THREADS_PER_SM // threads
-                raise CompileError(f"MIN_BLOCKS must be an integer from 0 to {most} for {threads} threads per block "
-                                   f"(at most {MAX_THREADS_PER_SM} threads per SM), got {v}", k.span)
-            return v
-    return 0
+    """The `min_blocks` launch parameter, if the kernel declares one: resident blocks per SM requested of
+    ptxas, which caps registers per thread at 65536 / (threads * min_blocks) (0: no request)."""
+    asked = requested_launch(k)
+    v = asked.min_blocks
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v * threads > MAX_THREADS_PER_SM:
+        most = MAX_THREADS_PER_SM // threads
+        raise CompileError(f"{asked.names['min_blocks']} must be an integer from 0 to {most} for {threads} threads "
+                           f"per block (at most {MAX_THREADS_PER_SM} threads per SM), got {v}", k.span)
+    return v
 
 
 class _TileSizes(Walker):
@@ -98,5 +102,5 @@ class _TileSizes(Walker):
 
     def _see(self, node):
         ty = getattr(node, "ty", None)
-        if ty is not None and ty.what == "value" and ty.shape:
+        if ty is not None and ty.what == TyWhat.VALUE and ty.shape:
             self.biggest = max(self.biggest, numel(ty.shape))

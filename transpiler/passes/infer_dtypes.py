@@ -10,37 +10,31 @@ tensor's dtype (convert with `.to(...)`); f8e4m3 is used only on targets that ha
 """
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 from .. import ast as A
-from ..builtins import FUNCTIONS
+from ..builtins import FUNCTIONS, BuiltinKind as K
 from ..diagnostics import CompileError
-from ..types import SUPPORTED, DType, Ty, promote
+from ..targets import DEFAULT_ARCH, FP8_MIN_CC, Target, target
+from ..types import SUPPORTED, DType, Ty, TyWhat, promote
 from .base import Rewriter, fail
 
 B = A.BinOpKind
 
 
 # dtypes the hardware has only from some compute capability on: the fp8 conversions
-# (cvt.*.e4m3x2) need sm_89 (Ada) or later
-MIN_SM = {DType.F8E4M3: 89}
+# (cvt.*.e4m3x2) need sm_89 (Ada) or later (`Target.fp8`)
+MIN_SM = {DType.F8E4M3: FP8_MIN_CC}
 
 
-def infer_dtypes(program: A.Program, arch: str = "sm_90a") -> A.Program:
-    return replace(program, kernels=tuple(_Dtypes(k, arch).run() for k in program.kernels))
+def infer_dtypes(program: A.Program, tgt: Target | None = None) -> A.Program:
+    tgt = tgt or target(DEFAULT_ARCH)
+    return replace(program, kernels=tuple(_Dtypes(k, tgt).run() for k in program.kernels))
 
 
-def _sm(arch: str) -> int | None:
-    """The compute capability of `sm_90a`-style names as 90; None for names it cannot read."""
-    m = re.fullmatch(r"sm_(\d+)[a-z]?", arch)
-    return int(m.group(1)) if m else None
-
-
-def _too_old(dt: DType, arch: str) -> bool:
-    """Whether `arch` predates the first target that has `dt` (False for archs it cannot read)."""
-    need, have = MIN_SM.get(dt), _sm(arch)
-    return need is not None and have is not None and have < need
+def _too_old(dt: DType, tgt: Target) -> bool:
+    """Whether `tgt` lacks `dt` (the archs it cannot read are taken to have it)."""
+    return dt is DType.F8E4M3 and not tgt.fp8
 
 
 def _dtype(name: str) -> DType:
@@ -69,19 +63,19 @@ def operand_dtype(a: A.Expr, b: A.Expr) -> DType:
 
 
 def _v(dt: DType) -> Ty:
-    return Ty("value", dt)
+    return Ty(TyWhat.VALUE, dt)
 
 
 class _Dtypes(Rewriter):
-    def __init__(self, k: A.Kernel, arch: str = "sm_90a"):
+    def __init__(self, k: A.Kernel, tgt: Target):
         self.k = k
-        self.arch = arch
+        self.target = tgt
         self.env: dict[str, tuple[DType, int]] = {}  # name -> (dtype, line of first binding)
         for p in k.params:
             dt = _dtype_at(p.type)
-            if _too_old(dt, arch):
+            if _too_old(dt, tgt):
                 raise CompileError(f"parameter '{p.name}' is {dt.value}, which needs sm_{MIN_SM[dt]} or later; "
-                                   f"the target is {arch}", p.span, _target_notes(dt))
+                                   f"the target is {tgt.arch}", p.span, _target_notes(dt))
             self.env[p.name] = (dt, p.span.line)
         for s in k.symbols:
             self.env[s] = (DType.I32, k.span.line)
@@ -115,7 +109,7 @@ class _Dtypes(Rewriter):
     # ---- leaves
     def visit_Name(self, n):
         dt, _ = self.env[n.id]
-        what = "tensor" if n.kind is A.NameKind.TENSOR else "value"
+        what = TyWhat.TENSOR if n.kind is A.NameKind.TENSOR else TyWhat.VALUE
         return replace(n, ty=Ty(what, dt))
 
     def visit_IntLit(self, n):  # i32, or i64 when the value needs it (the parser keeps literals within i64)
@@ -128,23 +122,23 @@ class _Dtypes(Rewriter):
         return replace(n, ty=_v(DType.BOOL))
 
     def _on_target(self, dt: DType) -> DType:
-        if _too_old(dt, self.arch):
-            fail(f"{dt.value} needs sm_{MIN_SM[dt]} or later; the target is {self.arch}", *_target_notes(dt))
+        if _too_old(dt, self.target):
+            fail(f"{dt.value} needs sm_{MIN_SM[dt]} or later; the target is {self.target.arch}", *_target_notes(dt))
         return dt
 
     def visit_DTypeLit(self, n):
-        return replace(n, ty=Ty("dtype", self._on_target(_dtype(n.dtype))))
+        return replace(n, ty=Ty(TyWhat.DTYPE, self._on_target(_dtype(n.dtype))))
 
     def visit_TileTypeExpr(self, n):
         dt = self._on_target(_dtype(n.dtype))
         dims = tuple(self._int(self.visit(d), "a tile dimension") for d in n.dims)
-        return replace(n, dims=dims, ty=Ty("type", dt))
+        return replace(n, dims=dims, ty=Ty(TyWhat.TYPE, dt))
 
     # ---- operators
     def visit_BinOp(self, e):
         lhs, rhs = self.visit(e.lhs), self.visit(e.rhs)
         for side in (lhs, rhs):
-            if side.ty.what != "value":
+            if side.ty.what != TyWhat.VALUE:
                 fail(f"{_what(side)} cannot be used in arithmetic; slice it into a tile first")
         e = replace(e, lhs=lhs, rhs=rhs)
         da, db = lhs.ty.dtype, rhs.ty.dtype
@@ -197,43 +191,43 @@ class _Dtypes(Rewriter):
             n = spec.min_args if spec.min_args == spec.max_args else f"{spec.min_args} or {spec.max_args}"
             fail(f"{c.func}() takes {n} argument{'s' if spec.max_args > 1 else ''}, got {len(args)}")
         for k, _ in kwargs:
-            if k not in spec.kwargs or (spec.kind == "minmax" and len(args) == 2):
+            if k not in spec.kwargs or (spec.kind is K.MINMAX and len(args) == 2):
                 fail(f"{c.func}() got an unexpected keyword argument '{k}'")
         c = replace(c, args=args, kwargs=kwargs)
         kind = spec.kind
-        if kind == "ctor":
+        if kind is K.CTOR:
             t = args[0]
-            if t.ty.what != "type":
+            if t.ty.what != TyWhat.TYPE:
                 fail(f"{c.func}() takes a tile type such as f32[BLOCK] first, got {_what(t)}")
-            if c.func == "full" and args[1].ty.what != "value":
+            if c.func == "full" and args[1].ty.what != TyWhat.VALUE:
                 fail("full(type, value) needs a scalar value")
             return replace(c, ty=_v(t.ty.dtype))
         for a in args:
-            if a.ty.what != "value":
+            if a.ty.what != TyWhat.VALUE:
                 fail(f"{c.func}() takes values, got {_what(a)}; slice the tensor into a tile first")
-        if kind == "math":
+        if kind is K.MATH:
             dt = args[0].ty.dtype
             return replace(c, ty=_v(dt if dt.is_float else DType.F32))
-        if kind == "abs":
+        if kind is K.ABS:
             return replace(c, ty=_v(args[0].ty.dtype))
-        if kind == "minmax" and len(args) == 2:
+        if kind is K.MINMAX and len(args) == 2:
             return replace(c, ty=_v(operand_dtype(args[0], args[1])))
-        if kind in ("minmax", "reduce"):
+        if kind in (K.MINMAX, K.REDUCE):
             dt = args[0].ty.dtype
             if c.func == "mean" and not dt.is_float:
                 dt = DType.F32
             if c.func in ("sum", "mean"):
                 dt = DType.F32 if dt.is_float else (DType.I64 if dt is DType.I64 else DType.I32)
             return replace(c, ty=_v(dt))
-        if kind == "argreduce":
+        if kind is K.ARGREDUCE:
             return replace(c, ty=_v(DType.I32))
-        if kind == "where":
+        if kind is K.WHERE:
             self._bool(args[0], "the condition of where()")
             return replace(c, ty=_v(operand_dtype(args[1], args[2])))
-        if kind in ("arange", "axis", "scalar"):
+        if kind in (K.ARANGE, K.AXIS, K.SCALAR):
             for a in args:
                 self._int(a, f"an argument of {c.func}()")
-            dt = DType.I32 if kind != "scalar" else operand_dtype(args[0], args[1])
+            dt = DType.I32 if kind is not K.SCALAR else operand_dtype(args[0], args[1])
             return replace(c, ty=_v(dt))
         fail(f"unsupported function {c.func}()")  # pragma: no cover - table and code out of step
 
@@ -241,9 +235,9 @@ class _Dtypes(Rewriter):
         obj = self.visit(m.obj)
         args = tuple(self.visit(a) for a in m.args)
         if m.name == "to":
-            if len(args) != 1 or args[0].ty.what != "dtype" or m.kwargs:
+            if len(args) != 1 or args[0].ty.what != TyWhat.DTYPE or m.kwargs:
                 fail(".to() takes one dtype, e.g. .to(f32)")
-            if obj.ty.what != "value":
+            if obj.ty.what != TyWhat.VALUE:
                 fail(f".to() converts tiles and scalars, not {_what(obj)}; slice the tensor first")
             return replace(m, obj=obj, args=args, ty=_v(args[0].ty.dtype))
         fail(f"unknown method '.{m.name}()' (tiles have .to(dtype) and .T)")
@@ -251,7 +245,7 @@ class _Dtypes(Rewriter):
     def visit_Attr(self, a):
         obj = self.visit(a.obj)
         if a.name == "T":
-            if obj.ty.what in ("type", "dtype"):
+            if obj.ty.what in (TyWhat.TYPE, TyWhat.DTYPE):
                 notes = ()
                 if isinstance(obj, A.TileTypeExpr) and len(obj.dims) == 2:
                     from ..exprs import unparse
@@ -269,29 +263,29 @@ class _Dtypes(Rewriter):
         for i in items:
             if isinstance(i, (A.Slice, A.NewAxis)):
                 continue
-            if i.ty.what != "value" or not i.ty.dtype.is_int:
-                fail(f"an index must be an integer, got {i.ty.show() if i.ty.what == 'value' else _what(i)}")
+            if i.ty.what != TyWhat.VALUE or not i.ty.dtype.is_int:
+                fail(f"an index must be an integer, got {i.ty.show() if i.ty.what == TyWhat.VALUE else _what(i)}")
         for k, v in kwargs:
             if k != "other":
                 fail(f"unknown subscript keyword '{k}' (only other=VALUE)")
-            if base.ty.what != "tensor":
+            if base.ty.what != TyWhat.TENSOR:
                 fail("other= applies to reads of a tensor")
-        return replace(e, base=base, items=items, kwargs=kwargs, ty=Ty("value", base.ty.dtype))
+        return replace(e, base=base, items=items, kwargs=kwargs, ty=Ty(TyWhat.VALUE, base.ty.dtype))
 
     def visit_Slice(self, s):
         start, stop = self.visit(s.start), self.visit(s.stop)
         for b in (start, stop):
             if b is not None and not b.ty.dtype.is_int:
                 fail(f"slice bounds must be integers, got {b.ty.dtype}")
-        return replace(s, start=start, stop=stop, ty=Ty("value", DType.I32))
+        return replace(s, start=start, stop=stop, ty=Ty(TyWhat.VALUE, DType.I32))
 
     def visit_NewAxis(self, n):
-        return replace(n, ty=Ty("value", DType.I32))
+        return replace(n, ty=Ty(TyWhat.VALUE, DType.I32))
 
     # ---- statements
     def visit_Assign(self, s):
         value = self.visit(s.value)
-        if value.ty.what != "value":
+        if value.ty.what != TyWhat.VALUE:
             fail(f"'{s.name}' must hold a tile or scalar, not {_what(value)}")
         dt = value.ty.dtype
         if s.name in self.env:
@@ -308,7 +302,7 @@ class _Dtypes(Rewriter):
     def visit_Store(self, s):
         target = self.visit(s.target)
         value = self.visit(s.value)
-        if value.ty.what != "value":
+        if value.ty.what != TyWhat.VALUE:
             fail(f"cannot store {_what(value)}")
         want, got = target.ty.dtype, value.ty.dtype
         if want != got and not _weak(value):
@@ -337,7 +331,7 @@ def _at(node, thunk):
 
 
 def _target_notes(dt: DType) -> tuple[str, ...]:
-    return (f"compile for sm_{MIN_SM[dt]} or later (--arch sm_{MIN_SM[dt]}, sm_90a), or use bf16 or f16",)
+    return (f"compile for sm_{MIN_SM[dt]} or later (--arch sm_{MIN_SM[dt]}, {DEFAULT_ARCH}), or use bf16 or f16",)
 
 
 def _dtype_at(t: A.TypeExpr) -> DType:
@@ -347,5 +341,5 @@ def _dtype_at(t: A.TypeExpr) -> DType:
 def _what(e: A.Expr) -> str:
     from ..exprs import unparse
 
-    kinds = {"tensor": "the tensor", "dtype": "the dtype", "type": "the tile type"}
+    kinds = {TyWhat.TENSOR: "the tensor", TyWhat.DTYPE: "the dtype", TyWhat.TYPE: "the tile type"}
     return f"{kinds.get(e.ty.what, 'the value')} '{unparse(e)}'"

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ast as A
+from ..targets import DEFAULT_ARCH, Target, target
 from .assign_layouts import LayoutAssigner, register_a  # noqa: F401 (register_a: read by codegen)
 from .base import fail
 from .budget_smem import SMEM_POLICY, Attempt, check_budget, fits, next_attempt, ring_what
@@ -29,15 +30,17 @@ from .place_resident import place_resident
 from .plan_streams import plan_streams, stream_source  # noqa: F401 (stream_source: read by codegen)
 
 
-def infer_memory(program: A.Program, arch: str = "sm_90a", policy: tuple = SMEM_POLICY) -> A.Program:
-    """`policy`: the budget_smem fallbacks tried in order, each time the kernel's shared memory does not fit."""
+def infer_memory(program: A.Program, tgt: Target | None = None, policy: tuple = SMEM_POLICY) -> A.Program:
+    """`tgt`: the target (default: DEFAULT_ARCH's); `policy`: the budget_smem fallbacks tried in order, each time
+    the kernel's shared memory does not fit."""
+    tgt = tgt or target(DEFAULT_ARCH)
     for k in program.kernels:
         if not isinstance(k.info, LaunchConfig):
             fail(f"internal: infer_memory needs choose_threads' launch configuration (kernel '{k.name}')")
-    return replace(program, kernels=tuple(_kernel_memory(k, arch, policy) for k in program.kernels))
+    return replace(program, kernels=tuple(_kernel_memory(k, tgt, policy) for k in program.kernels))
 
 
-def _kernel_memory(k: A.Kernel, arch: str, policy: tuple) -> A.Kernel:
+def _kernel_memory(k: A.Kernel, tgt: Target, policy: tuple) -> A.Kernel:
     """Two runs when a loop-carried variable is updated in a tensor-core layout: the second creates it there.
     A wgmma loop one of whose products cannot run as wgmma is demoted to mma.sync, and all is run again.
     A kernel over the target's shared memory is run again as the first fallback of `policy` that applies
@@ -46,10 +49,10 @@ def _kernel_memory(k: A.Kernel, arch: str, policy: tuple) -> A.Kernel:
     attempt = Attempt(k)
     demoted: dict = {}  # id(For) -> why its products cannot run as wgmma after all
     while True:
-        mem = LayoutAssigner(attempt.kernel, arch, shrink=attempt.shrink, demoted=demoted)
+        mem = LayoutAssigner(attempt.kernel, tgt, shrink=attempt.shrink, demoted=demoted)
         out = _plan(mem)  # the second run's layouts may not need all of this run's memory
         if mem.prefer:
-            mem = LayoutAssigner(attempt.kernel, arch, mem.prefer, shrink=attempt.shrink, demoted=demoted)
+            mem = LayoutAssigner(attempt.kernel, tgt, mem.prefer, shrink=attempt.shrink, demoted=demoted)
             out = _plan(mem)
         if mem.demote:
             demoted = {**demoted, **mem.demote}

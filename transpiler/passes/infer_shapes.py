@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ast as A
-from ..builtins import FUNCTIONS
+from ..builtins import FUNCTIONS, BuiltinKind as K
 from ..exprs import affine, const_int, unparse
-from ..types import numel
+from ..types import TyWhat, numel
 from .base import Rewriter, fail
 
 MAX_TILE_ELEMS = 1 << 16
@@ -132,27 +132,27 @@ class _Shapes(Rewriter):
         c = replace(c, args=args, kwargs=kwargs)
         kind = FUNCTIONS[c.func].kind
         shapes = [a.ty.shape for a in args]
-        if kind in ("math", "abs"):
+        if kind in (K.MATH, K.ABS):
             return _with(c, shapes[0])
-        if kind in ("minmax", "where") and len(args) >= 2:
+        if kind in (K.MINMAX, K.WHERE) and len(args) >= 2:
             out = shapes[0]
             for s in shapes[1:]:
                 out = broadcast(out, s) if out is not None else None
             if out is None:
                 fail(f"shapes {', '.join(show(s) for s in shapes)} do not broadcast in {c.func}()")
             return _with(c, out)
-        if kind in ("minmax", "reduce", "argreduce"):
+        if kind in (K.MINMAX, K.REDUCE, K.ARGREDUCE):
             return self._reduce(c, shapes[0])
-        if kind == "ctor":
+        if kind is K.CTOR:
             if c.func == "full":
                 self._scalar(args[1], "the fill value of full()")
             return _with(c, args[0].ty.shape)
-        if kind == "arange":
+        if kind is K.ARANGE:
             n = const_int(A.BinOp(A.BinOpKind.SUB, args[1], args[0]))
             if n is None or n <= 0:
                 fail(f"arange(start, stop) needs stop - start to be a positive compile-time constant, got '{unparse(args[1])} - {unparse(args[0])}'")
             return _with(c, _check_tile((n,), "arange()"))
-        if kind == "axis":
+        if kind is K.AXIS:
             axis = self._const(args[0], f"the axis of {c.func}()")
             if not 0 <= axis < len(self.k.grid):
                 fail(f"{c.func}({axis}): the grid has {len(self.k.grid)} dimension{'s' if len(self.k.grid) > 1 else ''}")
@@ -192,16 +192,16 @@ class _Shapes(Rewriter):
         if len(shape) != 2:
             fail(f".T transposes 2-D tiles and tensors, got shape {show(shape)}")
         perm = (1, 0)
-        if obj.ty.what == "tensor" and obj.ty.layout is not None:
+        if obj.ty.what == TyWhat.TENSOR and obj.ty.layout is not None:
             perm = tuple(obj.ty.layout[i] for i in perm)
-        return _with(replace(a, obj=obj), (shape[1], shape[0]), layout=perm if obj.ty.what == "tensor" else None)
+        return _with(replace(a, obj=obj), (shape[1], shape[0]), layout=perm if obj.ty.what == TyWhat.TENSOR else None)
 
     def visit_Index(self, e):
         base = self.visit(e.base)
         items = tuple(self.visit(i) for i in e.items)
         kwargs = tuple((k, self._scalar(self.visit(v), "other=")) for k, v in e.kwargs)
         e = replace(e, base=base, items=items, kwargs=kwargs)
-        if base.ty.what == "tensor":
+        if base.ty.what == TyWhat.TENSOR:
             return self._tensor_index(e, base.ty.shape)
         return self._tile_index(e, base.ty.shape)
 

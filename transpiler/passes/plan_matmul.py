@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 from .. import ast as A
 from ..diagnostics import CompileError
 from ..exprs import mentions, unparse, unparse_stmt, untransposed
+from ..launch_params import requested_launch
 from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, WGMMA_ARCHS, smem_limit
 from ..types import DType
 from .base import Rewriter, Walker, names_in, stored_tensors
@@ -182,7 +183,7 @@ class _Planner(Rewriter):
         if len(rows) != 1:
             return "the products have different row counts (one warp layout per loop)"
         m = rows.pop()
-        warps = _define(self.k, "WARPS")
+        warps = requested_launch(self.k).warps
         for e in products:
             text = unparse(e)
             (_, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
@@ -306,7 +307,7 @@ class _Planner(Rewriter):
         if bm % 16 or bn % 16 or bk % 16:
             return f"the {bm}x{bn}x{bk} tile is not a multiple of 16 on every side"
         limit = smem_limit(self.arch)
-        warps = _define(self.k, "WARPS")
+        warps = requested_launch(self.k).warps
         warps = warps if isinstance(warps, int) else None
         why = self.wgmma_obstacle(s, products, bm, bn, bk)
         if why is None:

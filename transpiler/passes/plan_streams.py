@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ast as A
-from ..targets import MATMUL_PAD, MMA_ARCHS
-from ..types import DType
+from ..targets import MATMUL_PAD
+from ..types import DType, TyWhat
 from ..exprs import untransposed
 from .base import Rewriter, Walker, name_nodes, names_in, stored_tensors
 from .memory_info import SWIZZLE_ALIGN, SmemUse, StreamTile, round_up
@@ -26,7 +26,7 @@ from .stream_hazards import assigned, assigned_count, local_to, nested_loops, ou
 def plan_streams(mem, offset: int) -> tuple[dict, list, tuple]:
     """{id(for loop): (StreamTile, ...)}, their shared-memory uses, from byte `offset` on, and the TMA
     rings' mbarriers (byte offset, count). `mem`: infer_memory's planner of this run (its kernel `k`,
-    `arch`, `plans`, `wgmma` loops, `limit`, `shrink`, and its `mma_layout`, `canon`, `assign`).
+    `target`, `plans`, `wgmma` loops, `limit`, `shrink`, and its `mma_layout`, `canon`, `assign`).
 
     A tile qualifies when, in a `pipeline(..., stages >= 2)` loop of a kernel without
     planned (wgmma/mma ring) loops, it is assigned once at the top of the loop body from a
@@ -35,12 +35,12 @@ def plan_streams(mem, offset: int) -> tuple[dict, list, tuple]:
     write (or writes only in this loop's rows, `rows_ahead_disjoint`), whose indices use only the loop variable and names not assigned in the loop. Read
     only as `x @ tile` or `x @ tile.T` products that run on mma.sync, it stays in shared
     memory; any other read makes it `regs` (read from shared memory into registers)."""
-    if mem.plans or mem.arch not in MMA_ARCHS:
+    if mem.plans or not mem.target.cp_async:
         return {}, [], (0, 0)
     out = {}
 
     def eligible_load(v, loop_var, changing) -> bool:
-        if not (isinstance(v, A.Index) and isinstance(v.base, A.Name) and v.base.ty.what == "tensor"):
+        if not (isinstance(v, A.Index) and isinstance(v.base, A.Name) and v.base.ty.what == TyWhat.TENSOR):
             return False
         if v.kwargs or v.ty.dtype not in (DType.BF16, DType.F16) or len(v.ty.shape) != 2:
             return False
@@ -52,7 +52,7 @@ def plan_streams(mem, offset: int) -> tuple[dict, list, tuple]:
             return False  # a gather: gather_load
         if v.ty.shape[1] % 8:
             return False
-        if any(n.ty.what == "tensor" and n.id in stored for n in name_nodes(tuple(v.items))):
+        if any(n.ty.what == TyWhat.TENSOR and n.id in stored for n in name_nodes(tuple(v.items))):
             return False  # an index read S - 1 iterations early could see a value not yet written
         return not (names_in(tuple(v.items)) & (changing - {loop_var}))
 
@@ -62,7 +62,7 @@ def plan_streams(mem, offset: int) -> tuple[dict, list, tuple]:
         leading axes, scalars, and a slice of the tensor's last axis) whose indices depend only on
         the loop variable, values the loop does not change, and names the body defines once,
         before their first read and before `at`; else None."""
-        if not (isinstance(v, A.Index) and isinstance(v.base, A.Name) and v.base.ty.what == "tensor"):
+        if not (isinstance(v, A.Index) and isinstance(v.base, A.Name) and v.base.ty.what == TyWhat.TENSOR):
             return None
         if v.kwargs or v.ty.dtype not in (DType.BF16, DType.F16) or len(v.ty.shape) != 2:
             return None
@@ -116,9 +116,9 @@ def plan_streams(mem, offset: int) -> tuple[dict, list, tuple]:
         for n in name_nodes(tuple(items[:last])):
             if n.id == loop.var:
                 continue
-            if n.ty.what == "tensor" and n.id in stored:
+            if n.ty.what == TyWhat.TENSOR and n.id in stored:
                 return None
-            if n.ty.what != "tensor" and n.ty.shape:
+            if n.ty.what != TyWhat.TENSOR and n.ty.shape:
                 return None
         return replace(v, items=tuple(items))
 
@@ -237,7 +237,7 @@ def stream_source(v: A.Expr) -> A.Expr | None:
     if isinstance(v, A.Method) and v.name == "to" and v.ty.dtype is DType.F32 and isinstance(v.obj, A.Index) \
             and v.obj.ty.dtype in (DType.BF16, DType.F16):
         v = v.obj
-    if isinstance(v, A.Index) and isinstance(v.base, A.Name) and v.base.ty.what == "tensor":
+    if isinstance(v, A.Index) and isinstance(v.base, A.Name) and v.base.ty.what == TyWhat.TENSOR:
         return v
     return None
 

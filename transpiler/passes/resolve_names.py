@@ -44,9 +44,15 @@ def resolve_names(program: A.Program, defines: dict[str, object] | None = None,
     return replace(program, kernels=kernels)
 
 
-def _coerce(kind: str, value, cp: A.CParam):
+K = A.CParamKind
+_KINDS = tuple(K)
+
+
+def _coerce(kind: A.CParamKind | str, value, cp: A.CParam):
+    shown = kind
+    kind = K(kind).value_kind if kind in _KINDS else kind
     try:
-        if kind == "int":
+        if kind == K.INT:
             if isinstance(value, bool):  # -D BLOCK=True is not an int
                 raise ValueError
             if isinstance(value, str):
@@ -57,11 +63,11 @@ def _coerce(kind: str, value, cp: A.CParam):
             if not I64_MIN <= value <= I64_MAX:
                 raise CompileError(f"compile-time parameter '{cp.name}' = {value} does not fit in i64", cp.span)
             return value
-        if kind == "float":
+        if kind == K.FLOAT:
             if isinstance(value, bool):
                 raise ValueError
             return float(value)
-        if kind == "bool":
+        if kind == K.BOOL:
             if isinstance(value, str):
                 if value.lower() in ("1", "true", "yes"):
                     return True
@@ -72,24 +78,26 @@ def _coerce(kind: str, value, cp: A.CParam):
                 raise ValueError
             return bool(value)
     except (ValueError, TypeError, OverflowError):
-        raise CompileError(f"compile-time parameter '{cp.name}' is {kind}, got {value!r}", cp.span) from None
-    raise CompileError(f"compile-time parameter '{cp.name}' has unknown type '{kind}' (use int, float or bool)", cp.span)
+        raise CompileError(f"compile-time parameter '{cp.name}' is {shown}, got {value!r}", cp.span) from None
+    raise CompileError(f"compile-time parameter '{cp.name}' has unknown type '{kind}' (use int, float or bool, "
+                       "or warps or min_blocks for a launch parameter)", cp.span)
 
 
 def check_space(cp: A.CParam) -> None:
     """A parameter left to tilex: `= auto` is an int (its role implies the space); `in (...)` values have its kind."""
-    if cp.kind not in ("int", "float", "bool"):
+    if cp.kind not in _KINDS:
         _coerce(cp.kind, 0, cp)  # the unknown-type error
+    kind = K(cp.kind).value_kind
     if cp.space is None:
-        if cp.kind != "int":
+        if kind != K.INT:
             raise CompileError(f"compile-time parameter '{cp.name}' is {cp.kind}: `= auto` implies a search space "
                                "for int parameters only", cp.span, (f"declare one: `{cp.name}: {cp.kind} in (...)`",))
         return
     seen = []
     for v in cp.space:
-        bad = (cp.kind == "int" and (isinstance(v, bool) or not isinstance(v, int))) or \
-              (cp.kind == "float" and (isinstance(v, bool) or not isinstance(v, (int, float)))) or \
-              (cp.kind == "bool" and not isinstance(v, bool))
+        bad = (kind == K.INT and (isinstance(v, bool) or not isinstance(v, int))) or \
+              (kind == K.FLOAT and (isinstance(v, bool) or not isinstance(v, (int, float)))) or \
+              (kind == K.BOOL and not isinstance(v, bool))
         if bad:
             raise CompileError(f"compile-time parameter '{cp.name}' is {cp.kind}: its search space has {v!r}", cp.span)
         if v in seen:

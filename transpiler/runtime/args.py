@@ -21,16 +21,15 @@ import numpy as np
 
 from ..diagnostics import LaunchError
 from ..spec import KernelSpec, ParamSpec
+from ..types import PARAM_DTYPES
 
 INT32_MAX = 2**31 - 1
 GRID_X_MAX = 2**31 - 1
 GRID_YZ_MAX = 65535
 
 # tilex dtype name -> numpy dtype name (bf16 via ml_dtypes), torch dtype str.
-_NUMPY_NAMES = ("f16", "bf16", "f32", "i32", "i64", "bool", "f8e4m3")  # dtypes a kernel parameter may have
-_TORCH_NAMES = {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32",
-                "i32": "torch.int32", "i64": "torch.int64", "bool": "torch.bool",
-                "f8e4m3": "torch.float8_e4m3fn"}
+_NUMPY_NAMES = tuple(d.value for d in PARAM_DTYPES)  # dtypes a kernel parameter may have (types.DTYPES)
+_TORCH_NAMES = {d.value: f"torch.{d.info.torch}" for d in PARAM_DTYPES}
 _TORCH_TO_TILEX = {v: k for k, v in _TORCH_NAMES.items()}
 # torch spells some dtypes two ways (torch.half is torch.float16 and prints as such).
 

@@ -25,13 +25,13 @@ import numpy as np
 
 from ..diagnostics import LaunchError
 from ..spec import KernelSpec
+from ..types import PARAM_DTYPES
 from .args import (_CUPY_TYPES, _PLAIN_SCALARS, _TORCH_TYPES, BoundArgs, _check_scalar, is_cupy_array,
                    is_torch_tensor)
 
 # ctypes storage of a scalar parameter by its dtype: f16/bf16/f8e4m3 scalars are passed as float (the kernel
 # rounds). The one table of scalar C types: launch._SCALAR_TYPES (the CuPy path's) is derived from it
-_SCALAR_CTYPES = {"f32": ctypes.c_float, "f16": ctypes.c_float, "bf16": ctypes.c_float, "f8e4m3": ctypes.c_float,
-                  "i32": ctypes.c_int32, "i64": ctypes.c_int64, "bool": ctypes.c_bool}
+_SCALAR_CTYPES = {d.value: getattr(ctypes, d.info.scalar_arg) for d in PARAM_DTYPES}  # from types.DTYPES
 _TMA_BYTES = ctypes.c_ubyte * 128
 
 

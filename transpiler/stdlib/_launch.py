@@ -24,11 +24,12 @@ from typing import Any
 import numpy as np
 
 from . import messages as M
+from ..types import PARAM_DTYPES
 from ..runtime.args import (_TORCH_TYPES, ArrayInfo, describe_array, is_array, is_cupy_array, is_torch_tensor,
                             torch_dtype_names)
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent.parent / "stdlib_kernels"
-_DTYPE_NAMES = ("f16", "bf16", "f32", "i32", "i64", "bool", "f8e4m3")
+_DTYPE_NAMES = tuple(d.value for d in PARAM_DTYPES)  # types.DTYPES
 _HEADER = re.compile(r"^#\s*dtypes:\s*(.*)$", re.MULTILINE)
 
 
@@ -173,8 +174,7 @@ def dtype_name(x) -> str:
 def _torch_dtypes() -> dict:
     import torch
 
-    return {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32,
-            "i64": torch.int64, "bool": torch.bool, "f8e4m3": torch.float8_e4m3fn}
+    return {d.value: getattr(torch, d.info.torch) for d in PARAM_DTYPES}
 
 
 def _torch_dtype(name: str):

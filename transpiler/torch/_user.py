@@ -17,21 +17,22 @@ import torch
 
 from ..diagnostics import LaunchError
 from ..runtime import args as A
+from ..spec import ParamKind
 from ..stdlib._launch import _torch_dtype
+from ..types import DType
 from . import _checks as C
 from ._convert import to_numpy
 from ._library import _no_backward, forbid_grad_in_place
 
-_SCALAR_TYPES = {"bool": "bool", "f16": "float", "bf16": "float", "f32": "float", "f64": "float"}
-
-
 def _scalar_type(p) -> str:
-    return _SCALAR_TYPES.get(p.dtype, "int")
+    """The torch schema type of a scalar parameter, from types.DTYPES (an f8e4m3 scalar is a float)."""
+    dt = DType(p.dtype)
+    return "bool" if dt.is_bool else "float" if dt.is_float else "int"
 
 
 def _schema(spec, inputs, outs, mutates) -> str:
     def arg(p):
-        if p.kind == "tensor":
+        if p.kind == ParamKind.TENSOR:
             return f"Tensor{'(a!)' if p.name in mutates else ''} {p.name}"
         default = "" if p.default is None else f"={p.default!r}"
         return f"{_scalar_type(p)} {p.name}{default}"
@@ -41,7 +42,7 @@ def _schema(spec, inputs, outs, mutates) -> str:
 
 def _out_dims(spec, inputs, outs):
     """Check at op creation that every out dim is a fixed size or a symbol some input binds."""
-    bound = {d for p in inputs if p.kind == "tensor" for d in p.dims if isinstance(d, str)}
+    bound = {d for p in inputs if p.kind == ParamKind.TENSOR for d in p.dims if isinstance(d, str)}
     for p in outs:
         for i, d in enumerate(p.dims):
             if isinstance(d, str) and d not in bound:
@@ -55,7 +56,7 @@ def _bind_fake(spec, inputs, values) -> dict:
     """Symbol -> (Sym)Int from the input tensors, with the launch's checks as trace-time checks."""
     symbols, bound_by = {}, {}
     for p, x in zip(inputs, values):
-        if p.kind != "tensor":
+        if p.kind != ParamKind.TENSOR:
             continue
         got = C.dtype_name(x)
         if got != p.dtype:
@@ -80,7 +81,7 @@ def _bind_fake(spec, inputs, values) -> dict:
 
 
 def _symbols(inputs, values) -> dict:
-    return {d: int(x.shape[i]) for p, x in zip(inputs, values) if p.kind == "tensor"
+    return {d: int(x.shape[i]) for p, x in zip(inputs, values) if p.kind == ParamKind.TENSOR
             for i, d in enumerate(p.dims) if isinstance(d, str)}
 
 
@@ -93,7 +94,7 @@ def op(module, kernel: str, name: str, mutates_args=()):
         raise ValueError(f"tilex.torch.op: name: expected 'namespace::opname', got {name!r}")
     spec = module.specs[kernel]
     mutates = tuple(mutates_args)
-    names = [p.name for p in spec.params if p.kind == "tensor"]
+    names = [p.name for p in spec.params if p.kind == ParamKind.TENSOR]
     for m in mutates:
         if m not in names:
             raise ValueError(f"tilex.torch.op: mutates_args: '{m}' is not a tensor parameter of {kernel} "
