@@ -20,6 +20,7 @@ from ..spec import TmaMap
 from ..targets import MATMUL_PAD
 from ..types import DType
 from .c import storage
+from .env import macros, template
 
 PTX_TYPE = {DType.BF16: "bf16", DType.F16: "f16"}
 PRODUCER_REGS = 40
@@ -94,42 +95,24 @@ def _assigned(loop, name: str):
     return next(st.value for st in loop.body.stmts if isinstance(st, A.Assign) and st.name == name)
 
 
-def wgmma_wrapper(n: int, dt: DType, tnsp_b: bool, parts: int = 1, a_regs: bool = False) -> tuple[str, str]:
+def wgmma_wrapper(n: int, dt, tnsp_b: bool, parts: int = 1, a_regs: bool = False) -> tuple[str, str]:
     """(name, C++ text) of a device function issuing one wgmma.m64n{n}k16 with both operands in shared memory
-    (or, with a_regs, A from four registers of packed pairs: the row fragment of a 64x16 block).
+    (or, with a_regs, A from four registers of packed pairs: the row fragment of a 64x16 block), from the
+    macro of templates/wgmma_fn.j2.
 
     With parts > 1 the n columns are `parts` products' B tiles side by side (one A): the function takes
     one accumulator array per product, whose registers are the consecutive column blocks of the result.
     """
+    assert parts == 1 or not a_regs
     name = (f"wgmma_m64n{n}k16_{PTX_TYPE[dt]}{'_rs' if a_regs else ''}_{'mn' if tnsp_b else 'k'}"
             + (f"_x{parts}" if parts > 1 else ""))
     regs = n // 2
     per = regs // parts
     arrays = ["d"] if parts == 1 else [f"d{j}" for j in range(parts)]
-    dl = ", ".join(f"%{i}" for i in range(regs))
-    outs = []
-    for i in range(0, regs, 8):
-        outs.append(", ".join(f'"+f"({arrays[j // per]}[{j % per}])' for j in range(i, min(regs, i + 8))))
-    out_text = ",\n                 ".join(outs)
+    outs = [[f"{arrays[j // per]}[{j % per}]" for j in range(i, min(regs, i + 8))] for i in range(0, regs, 8)]
     params = ", ".join(f"float (&{a})[{per}]" for a in arrays)
-    ptx = PTX_TYPE[dt]
-    if a_regs:
-        assert parts == 1
-        text = (f"__device__ __forceinline__ void tilex_{name}({params}, const unsigned (&a)[4], unsigned long long b) {{\n"
-                f"  asm volatile(\"{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 5}, 0;\\n\"\n"
-                f"               \" wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{dl}}},\"\n"
-                f"               \" {{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}, %{regs + 4}, p, 1, 1, "
-                f"{1 if tnsp_b else 0};\\n}}\\n\"\n"
-                f"               : {out_text}\n"
-                f"               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b), \"n\"(1));\n}}")
-        return name, text
-    text = (f"__device__ __forceinline__ void tilex_{name}({params}, unsigned long long a, unsigned long long b) {{\n"
-            f"  asm volatile(\"{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n\"\n"
-            f"               \" wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{dl}}},\"\n"
-            f"               \" %{regs}, %{regs + 1}, p, 1, 1, 0, {1 if tnsp_b else 0};\\n}}\\n\"\n"
-            f"               : {out_text}\n"
-            f"               : \"l\"(a), \"l\"(b), \"n\"(1));\n}}")
-    return name, text
+    text = macros("wgmma_fn.j2").wgmma_fn(name, params, n, PTX_TYPE[dt], regs, outs, tnsp_b, a_regs)
+    return name, str(text)
 
 
 def consumer_regs(consumers: int) -> int:
@@ -231,15 +214,12 @@ class MatmulEmission:
 
     def planned_loop(self, s: A.For) -> None:
         """A tensor-core main loop, from its template (see codegen/matmul.py)."""
-        from . import _env
-        from .matmul import render_mma, render_wgmma
-
         plan = s.plan
         if plan.strategy == "wgmma":
             ctx = render_wgmma(self, s, plan)
         else:
             ctx = render_mma(self, s, plan)
-        text = _env().get_template(f"matmul_{plan.strategy}.j2").render(barrier=self.barrier, c=ctx, **ctx)
+        text = template(f"matmul_{plan.strategy}.j2").render(barrier=self.barrier, c=ctx, **ctx)
         for line in text.rstrip().splitlines():
             self.emit(line)
         if plan.strategy == "wgmma":
@@ -250,12 +230,9 @@ class MatmulEmission:
         runs the tile loop too, with only its scalar statements and the loads, so it fills the ring
         with the next tile's operands while the consumers run this tile's epilogue. The ring position
         (`tx_it`) and the mbarrier phases carry over from tile to tile."""
-        from . import _env
-        from .matmul import render_wgmma
-
         plan = inner.plan
         c = render_wgmma(self, inner, plan)
-        parts = _env().get_template("matmul_wgmma_parts.j2").module
+        parts = macros("matmul_wgmma_parts.j2")
 
         def lines(text: str) -> None:
             for line in str(text).splitlines():
@@ -355,7 +332,6 @@ class MatmulEmission:
         transposed-B form), A from a swizzled resident tile (a descriptor) or from registers in the
         product's row fragment (`x.to(bf16)` of an f32 fragment packs x). Issued, committed and waited
         for here: the result is in registers when this returns."""
-        from . import _env
         from ..passes.infer_memory import register_a
 
         (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
@@ -376,7 +352,7 @@ class MatmulEmission:
         name = self.fresh("tx_mm")
         self.emit(f"float {name}[{out_l.slots}];")
         self.unrolled(out_l.slots, f"{name}[tx_s] = {init if init is not None else '0.0f'};")
-        text = _env().get_template("matmul_wgmma_tile.j2").render(
+        text = template("matmul_wgmma_tile.j2").render(
             S=S, m=m, k=kk, n=n, fn=fn, acc=name, a_regs=a_regs, kmajor_b=kmajor_b,
             a_ptr=f"tilex_smem + {resident[0]}" if resident is not None else None,
             b_ptr=self.streaming[b][0])
@@ -440,8 +416,6 @@ class MatmulEmission:
         self.emit(f"float {name}[{out_l.slots}];")
         self.unrolled(out_l.slots, f"{name}[tx_s] = {init if init is not None else '0.0f'};")
         if mma:
-            from . import _env
-
             a_ptr = f"reinterpret_cast<const {S}*>({self.smem})"
             if resident is not None:
                 a_ptr = f"reinterpret_cast<const {S}*>(tilex_smem + {resident[0]})"
@@ -449,7 +423,7 @@ class MatmulEmission:
             wm_, wn_ = out_l.root.warps
             wm, wn = m // wm_, n // wn_
             self.helpers.add("tilex_mma.cuh")
-            text = _env().get_template("matmul_mma_tile.j2").render(
+            text = template("matmul_mma_tile.j2").render(
                 S=S, m=m, k=kk, lda=lda, ldb=ldb, warps_n=wn_, wm=wm, wn=wn, rm=wm // 16, rn=wn // 8, acc=name,
                 kmajor_b=kmajor_b, a_regs=a if a_regs else None, a_blocks=kk // 8, a_ptr=a_ptr,
                 b_ptr=(f"reinterpret_cast<const {S}*>({streamed[0]})" if streamed is not None
