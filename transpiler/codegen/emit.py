@@ -18,7 +18,7 @@ from ..passes.infer_memory import stream_source
 from ..types import DType
 from .access import GlobalAccess
 from .c import C_BINOP, ROUND, flit, reg, rounded_scalar, storage
-from .matmul import MatmulEmission, kernel_tma_maps
+from .matmul import MatmulEmission
 from .reduce import Reductions, is_reduction
 
 B = A.BinOpKind
@@ -41,7 +41,7 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         self.arrays: dict[str, Layout] = {}  # tile variables -> layout
         self.barrier = "__syncthreads();"  # a named barrier of the consumer warps once producers have left
         self.functions: dict[str, str] = {}  # per-kernel device functions (wgmma wrappers), by name
-        self.tma_maps = kernel_tma_maps(k)  # TMA descriptors the host passes after the other arguments
+        self.tma_maps = k.info.tma_maps  # plan_tma's TMA descriptors the host passes after the other arguments
         # tiles kept in shared memory for the whole kernel (matmul operands read in every loop iteration)
         self.resident = dict(getattr(k.info, "resident", {}) or {})
         base = getattr(k.info, "resident_bytes", 0)

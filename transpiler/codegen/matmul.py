@@ -14,9 +14,8 @@ from __future__ import annotations
 from .. import ast as A
 from ..exprs import unparse, unparse_stmt, untransposed
 from ..layout import Fragment, Layout
-from ..passes.infer_memory import stream_source
+from ..passes.plan_tma import main_box
 from ..passes.plan_matmul import SWIZZLE_ELEMS, MatmulPlan, has_tile, mma_stage
-from ..spec import TmaMap
 from ..targets import MATMUL_PAD
 from ..types import DType
 from .c import storage
@@ -25,36 +24,6 @@ from .env import macros, template
 PTX_TYPE = {DType.BF16: "bf16", DType.F16: "f16"}
 PRODUCER_REGS = 40
 REGISTER_FILE = 65536
-
-
-def kernel_tma_maps(k) -> tuple[TmaMap, ...]:
-    """The TMA descriptors kernel `k`'s wgmma loops read, in parameter order (one per tensor and box)."""
-    from ..passes.base import Walker
-
-    found: list[tuple[str, int, tuple]] = []
-
-    class _Find(Walker):
-        def on_For(self, s):
-            if s.plan is not None and s.plan.strategy == "wgmma":
-                p = s.plan
-                a = p.products[0].a
-                found.append((a.tensor, p.bm, main_box(a, p.bm)))
-                for prod in p.products:
-                    rows = p.bn if prod.b.kmajor else p.bk
-                    found.append((prod.b.tensor, rows, main_box(prod.b, rows)))
-            for t in getattr(s, "stream", ()) or ():  # a streamed loop's TMA-filled ring: an N-D map per tile
-                if t.tma_box:
-                    found.append((stream_source(_assigned(s, t.name)).base.id, t.rows, t.tma_box))
-
-    _Find().walk(k.body)
-    unique = list(dict.fromkeys(found))
-    return tuple(TmaMap(f"tx_map{i}", t, rows, SWIZZLE_ELEMS, box) for i, (t, rows, box) in enumerate(unique))
-
-
-def main_box(op, rows: int) -> tuple:
-    """The box of a main-loop operand's N-D tensor map, innermost first: () for a rank-2 tensor (its 2-D map
-    of [rows, 64] boxes), else [64, rows] on the last two axes and 1 on each batch axis."""
-    return (SWIZZLE_ELEMS, rows) + (1,) * len(op.batch) if op.batch else ()
 
 
 def operand_matrix(em, op) -> dict:
@@ -89,10 +58,6 @@ def main_coords(em, op, inner: str, outer: str) -> str:
     if empty:
         outer = f"({' && '.join(empty)}) ? (int)({outer}) : -256"
     return ", ".join([inner, outer] + [f"(int)({em.scalar(i)})" for i in reversed(op.batch)])
-
-
-def _assigned(loop, name: str):
-    return next(st.value for st in loop.body.stmts if isinstance(st, A.Assign) and st.name == name)
 
 
 def wgmma_wrapper(n: int, dt, tnsp_b: bool, parts: int = 1, a_regs: bool = False) -> tuple[str, str]:

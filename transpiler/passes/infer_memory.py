@@ -26,6 +26,7 @@ from .budget_smem import SMEM_POLICY, Attempt, check_budget, fits, next_attempt,
 from .choose_threads import LaunchConfig, min_blocks
 from .memory_info import SWIZZLE_ALIGN, KernelMemory, SmemUse, StreamTile, round_up  # noqa: F401 (StreamTile: For.stream)
 from .place_resident import place_resident
+from .plan_tma import kernel_tma_maps
 from .plan_streams import plan_streams, stream_source  # noqa: F401 (stream_source: read by codegen)
 
 
@@ -88,4 +89,5 @@ def _plan(mem: LayoutAssigner) -> A.Kernel:
     info = KernelMemory(mem.T, smem, mem.limit, resident_uses + mem.uses, dict(mem.vars), producers,
                         mem.resident, base, min_blocks(k, mem.launch.launch_threads),
                         frozenset(mem.swizzled_resident), align, *mem.mbar)
-    return replace(k, where=where, grid=grid, body=body, info=info)
+    out = replace(k, where=where, grid=grid, body=body, info=info)
+    return replace(out, info=replace(info, tma_maps=kernel_tma_maps(out)))  # read by launchspec and codegen
