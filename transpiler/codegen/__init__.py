@@ -70,7 +70,7 @@ def generate(program: A.Program, options, specs: dict, host: bool = False) -> tu
     for k in program.kernels:
         em = Emitter(k, source_name)
         em.setup()
-        em.block(k.body)
+        em.body()
         helpers |= em.helpers
         functions.update(em.functions)
         if _uses_fp8(k):

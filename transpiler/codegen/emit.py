@@ -17,7 +17,7 @@ from ..passes.infer_dtypes import operand_dtype
 from ..passes.infer_memory import stream_source
 from ..types import DType
 from .access import GlobalAccess
-from .c import C_BINOP, ROUND, flit, reg, rounded_scalar, storage
+from .c import C_BINOP, ROUND, barrier, flit, reg, rounded_scalar, storage
 from .matmul import MatmulEmission
 from .reduce import Reductions, is_reduction
 
@@ -39,7 +39,10 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         self.helpers: set[str] = {"tilex_types.cuh"}
         self.tensors = {p.name: p for p in k.params if p.type.dims is not None}
         self.arrays: dict[str, Layout] = {}  # tile variables -> layout
-        self.barrier = "__syncthreads();"  # a named barrier of the consumer warps once producers have left
+        # the barrier of the statement being emitted (plan_barriers: a named barrier of the consumer warps once
+        # the producers have left)
+        self.sync = k.info.sync
+        self.barrier = barrier(self.sync.start) if self.sync is not None else None
         self.functions: dict[str, str] = {}  # per-kernel device functions (wgmma wrappers), by name
         self.tma_maps = k.info.tma_maps  # plan_tma's TMA descriptors the host passes after the other arguments
         # tiles kept in shared memory for the whole kernel (matmul operands read in every loop iteration)
@@ -97,6 +100,14 @@ class Emitter(GlobalAccess, Reductions, MatmulEmission):
         return str(d.value) if isinstance(d, A.IntLit) else d.id
 
     # ---- statements
+    def body(self) -> None:
+        """The kernel's body: each top-level statement with the barrier plan_barriers chose for it."""
+        self.declared.append(set())
+        for s, b in zip(self.k.body.stmts, self.sync.stmts, strict=True):
+            self.barrier = barrier(b)
+            self.stmt(s)
+        self.declared.pop()
+
     def block(self, b: A.Block) -> None:
         self.declared.append(set())
         for s in b.stmts:

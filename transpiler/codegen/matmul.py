@@ -187,8 +187,6 @@ class MatmulEmission:
         text = template(f"matmul_{plan.strategy}.j2").render(barrier=self.barrier, c=ctx, **ctx)
         for line in text.rstrip().splitlines():
             self.emit(line)
-        if plan.strategy == "wgmma":
-            self.barrier = f'asm volatile("bar.sync 1, {plan.consumers};" ::: "memory");'
 
     def persistent_loop(self, outer: A.For, inner: A.For) -> None:
         """A top-level tile loop around a wgmma main loop (a persistent kernel): the producer warpgroup
@@ -241,7 +239,6 @@ class MatmulEmission:
         self.emit("}")
         self.emit(f"tilex_setmaxnreg_inc<{c['consumer_regs']}>();")
         self.emit("int tx_it = 0;  // ring position, across tiles")
-        self.barrier = f'asm volatile("bar.sync 1, {plan.consumers};" ::: "memory");'
         self.emit(header)
         self.depth += 1
         self.declared.append({outer.var})
