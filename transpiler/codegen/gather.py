@@ -6,6 +6,7 @@ from ..exprs import unparse
 from ..types import DType
 from .c import storage
 from .context import KernelFacts
+from .env import macros
 from .writer import Writer
 
 
@@ -88,38 +89,21 @@ class GatherEmitter:
                     out.emit(f"const long long {iv} = (long long)({self.expr.scalar(item)});")
                     uni_oks.append(f"(unsigned long long){iv} < (unsigned long long){dim}")
                     uni_terms.append(f"{iv} * {st}")
-            out.emit(f"const long long tx_c0 = (long long)({c0});")
-            if uni_oks:
-                out.emit(f"const bool tx_uok = {' && '.join(uni_oks)};")
-                out.emit(f"const long long tx_u = tx_uok ? {' + '.join(uni_terms)} : 0;")
             ok = " && ".join((["tx_uok"] if uni_oks else []) + row_oks)
             off = " + ".join(row_terms + (["tx_u"] if uni_oks else []))
-            addr = lambda n: f"reinterpret_cast<unsigned long long>({n})"  # noqa: E731
-            out.emit(f"const bool tx_whole = tx_c0 >= 0 && (tx_c0 & 7) == 0 && tx_c0 + {t0.cols} <= (long long){ncols} "
-                      f"&& ({ncols}) % 8 == 0 && (({' | '.join(addr(n) for n in names)}) & 15ull) == 0"
-                      + "".join(f" && (unsigned long long){st} * {size} <= 0xffffffffull" for _, st in small) + ";")
+            addrs = [f"reinterpret_cast<unsigned long long>({n})" for n in names]
             smem = lambda t, dst: (f"reinterpret_cast<{S}*>({dst}) + ({layout.coord(0, 'tx_s')}) * {t.ld} "  # noqa: E731
                                    f"+ ({layout.coord(1, 'tx_s')})")
             row = " ".join(row_lines) + f" const bool tx_ok = {ok};"
             col = f"const long long tx_col = tx_c0 + ({layout.coord(1, 'tx_s')});"
-            with out.block("if (tx_whole) {  // each chunk one cp.async (zero-filled, reading nothing, for a row outside the tensor)", None):
-                # byte addresses: the first tensor's, the row's uniform part included; the others' at a fixed distance.
-                # The distance is an unsigned 64-bit difference of addresses (exact modulo 2**64, no pointer arithmetic
-                # across allocations), and it is the same for every row because the gather key requires identical dims
-                # and the tensors are contiguous, so their strides are equal
-                out.emit(f"const unsigned long long tx_a0 = {addr(names[0])} + (unsigned long long)({'tx_u + ' if uni_oks else ''}"
-                          f"tx_c0) * {size};")
-                for k, n in enumerate(names[1:], 1):
-                    out.emit(f"const unsigned long long tx_d{k} = {addr(n)} - {addr(names[0])};")
-                if small:
-                    out.emit(f"const unsigned {', '.join(f'{bs} = (unsigned)({st} * {size})' for bs, st in small)};")
-                fast = [f"tilex_cp_async16_or_zero({smem(t, d)}, reinterpret_cast<const void*>(tx_a{f' + tx_d{k}' if k else ''}), tx_ok);"
-                        for k, (t, d) in enumerate(zip(ts, dsts))]
-                acc = f"tx_a0 + (unsigned long long)({layout.coord(1, 'tx_s')}) * {size}"
-                for w in reversed(wide):
-                    acc = w(acc)
-                out.unrolled(layout.slots, f"{row} const unsigned long long tx_a = {acc}; " + " ".join(fast), step=vec)
-            with out.block("} else {  // chunks past the row's end or unaligned: element by element"):
-                slow = [f"tilex_gather_chunk16<{S}>({smem(t, d)}, {n}, tx_ok ? {off} + tx_col : 0, tx_ok, tx_col, (long long){ncols});"
-                        for t, d, n in zip(ts, dsts, names)]
-                out.unrolled(layout.slots, f"{row} {col} " + " ".join(slow), step=vec)
+            fast = [f"tilex_cp_async16_or_zero({smem(t, d)}, reinterpret_cast<const void*>(tx_a{f' + tx_d{k}' if k else ''}), tx_ok);"
+                    for k, (t, d) in enumerate(zip(ts, dsts))]
+            acc = f"tx_a0 + (unsigned long long)({layout.coord(1, 'tx_s')}) * {size}"
+            for w in reversed(wide):
+                acc = w(acc)
+            slow = [f"tilex_gather_chunk16<{S}>({smem(t, d)}, {n}, tx_ok ? {off} + tx_col : 0, tx_ok, tx_col, (long long){ncols});"
+                    for t, d, n in zip(ts, dsts, names)]
+            out.text(macros("gather.j2").copy_rows(dict(
+                c0=c0, uni_oks=uni_oks, uni_terms=uni_terms, cols=t0.cols, ncols=ncols, addrs=addrs, small=small,
+                size=size, slots=layout.slots, vec=vec,
+                fast=f"{row} const unsigned long long tx_a = {acc}; " + " ".join(fast), slow=f"{row} {col} " + " ".join(slow))))

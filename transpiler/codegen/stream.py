@@ -15,18 +15,27 @@ from ..exprs import unparse_stmt
 from ..passes.plan_tma import stream_source
 from .c import reg, storage
 from .context import KernelFacts, Scope
+from .env import macros
 from .writer import Writer
 
 
 @dataclass(frozen=True)
 class Ring:
-    """One streamed loop's ring, as emission needs it."""
+    """One streamed loop's ring, as its template (templates/stream_ring.j2) needs it."""
     loop: A.For
     S: int  # stages used (the loop's `stages`, or fewer when the ring did not fit)
     loads: dict  # tile name -> its tensor load
     tma: bool  # filled by TMA (else cp.async)
     wgmma: bool  # its products run as wgmma
     one_body: bool  # the body emitted once (tx_stage a register), else once per stage
+    start: str  # the loop's bounds and step (C expressions, read once)
+    stop: str
+    step: str
+    barrier: str  # the statement's barrier (plan_barriers)
+
+    @property
+    def var(self) -> str:
+        return self.loop.var
 
     def at(self, t, stage: int | str) -> str:
         """The byte address of streamed tile `t`'s stage `stage` (a constant or a C expression)."""
@@ -37,7 +46,8 @@ class Ring:
 
 class StreamEmitter:
     """`streamed_loop` and its copies; index expressions from `expr`, subscripts from `access`, gathered
-    copies from `gather` (a GatherEmitter), the body's statements from `stmt` (the Emitter's)."""
+    copies from `gather` (a GatherEmitter), the body's statements from `stmt` (the Emitter's). The ring's
+    skeleton is templates/stream_ring.j2, which calls back `copy` and `body` for the parts made of IR."""
 
     def __init__(self, facts: KernelFacts, out: Writer, scope: Scope, expr, access, gather, stmt):
         self.facts, self.out, self.scope = facts, out, scope
@@ -60,12 +70,19 @@ class StreamEmitter:
 
         TMA (sm_90a, every tile of a wgmma loop qualifies: plan_tma.tma_obstacle): thread 0 issues each
         iteration's boxes S - 1 iterations ahead, they complete on the stage's mbarrier (tx_bars, set up at
-        kernel start), and every thread waits on it; tx_phase bit s is the parity of stage s's next fill."""
+        kernel start), and every thread waits on it; tx_phase bit s is the parity of stage s's next fill.
+        A TMA stage is refilled only after the barrier that follows every thread's last read of it (each
+        product waits for its wgmmas), so one thread may overwrite it; TMA writes and wgmma reads are both
+        async-proxy accesses, so they need no proxy fence. With two stages a barrier orders the shared
+        memory written before the loop (the resident tiles, fenced for wgmma) before the first iteration.
+        The bounds are read once (as range() does: the body may change what they were computed from), in
+        64 bits: the copies S - 1 steps ahead and the loop's stride of S steps never wrap around."""
         out = self.out
         S = s.stream[0].stages
         ring = Ring(s, S, {st.name: stream_source(st.value) for st in s.body.stmts if isinstance(st, A.Assign)},
                     tma=bool(s.stream) and all(t.tma_box for t in s.stream),
-                    wgmma=s.mma is not None and s.mma.strategy == "wgmma", one_body=has_product(s.body))
+                    wgmma=s.mma is not None and s.mma.strategy == "wgmma", one_body=has_product(s.body),
+                    start=start, stop=stop, step=step, barrier=self.scope.barrier)
         names = [t.name for t in s.stream]
         out.need("tilex_mma.cuh")
         fewer = f", {S} used: the ring did not fit" if S != s.stages else ""
@@ -80,59 +97,13 @@ class StreamEmitter:
             out.need("tilex_sm90.cuh")
             swz = [t.name for t in s.stream if t.swizzled]
             out.emit(f"// tensor cores: wgmma (sm_90a) on {', '.join(swz)} in 128-byte swizzled rows, one warpgroup per 64 rows")
-        barrier = self.scope.barrier
-        with out.block():
-            # the bounds are read once (as range() does): the body may change what they were computed from
-            # in 64 bits: the copies S - 1 steps ahead and the loop's stride of S steps never wrap around
-            out.emit(f"const long long tx_lo = {start}, tx_hi = {stop}, tx_step = {step};")
-            for stage in range(S - 1):
-                self.copy(ring, stage, "tx_lo" + (f" + {stage} * tx_step" if stage else ""))
-            # A TMA stage is refilled only after the barrier that follows every thread's last read of it (each
-            # product waits for its wgmmas), so one thread may overwrite it; TMA writes and wgmma reads are both
-            # async-proxy accesses, so they need no proxy fence. This barrier orders the shared memory written
-            # before the loop (the resident tiles, fenced for wgmma) before the first iteration, which has none.
-            if ring.tma and S == 2:
-                out.emit(barrier + "  // what was written before the loop is visible to every thread")
-            if ring.one_body:
-                out.emit("int tx_stage = 0;")
-                with out.block("for (long long tx_cur = tx_lo; tx_cur < tx_hi; tx_cur += tx_step) {"):
-                    # the stage S - 1 iterations ahead is the one before this
-                    self.iteration(ring, "tx_stage", "tx_stage ^ 1" if S == 2 else f"(tx_stage == 0 ? {S - 1} : tx_stage - 1)")
-                    out.emit(f"tx_stage = tx_stage == {S - 1} ? 0 : tx_stage + 1;")
-            else:
-                with out.block(f"for (long long tx_it = tx_lo; tx_it < tx_hi; tx_it += {S} * tx_step) {{"):
-                    for stage in range(S):
-                        if stage:
-                            out.emit(f"if (tx_it + {stage} * tx_step >= tx_hi) break;")
-                        with out.block():
-                            out.emit(f"const long long tx_cur = tx_it{f' + {stage} * tx_step' if stage else ''};")
-                            self.iteration(ring, stage, (stage + S - 1) % S)
-            if not ring.tma:  # every TMA copy issued was waited for by its iteration
-                out.emit("tilex_cp_async_wait<0>();")
-            if S > 2:
-                out.emit(barrier + "  // the ring's memory is free for what follows")
+        out.text(_ring_macros().ring(ring, lambda stage, ahead: self.copy(ring, stage, ahead),
+                              lambda stage: out.capture(self.body, ring, stage)))
 
-    def iteration(self, ring: Ring, stage: int | str, next_stage: int | str) -> None:
-        """One iteration at `stage` (tx_cur), refilling `next_stage` (S - 1 iterations ahead)."""
-        out, s, S, barrier = self.out, ring.loop, ring.S, self.scope.barrier
-        # two stages: the next copy goes out first, and the body's trailing barrier frees this stage;
-        # more: this iteration's tiles are waited for, a barrier frees the previous stage, then its refill
-        if S == 2:
-            self.copy(ring, next_stage, "tx_cur + tx_step")
-        if ring.tma:  # the mbarrier wait makes the stage visible to every thread
-            out.emit(f"tilex_mbar_wait(tx_bars + {stage}, (tx_phase >> {stage}) & 1u);  // this iteration's tiles have landed")
-            out.emit(f"tx_phase ^= 1u << {stage};")
-            if S > 2:
-                out.emit(barrier + "  // the previous iteration is done with its stage (wgmma waited)")
-        else:
-            out.emit(f"tilex_cp_async_wait<{1 if S == 2 else S - 2}>();  // this iteration's tiles have landed")
-            if ring.wgmma:
-                out.emit("tilex_fence_async_smem();  // visible to wgmma (the async proxy) after the barrier")
-            out.emit(barrier + ("  // for every thread" if S == 2 else
-                                "  // for every thread, and the previous iteration is done with its stage"))
-        if S > 2:
-            self.copy(ring, next_stage, f"tx_cur + {S - 1} * tx_step")
-        out.emit(f"const int {s.var} = (int)tx_cur;")
+    def body(self, ring: Ring, stage: int | str) -> None:
+        """The loop's statements with its tiles at `stage`: the streamed ones are in shared memory already
+        (or read from there into registers), the others as usual."""
+        out, s = self.out, ring.loop
         tiles = {t.name: t for t in s.stream}
         wgmma = frozenset(t.name for t in s.stream if t.swizzled) if ring.wgmma else frozenset()
         with self.scope.streamed({t.name: (ring.at(t, stage), t.ld) for t in s.stream}, wgmma), self.scope.names(s.var):
@@ -146,34 +117,29 @@ class StreamEmitter:
                         out.emit(f"// {self.facts.file}:{st.span.line}  {unparse_stmt(st)}  (streamed above)")
                     continue
                 self.stmt(st)
-        if S == 2:
-            out.emit(barrier + "  // every thread is done with this stage before it is refilled")
 
-    def copy(self, ring: Ring, stage: int | str, ahead: str) -> None:
-        """Iteration `ahead`'s tiles into `stage`, if it is one of the loop's: by cp.async (one commit group
-        either way), or by TMA from thread 0."""
-        out, s = self.out, ring.loop
+    def copy(self, ring: Ring, stage: int | str, ahead: str) -> str:
+        """The lines copying iteration `ahead`'s tiles into `stage`: by cp.async, or by TMA from thread 0."""
+        s, out = ring.loop, self.out
         if ring.tma:
-            with out.block(f"if (threadIdx.x == 0 && {ahead} < tx_hi) {{"):
-                out.emit(f"const int {s.var} = (int)({ahead});")
-                bar = f"tx_bars + ({stage})"
-                tx_bytes = sum(t.rows * t.cols * 2 for t in s.stream)
-                out.emit(f"tilex_mbar_expect_tx({bar}, {tx_bytes});  // every box's bytes, zeros outside the tensor included")
-                for t in s.stream:
-                    self.stream_tma(ring.loads[t.name], t, ring.at(t, stage), bar)
-            return
-        with out.block(f"if ({ahead} < tx_hi) {{"):
-            out.emit(f"const int {s.var} = (int)({ahead});")
-            done = set()
-            for t in s.stream:
-                if t.gather is None:
-                    self.stream_copy(ring.loads[t.name], t, ring.at(t, stage))
-                elif t.name not in done:  # with the gathers of the same rows of the same geometry
-                    group = [u for u in s.stream if u.gather is not None and u.name not in done
-                             and self.gather.gather_key(u) == self.gather.gather_key(t)]
-                    done |= {u.name for u in group}
-                    self.gather.gather_copy(group, [ring.at(u, stage) for u in group])
-        out.emit("tilex_cp_async_commit();")
+            bar = f"tx_bars + ({stage})"
+            tx_bytes = sum(t.rows * t.cols * 2 for t in s.stream)
+            tiles = out.capture(lambda: [self.stream_tma(ring.loads[t.name], t, ring.at(t, stage), bar) for t in s.stream])
+            return str(_ring_macros().tma_copy(s.var, ahead, bar, tx_bytes, tiles))
+        return str(_ring_macros().cp_async_copy(s.var, ahead, out.capture(self.cp_async_tiles, ring, stage)))
+
+    def cp_async_tiles(self, ring: Ring, stage: int | str) -> None:
+        """cp.async of each tile into `stage`; the gathered ones with those of the same rows and geometry."""
+        s = ring.loop
+        done = set()
+        for t in s.stream:
+            if t.gather is None:
+                self.stream_copy(ring.loads[t.name], t, ring.at(t, stage))
+            elif t.name not in done:  # with the gathers of the same rows of the same geometry
+                group = [u for u in s.stream if u.gather is not None and u.name not in done
+                         and self.gather.gather_key(u) == self.gather.gather_key(t)]
+                done |= {u.name for u in group}
+                self.gather.gather_copy(group, [ring.at(u, stage) for u in group])
 
     def stream_read(self, st: A.Assign, t, src: str) -> None:
         """Declare the register tile `st.name` and fill it, in its layout, from its stage in shared
@@ -263,3 +229,7 @@ class StreamEmitter:
         out.emit("  tilex_mbar_fence_init();")
         out.emit("}")
         out.emit(self.scope.barrier)
+
+
+def _ring_macros():
+    return macros("stream_ring.j2")

@@ -43,6 +43,17 @@ class Writer:
         if tail is not None:
             self.emit(tail)
 
+    def capture(self, fn, *args) -> str:
+        """The lines `fn(*args)` emits, unindented, as text (for a template to place) instead of into `lines`.
+        Fresh names, helpers and functions are recorded as usual, in the order the template calls."""
+        lines, depth = self.lines, self.depth
+        self.lines, self.depth = [], 0
+        try:
+            fn(*args)
+            return "\n".join(self.lines)
+        finally:
+            self.lines, self.depth = lines, depth
+
     def fresh(self, prefix: str) -> str:
         self.tmp += 1
         return f"{prefix}{self.tmp}"
