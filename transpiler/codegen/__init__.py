@@ -1,9 +1,9 @@
 """Codegen: the annotated IR -> one self-contained .cu file (and an optional host launcher).
 
-The Jinja templates in `tilex/templates` hold the file and kernel skeletons; `emit.py`
-turns each kernel body into lines; the device helpers (`*.cuh`) a kernel uses are
-inlined, so the output includes no tilex file. Output is deterministic: same input,
-same options, same bytes.
+The Jinja templates in `tilex/templates` hold the file and kernel skeletons; `emit.Emitter` (composing
+the parts in expr.py, access.py, reduce.py, products.py, matmul.py, stream.py, gather.py) turns each
+kernel body into lines; the device helpers (`*.cuh`) a kernel uses are inlined, so the output includes
+no tilex file. Output is deterministic: same input, same options, same bytes.
 """
 from __future__ import annotations
 

@@ -181,7 +181,7 @@ class MainLoopEmitter:
         self.facts, self.out, self.scope, self.expr, self.stmt = facts, out, scope, expr, stmt
 
     def planned_loop(self, s: A.For) -> None:
-        """A tensor-core main loop, from its template (see codegen/matmul.py)."""
+        """A tensor-core main loop, from its template (matmul_mma.j2 or matmul_wgmma.j2)."""
         plan = s.plan
         if plan.strategy == "wgmma":
             ctx = render_wgmma(self, s, plan)
