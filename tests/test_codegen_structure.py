@@ -188,3 +188,12 @@ def test_tma_maps_are_computed_once_and_shared(path):
         assert codegen.emit.Emitter(k, "x.tile").tma_maps is k.info.tma_maps
         for m in k.info.tma_maps:
             assert f"const __grid_constant__ tilex_tmap {m.param}" in t.cuda
+
+
+def test_dump_after_plan_barriers_shows_the_plan():
+    from tilex.explain import dump_ir
+
+    text = dump_ir(compile_program(COLSUM, "k.tile", Options(arch="sm_90a"), stop_after="plan_barriers"))
+    assert "  barriers: __syncthreads from line 5; bar.sync 1, 256 from line 11\n" in text
+    before = dump_ir(compile_program(COLSUM, "k.tile", Options(arch="sm_90a"), stop_after="infer_memory"))
+    assert "barriers:" not in before
