@@ -98,6 +98,8 @@ class Emitter:
     # ---- statements
     def body(self) -> None:
         """The kernel's body: each top-level statement with the barrier plan_barriers chose for it."""
+        if self.sync is None:
+            raise AssertionError(f"internal: codegen of kernel '{self.k.name}' needs plan_barriers' SyncPlan")
         with self.scope.names():
             for s, b in zip(self.k.body.stmts, self.sync.stmts, strict=True):
                 self.scope.barrier = barrier(b)
