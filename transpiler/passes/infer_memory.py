@@ -20,14 +20,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ast as A
-from .assign_layouts import LayoutAssigner, register_a  # noqa: F401 (register_a: read by codegen)
+from .assign_layouts import LayoutAssigner
 from .base import fail
 from .budget_smem import SMEM_POLICY, Attempt, check_budget, fits, next_attempt, ring_what
 from .choose_threads import LaunchConfig, min_blocks
 from .memory_info import SWIZZLE_ALIGN, KernelMemory, SmemUse, StreamTile, round_up  # noqa: F401 (StreamTile: For.stream)
 from .place_resident import place_resident
 from .plan_tma import kernel_tma_maps
-from .plan_streams import plan_streams, stream_source  # noqa: F401 (stream_source: read by codegen)
+from .plan_streams import plan_streams
 
 
 def infer_memory(program: A.Program, arch: str = "sm_90a", policy: tuple = SMEM_POLICY) -> A.Program:

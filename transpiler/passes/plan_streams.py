@@ -19,7 +19,7 @@ from ..types import DType
 from ..exprs import untransposed
 from .base import Rewriter, Walker, name_nodes, names_in, stored_tensors
 from .memory_info import SWIZZLE_ALIGN, SmemUse, StreamTile, round_up
-from .plan_tma import plan_tma, stream_source  # noqa: F401 (stream_source: re-exported)
+from .plan_tma import plan_tma, stream_source
 from .stream_hazards import assigned, assigned_count, local_to, nested_loops, outside_loops, rows_ahead_disjoint
 
 
