@@ -155,7 +155,7 @@ def test_batched_needs_the_pitch_for_tma():
 def test_tma_maps_of_batched_operands():
     """A batched operand gets an N-D map of the whole tensor, box [64, rows, 1...] innermost first; a rank-2
     operand keeps its 2-D map (no box)."""
-    from tilex.codegen.matmul import kernel_tma_maps
+    from tilex.passes.plan_tma import kernel_tma_maps
 
     maps = {(m.tensor, m.box_rows): m.box for m in kernel_tma_maps(kernel(KERNELS, "bmm_kn"))}
     assert maps == {("a", 128): (64, 128, 1), ("b", 64): (64, 64, 1)}

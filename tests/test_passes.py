@@ -94,7 +94,7 @@ def test_examples_compile_for_both_archs(path, arch):
 
 def test_pass_names():
     assert PASS_NAMES == ["parse", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "choose_threads",
-                          "infer_memory"]
+                          "infer_memory", "plan_barriers"]
 
 
 # ---------------------------------------------------------------- resolve_names

@@ -156,6 +156,12 @@ def dump_ir(program: A.Program) -> str:
                      if _get(info, name) is not None]
             if items:
                 out.append("  info: " + ", ".join(items))
+            sync = _get(info, "sync")  # plan_barriers: the barrier of each top-level statement
+            if sync is not None:
+                runs = [(s, b) for i, (s, b) in enumerate(zip(k.body.stmts, sync.stmts)) if i == 0 or b != sync.stmts[i - 1]]
+                out.append("  barriers: " + "; ".join(
+                    ("__syncthreads" if b.threads is None else f"bar.sync {b.id}, {b.threads}") + f" from line {s.span.line}"
+                    for s, b in runs))
         _dump_block(k.body, 1, out)
     return "\n".join(out) + "\n"
 

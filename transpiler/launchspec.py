@@ -5,7 +5,6 @@ from functools import lru_cache
 
 from . import ast as A
 from .exprs import to_python, unparse
-from .codegen.matmul import kernel_tma_maps
 from .spec import ConstraintSpec, KernelSpec, ParamSpec
 
 
@@ -42,5 +41,5 @@ def make_spec(k: A.Kernel, source_text: str | None = None) -> KernelSpec:
         defines=k.defines,
         source_file=k.span.file,
         line=k.span.line,
-        tma=kernel_tma_maps(k),
+        tma=getattr(info, "tma_maps", ()),  # plan_tma's, stored by infer_memory
     )

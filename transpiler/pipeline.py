@@ -18,6 +18,7 @@ from .passes.choose_threads import choose_threads
 from .passes.infer_dtypes import infer_dtypes
 from .passes.infer_memory import infer_memory
 from .passes.infer_shapes import infer_shapes
+from .passes.plan_barriers import plan_barriers
 from .passes.plan_matmul import plan_matmul
 from .passes.resolve_names import resolve_names
 from .targets import DEFAULT_ARCH, Target, target
@@ -59,6 +60,7 @@ PASSES: list[tuple[str, Callable]] = [
     ("plan_matmul", lambda p, o: plan_matmul(p, o.target.arch)),
     ("choose_threads", lambda p, o: choose_threads(p)),
     ("infer_memory", lambda p, o: infer_memory(p, o.target, SMEM_POLICY)),
+    ("plan_barriers", lambda p, o: plan_barriers(p)),
 ]
 
 PASS_NAMES = ["parse"] + [n for n, _ in PASSES]

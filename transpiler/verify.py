@@ -2,7 +2,7 @@
 
 After infer_dtypes every expression has a dtype; after infer_shapes every value has a
 static shape (tensors: symbolic dims); after infer_memory every tile has a memory space
-and a layout, and every scalar is uniform.
+and a layout, and every scalar is uniform; after plan_barriers every top-level statement has its barrier.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .passes.base import Walker
 from .types import TyWhat
 
 _ORDER = ["parse", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "choose_threads",
-          "infer_memory"]
+          "infer_memory", "plan_barriers"]
 
 
 class IRInvariantError(AssertionError):
@@ -21,6 +21,8 @@ class IRInvariantError(AssertionError):
 def verify(program: A.Program, after: str) -> None:
     stage = _ORDER.index(after)
     for k in program.kernels:
+        if stage >= _ORDER.index("plan_barriers") and len(getattr(k.info.sync, "stmts", ())) != len(k.body.stmts):
+            raise IRInvariantError(f"after {after}: kernel '{k.name}' has no barrier for each top-level statement")
         _Check(stage, after, k.name).walk(k.body)
         for e in k.where + k.grid:
             _Check(stage, after, k.name).walk(e)

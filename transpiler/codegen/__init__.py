@@ -1,18 +1,14 @@
 """Codegen: the annotated IR -> one self-contained .cu file (and an optional host launcher).
 
-The Jinja templates in `tilex/templates` hold the file and kernel skeletons; `emit.py`
-turns each kernel body into lines; the device helpers (`*.cuh`) a kernel uses are
-inlined, so the output includes no tilex file. Output is deterministic: same input,
-same options, same bytes.
+The Jinja templates in `tilex/templates` hold the file and kernel skeletons; `emit.Emitter` (composing
+the parts in expr.py, access.py, reduce.py, products.py, matmul.py, stream.py, gather.py) turns each
+kernel body into lines; the device helpers (`*.cuh`) a kernel uses are inlined, so the output includes
+no tilex file. Output is deterministic: same input, same options, same bytes.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-from functools import lru_cache
-from importlib import resources
-
-import jinja2
 
 from ..version import __version__
 from .. import ast as A
@@ -20,22 +16,12 @@ from ..exprs import to_c
 from ..types import DType
 from .c import rounded_scalar
 from .emit import Emitter, reg
+from .env import helper as _helper, template
 
 # helper files in the order they must appear (later ones use earlier ones)
 HELPER_ORDER = ["tilex_types.cuh", "tilex_fp8.cuh", "tilex_math.cuh", "tilex_reduce.cuh", "tilex_mem.cuh",
                 "tilex_mma.cuh", "tilex_gather.cuh", "tilex_stream.cuh", "tilex_sm90.cuh",
                 "tilex_tma.cuh"]
-
-
-@lru_cache(maxsize=None)
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FunctionLoader(lambda name: resources.files("tilex.templates").joinpath(name).read_text()),
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=False, lstrip_blocks=False)
-
-
-def _helper(name: str) -> str:
-    return resources.files("tilex.templates").joinpath(name).read_text().rstrip()
 
 
 def _uses_fp8(k: A.Kernel) -> bool:
@@ -84,7 +70,7 @@ def generate(program: A.Program, options, specs: dict, host: bool = False) -> tu
     for k in program.kernels:
         em = Emitter(k, source_name)
         em.setup()
-        em.block(k.body)
+        em.body()
         helpers |= em.helpers
         functions.update(em.functions)
         if _uses_fp8(k):
@@ -100,7 +86,7 @@ def generate(program: A.Program, options, specs: dict, host: bool = False) -> tu
         ))
     ctx = dict(version=__version__, source_name=source_name, source_hash=source_hash, kernels=kernels,
                helpers=[_helper(h) for h in HELPER_ORDER if h in helpers] + [functions[f] for f in sorted(functions)])
-    cuda = _env().get_template("kernel.cu.j2").render(**ctx)
+    cuda = template("kernel.cu.j2").render(**ctx)
     host_code = _host(program, specs, ctx) if host else None
     return cuda, host_code
 
@@ -134,7 +120,7 @@ def _host(program: A.Program, specs: dict, ctx: dict) -> str:
             tma=tma, min_blocks=_min_blocks(k),
             host_params=host_params, call_args=call_args, constraints=cons, grid_c=grid,
         ))
-    return _env().get_template("host.cu.j2").render(version=ctx["version"], source_name=ctx["source_name"],
+    return template("host.cu.j2").render(version=ctx["version"], source_name=ctx["source_name"],
                                                     uses_tma=any(k["tma"] for k in kernels),
                                                     uses_tma_nd=any(m["box"] for k in kernels for m in k["tma"]),
                                                     source_hash=ctx["source_hash"], kernels=kernels)

@@ -4,10 +4,17 @@ from __future__ import annotations
 from .. import ast as A
 from ..layout import Fragment, Layout
 from .c import reg, storage
+from .context import KernelFacts
+from .writer import Writer
 
 
-class GlobalAccess:
-    """Emitter methods for tensor subscripts (mixed into `emit.Emitter`)."""
+class AccessEmitter:
+    """Tensor subscripts: addresses of scalar elements, masked (vectorized) tile loads and stores.
+    Reads the kernel's tensors (`facts`); index expressions come from `expr` (an ExprEmitter)."""
+
+    def __init__(self, facts: KernelFacts, out: Writer, expr):
+        self.facts, self.out, self.expr = facts, out, expr
+        self.tensors, self.stride, self.dim = facts.tensors, facts.stride, facts.dim
 
     # ---- global memory: masked, vectorized tile loads and stores
     def index_axes(self, e: A.Index):
@@ -27,7 +34,7 @@ class GlobalAccess:
         name, axes = self.index_axes(e)
         terms, oks = [], []
         for ax, item in axes:
-            i = f"(long long)({self.scalar(item)})"
+            i = f"(long long)({self.expr.scalar(item)})"
             st = self.stride(name, ax)
             terms.append(f"{i} * {st}" if st else i)
             oks.append(f"(unsigned long long){i} < (unsigned long long){self.dim(name, ax)}")
@@ -37,7 +44,7 @@ class GlobalAccess:
         """Emit a masked load of tensor subscript `e` into `arr` (or a store from it)."""
         name, axes = self.index_axes(e)
         dt = e.ty.dtype
-        self.helpers.add("tilex_mem.cuh")
+        self.out.need("tilex_mem.cuh")
         idx_lines, terms, oks = [], [], []
         # index tiles (a gather/scatter) give tile axis 0: each slot reads its row's index in registers
         gathered = any(not isinstance(item, A.Slice) and item.ty.shape for _, item in axes)
@@ -48,9 +55,9 @@ class GlobalAccess:
         for ax, item in axes:
             if not isinstance(item, A.Slice) and item.ty.shape:
                 iv = f"tx_i{ax}"
-                idx_lines.append(f"const long long {iv} = (long long)({self.tile(item, rows)});")
+                idx_lines.append(f"const long long {iv} = (long long)({self.expr.tile(item, rows)});")
             elif isinstance(item, A.Slice):
-                start = self.scalar(item.start) if item.start is not None else "0"
+                start = self.expr.scalar(item.start) if item.start is not None else "0"
                 iv = f"tx_i{ax}"
                 idx_lines.append(f"const long long {iv} = (long long)({start}) + ({layout.coord(tile_axis, 'tx_s')});")
                 if ax == last_tensor_axis and tile_axis == len(layout.dims) - 1:
@@ -58,7 +65,7 @@ class GlobalAccess:
                 tile_axis += 1
             else:
                 iv = f"tx_i{ax}"
-                idx_lines.append(f"const long long {iv} = (long long)({self.scalar(item)});")
+                idx_lines.append(f"const long long {iv} = (long long)({self.expr.scalar(item)});")
             st = self.stride(name, ax)
             terms.append(f"{iv} * {st}" if st else iv)
             if vec_axis is None or vec_axis[1] != ax:
@@ -80,14 +87,14 @@ class GlobalAccess:
                 other = self.other(e)
                 nc = ", false" if self.tensors[name].is_out else ""  # a tensor the kernel writes: no __ldg
                 call = f"tilex_load_chunk<{vec}, {S}, {R}{nc}>(&{arr}[tx_s], {name}, {off}, {first}, {last}, {ok}, ({R})({other}));"
-            self.unrolled(layout.slots, " ".join(idx_lines + [call]), step=vec)
+            self.out.unrolled(layout.slots, " ".join(idx_lines + [call]), step=vec)
             return
         ok_all = " && ".join(oks + ([f"(unsigned long long){vec_axis[0]} < (unsigned long long){self.dim(name, vec_axis[1])}"] if vec_axis else [])) or "true"
         if store:
             body = f"if ({ok_all}) {name}[{off}] = tilex_io<{S}>::put({arr}[tx_s]);"
         else:
             body = f"{arr}[tx_s] = ({ok_all}) ? ({R})tilex_io<{S}>::get({name}[{off}]) : ({R})({self.other(e)});"
-        self.unrolled(layout.slots, " ".join(idx_lines + [body]))
+        self.out.unrolled(layout.slots, " ".join(idx_lines + [body]))
 
     @staticmethod
     def vector_width(layout: Layout) -> int:
@@ -114,7 +121,7 @@ class GlobalAccess:
         blocks = [g for g, (axis, radix, stride) in enumerate(root.regs) if axis == 1 and stride == 8]
         if len(blocks) != 1 or root.regs[blocks[0]][1] % 4:
             return False
-        self.helpers.add("tilex_mma.cuh")
+        self.out.need("tilex_mma.cuh")
         g = blocks[0]
         ps, nb = layout.stride(g), root.regs[g][1]
         iv, ax = vec_axis
@@ -124,11 +131,11 @@ class GlobalAccess:
         call = (f"if ({block} % 4 == 0) {{ const long long tx_c = {chunk}; "
                 f"tilex_store_quad<{ps}, {S}>({name}, {off} + 6 * (long long)(threadIdx.x & 3u), -tx_c, "
                 f"(long long){self.dim(name, ax)} - tx_c, {ok}, &{arr}[tx_s]); }}")
-        self.unrolled(layout.slots, " ".join(idx_lines + [call]), step=2)
+        self.out.unrolled(layout.slots, " ".join(idx_lines + [call]), step=2)
         return True
 
     def other(self, e: A.Index) -> str:
         o = e.kwarg("other")
         if o is None:
             return "0"
-        return self.cast(self.scalar(o), o.ty.dtype, e.ty.dtype)
+        return self.expr.cast(self.expr.scalar(o), o.ty.dtype, e.ty.dtype)

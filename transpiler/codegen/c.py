@@ -38,3 +38,10 @@ def flit(v: float) -> str:
     if "e" not in r and "." not in r:
         r += ".0"
     return r + "f"
+
+
+def barrier(b) -> str:
+    """The C statement of block barrier `b` (passes/plan_barriers.Barrier)."""
+    if b.threads is None:
+        return "__syncthreads();"
+    return f'asm volatile("bar.sync {b.id}, {b.threads};" ::: "memory");'

@@ -6,17 +6,23 @@ from ..builtins import FUNCTIONS
 from ..layout import Layout, flat_index, reduction_plan
 from ..types import numel
 from .c import reg
+from .context import KernelFacts, Scope
+from .writer import Writer
 
 
-class Reductions:
-    """Emitter methods for sum/mean/max/min/argmax/argmin (mixed into `emit.Emitter`)."""
+class ReductionEmitter:
+    """sum/mean/max/min/argmax/argmin of register tiles; the operand from `expr` (an ExprEmitter), the
+    cross-warp combine through the scratch shared memory with the scope's barrier."""
 
-    # ---- reductions
+    def __init__(self, facts: KernelFacts, out: Writer, scope: Scope, expr):
+        self.facts, self.out, self.scope, self.expr = facts, out, scope, expr
+
     def reduction(self, e: A.Call) -> tuple[str, Layout | None]:
-        self.helpers.add("tilex_reduce.cuh")
-        self.helpers.add("tilex_math.cuh")  # integer combines: tilex_wadd, tilex_imax/imin
+        out = self.out
+        out.need("tilex_reduce.cuh")
+        out.need("tilex_math.cuh")  # integer combines: tilex_wadd, tilex_imax/imin
         x = e.args[0]
-        src, have = self.materialize(x)
+        src, have = self.expr.materialize(x)
         func = e.func
         arg = FUNCTIONS[func].kind == "argreduce"
         dt = e.ty.dtype
@@ -32,74 +38,68 @@ class Reductions:
         first = True
         for axis in sorted(axes, reverse=True):
             out_l = layout.reduce(axis, keepdims=keep)
-            name = self.fresh("tx_rd")
-            self.emit(f"{acc_t} {name}[{out_l.slots}];")
-            self.unrolled(out_l.slots, f"{name}[tx_s] = {ident};")
+            name = out.fresh("tx_rd")
+            out.emit(f"{acc_t} {name}[{out_l.slots}];")
+            out.unrolled(out_l.slots, f"{name}[tx_s] = {ident};")
             idx = None
             if arg:
-                idx = self.fresh("tx_ri")
-                self.emit(f"int {idx}[{out_l.slots}];")
-                self.unrolled(out_l.slots, f"{idx}[tx_s] = 0x7fffffff;")
+                idx = out.fresh("tx_ri")
+                out.emit(f"int {idx}[{out_l.slots}];")
+                out.unrolled(out_l.slots, f"{idx}[tx_s] = 0x7fffffff;")
             m = out_l.slot_map(layout, "tx_s")
-            val = f"({acc_t}){cur}[tx_s]" if not (func in ("sum", "mean") and first) else self.cast(f"{cur}[tx_s]", x.ty.dtype, dt)
+            val = f"({acc_t}){cur}[tx_s]" if not (func in ("sum", "mean") and first) else self.expr.cast(f"{cur}[tx_s]", x.ty.dtype, dt)
             if arg:
                 pos = layout.coord(axis, "tx_s") if first else f"{cur_idx}[tx_s]"
-                self.unrolled(layout.slots, f"tilex_{func}_combine({name}[{m}], {idx}[{m}], {val}, {pos});")
+                out.unrolled(layout.slots, f"tilex_{func}_combine({name}[{m}], {idx}[{m}], {val}, {pos});")
             else:
-                self.unrolled(layout.slots, f"{name}[{m}] = {_combine(func, acc_t, f'{name}[{m}]', val)};")
+                out.unrolled(layout.slots, f"{name}[{m}] = {_combine(func, acc_t, f'{name}[{m}]', val)};")
             self.cross_thread(func, acc_t, name, idx, layout, axis, out_l)
             cur, cur_idx, layout, first = name, idx, out_l, False
         result = cur_idx if arg else cur
         if func == "mean":
-            self.unrolled(layout.slots, f"{cur}[tx_s] = {cur}[tx_s] / ({acc_t}){count};")
+            out.unrolled(layout.slots, f"{cur}[tx_s] = {cur}[tx_s] / ({acc_t}){count};")
         if not e.ty.shape:
-            out = self.fresh("tx_red")
-            self.emit(f"const {reg(dt)} {out} = {result}[0];")
-            return out, None
+            red = out.fresh("tx_red")
+            out.emit(f"const {reg(dt)} {red} = {result}[0];")
+            return red, None
         return result, layout
 
     def cross_thread(self, func, acc_t, name, idx, layout: Layout, axis: int, out_l: Layout) -> None:
+        out = self.out
         plan = reduction_plan(layout, axis)
         for off in plan.shuffles:
             if idx is None:
-                self.unrolled(out_l.slots, f"{name}[tx_s] = {_combine(func, acc_t, f'{name}[tx_s]', f'tilex_shfl_xor({name}[tx_s], {off})')};")
+                out.unrolled(out_l.slots, f"{name}[tx_s] = {_combine(func, acc_t, f'{name}[tx_s]', f'tilex_shfl_xor({name}[tx_s], {off})')};")
             else:
-                self.unrolled(out_l.slots, f"tilex_{func}_combine({name}[tx_s], {idx}[tx_s], tilex_shfl_xor({name}[tx_s], {off}), tilex_shfl_xor({idx}[tx_s], {off}));")
+                out.unrolled(out_l.slots, f"tilex_{func}_combine({name}[tx_s], {idx}[tx_s], tilex_shfl_xor({name}[tx_s], {off}), tilex_shfl_xor({idx}[tx_s], {off}));")
         groups = plan.groups
         if groups == 1:
             return
+        out.emit(f"// combine {groups} warps' partial {func}s through shared memory")
+        out.emit(self.scope.barrier)
+        with out.block():
+            self._combine_warps(func, acc_t, name, idx, plan, groups, out_l)
+
+    def _combine_warps(self, func, acc_t, name, idx, plan, groups: int, out_l: Layout) -> None:
+        out = self.out
         outn = max(1, numel(out_l.shape))
         flat = flat_index(out_l, out_l.shape)
-        self.emit(f"// combine {groups} warps' partial {func}s through shared memory")
-        self.emit(self.barrier)
-        self.emit("{")
-        self.depth += 1
-        self.emit(f"{acc_t}* tx_sc = reinterpret_cast<{acc_t}*>({self.smem});")
-        pi = f"reinterpret_cast<int*>({self.smem} + {groups * outn * 4 if acc_t != 'double' and acc_t != 'long long' else groups * outn * 8})"
+        out.emit(f"{acc_t}* tx_sc = reinterpret_cast<{acc_t}*>({self.facts.smem});")
+        pi = f"reinterpret_cast<int*>({self.facts.smem} + {groups * outn * 4 if acc_t != 'double' and acc_t != 'long long' else groups * outn * 8})"
         if idx is not None:
-            self.emit(f"int* tx_si = {pi};")
-        self.emit(f"const int tx_g = {plan.group_expr};")
+            out.emit(f"int* tx_si = {pi};")
+        out.emit(f"const int tx_g = {plan.group_expr};")
         write = f"tx_sc[tx_g * {outn} + {flat}] = {name}[tx_s];" + (f" tx_si[tx_g * {outn} + {flat}] = {idx}[tx_s];" if idx else "")
-        self.emit(f"if ({plan.writer}) {{")
-        self.depth += 1
-        self.unrolled(out_l.slots, write)
-        self.depth -= 1
-        self.emit("}")
-        self.emit(self.barrier)
+        with out.block(f"if ({plan.writer}) {{"):
+            out.unrolled(out_l.slots, write)
+        out.emit(self.scope.barrier)
         if idx is None:
             body = (f"{acc_t} tx_a = tx_sc[{flat}]; for (int tx_q = 1; tx_q < {groups}; ++tx_q) tx_a = {_combine(func, acc_t, 'tx_a', f'tx_sc[tx_q * {outn} + {flat}]')}; "
                     f"{name}[tx_s] = tx_a;")
         else:
             body = (f"{acc_t} tx_a = tx_sc[{flat}]; int tx_ai = tx_si[{flat}]; for (int tx_q = 1; tx_q < {groups}; ++tx_q) tilex_{func}_combine(tx_a, tx_ai, tx_sc[tx_q * {outn} + {flat}], tx_si[tx_q * {outn} + {flat}]); "
                     f"{name}[tx_s] = tx_a; {idx}[tx_s] = tx_ai;")
-        self.unrolled(out_l.slots, body)
-        self.depth -= 1
-        self.emit("}")
-
-
-def is_reduction(e: A.Call) -> bool:
-    kind = FUNCTIONS[e.func].kind
-    return kind in ("reduce", "argreduce") or (kind == "minmax" and len(e.args) == 1)
+        out.unrolled(out_l.slots, body)
 
 
 def _identity(func: str, t: str) -> str:

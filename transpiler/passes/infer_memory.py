@@ -21,13 +21,14 @@ from dataclasses import replace
 
 from .. import ast as A
 from ..targets import DEFAULT_ARCH, Target, target
-from .assign_layouts import LayoutAssigner, register_a  # noqa: F401 (register_a: read by codegen)
+from .assign_layouts import LayoutAssigner
 from .base import fail
 from .budget_smem import SMEM_POLICY, Attempt, check_budget, fits, next_attempt, ring_what
 from .choose_threads import LaunchConfig, min_blocks
 from .memory_info import SWIZZLE_ALIGN, KernelMemory, SmemUse, StreamTile, round_up  # noqa: F401 (StreamTile: For.stream)
 from .place_resident import place_resident
-from .plan_streams import plan_streams, stream_source  # noqa: F401 (stream_source: read by codegen)
+from .plan_tma import kernel_tma_maps
+from .plan_streams import plan_streams
 
 
 def infer_memory(program: A.Program, tgt: Target | None = None, policy: tuple = SMEM_POLICY) -> A.Program:
@@ -91,4 +92,5 @@ def _plan(mem: LayoutAssigner) -> A.Kernel:
     info = KernelMemory(mem.T, smem, mem.limit, resident_uses + mem.uses, dict(mem.vars), producers,
                         mem.resident, base, min_blocks(k, mem.launch.launch_threads),
                         frozenset(mem.swizzled_resident), align, *mem.mbar)
-    return replace(k, where=where, grid=grid, body=body, info=info)
+    out = replace(k, where=where, grid=grid, body=body, info=info)
+    return replace(out, info=replace(info, tma_maps=kernel_tma_maps(out)))  # read by launchspec and codegen

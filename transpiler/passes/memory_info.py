@@ -67,6 +67,8 @@ class KernelMemory:
     # byte offset and count; initialized once at kernel start
     mbar_offset: int = 0
     mbar_count: int = 0
+    tma_maps: tuple = ()  # the TmaMaps the host passes after the other arguments (plan_tma.kernel_tma_maps)
+    sync: Any = None  # which barrier each statement's sync points use (plan_barriers.SyncPlan), set after this pass
 
     @property
     def launch_threads(self) -> int:

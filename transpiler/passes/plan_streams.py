@@ -19,7 +19,7 @@ from ..types import DType, TyWhat
 from ..exprs import untransposed
 from .base import Rewriter, Walker, name_nodes, names_in, stored_tensors
 from .memory_info import SWIZZLE_ALIGN, SmemUse, StreamTile, round_up
-from .plan_tma import plan_tma
+from .plan_tma import plan_tma, stream_source
 from .stream_hazards import assigned, assigned_count, local_to, nested_loops, outside_loops, rows_ahead_disjoint
 
 
@@ -229,17 +229,6 @@ def plan_streams(mem, offset: int) -> tuple[dict, list, tuple]:
     what = (f"streaming {', '.join(dict.fromkeys(names))} into shared memory by {how} "
             f"({' or '.join(map(str, stages))} stages each)")
     return out, [SmemUse(what, size, spans[0])], mbar
-
-
-def stream_source(v: A.Expr) -> A.Expr | None:
-    """The tensor load a pipeline loop may stream for the value `v` of an assignment: `v` itself
-    (`t[...]`) or the load under an exact widening `t[...].to(f32)` of a 2-byte float; else None."""
-    if isinstance(v, A.Method) and v.name == "to" and v.ty.dtype is DType.F32 and isinstance(v.obj, A.Index) \
-            and v.obj.ty.dtype in (DType.BF16, DType.F16):
-        v = v.obj
-    if isinstance(v, A.Index) and isinstance(v.base, A.Name) and v.base.ty.what == TyWhat.TENSOR:
-        return v
-    return None
 
 
 def _replace_names(e, table: dict):

@@ -5,6 +5,10 @@ StreamTiles (swizzled, gathered, rows, cols decided) and their loads; check_cons
 (the row pitch must be provably a multiple of 16 bytes). Guarantees: either every tile of the loop
 has `tma_box` (one 64-column atom's box in the tensor's dims, innermost first) or none has and each
 carries the first obstacle in `tma_why` (a ring is filled one way).
+
+It also lists, once per kernel, the TMA descriptors (`TmaMap`) the host encodes and passes: those of the
+wgmma main loops (plan_matmul's operands) and of the TMA-filled rings. infer_memory stores them in
+`KernelMemory.tma_maps`; the launch spec (launchspec.py) and codegen both read them from there.
 """
 from __future__ import annotations
 
@@ -12,7 +16,10 @@ from dataclasses import replace
 
 from .. import ast as A
 from ..exprs import unparse
+from ..spec import TmaMap
 from ..types import DType
+from .base import Walker
+from .plan_matmul import SWIZZLE_ELEMS
 
 
 def plan_tma(k: A.Kernel, tiles: list, loads: dict) -> list:
@@ -71,3 +78,44 @@ def tma_obstacle(k: A.Kernel, t, load: A.Index) -> str | None:
             if e is not None and e.ty.dtype is not DType.I32:
                 return f"an index of '{name}' is {e.ty.dtype.value}, TMA coordinates are 32-bit"
     return None
+
+
+def stream_source(v: A.Expr) -> A.Expr | None:
+    """The tensor load a pipeline loop may stream for the value `v` of an assignment: `v` itself
+    (`t[...]`) or the load under an exact widening `t[...].to(f32)` of a 2-byte float; else None."""
+    if isinstance(v, A.Method) and v.name == "to" and v.ty.dtype is DType.F32 and isinstance(v.obj, A.Index) \
+            and v.obj.ty.dtype in (DType.BF16, DType.F16):
+        v = v.obj
+    if isinstance(v, A.Index) and isinstance(v.base, A.Name) and v.base.ty.what == "tensor":
+        return v
+    return None
+
+
+def kernel_tma_maps(k: A.Kernel) -> tuple[TmaMap, ...]:
+    """The TMA descriptors kernel `k`'s wgmma loops read, in parameter order (one per tensor and box): per
+    wgmma main loop its A operand's and each product's B operand's, per TMA-filled ring one N-D map per tile."""
+    found: list[tuple[str, int, tuple]] = []
+
+    class _Find(Walker):
+        def on_For(self, s):
+            if s.plan is not None and s.plan.strategy == "wgmma":
+                p = s.plan
+                a = p.products[0].a
+                found.append((a.tensor, p.bm, main_box(a, p.bm)))
+                for prod in p.products:
+                    rows = p.bn if prod.b.kmajor else p.bk
+                    found.append((prod.b.tensor, rows, main_box(prod.b, rows)))
+            for t in getattr(s, "stream", ()) or ():  # a streamed loop's TMA-filled ring: an N-D map per tile
+                if t.tma_box:
+                    value = next(st.value for st in s.body.stmts if isinstance(st, A.Assign) and st.name == t.name)
+                    found.append((stream_source(value).base.id, t.rows, t.tma_box))
+
+    _Find().walk(k.body)
+    unique = list(dict.fromkeys(found))
+    return tuple(TmaMap(f"tx_map{i}", t, rows, SWIZZLE_ELEMS, box) for i, (t, rows, box) in enumerate(unique))
+
+
+def main_box(op, rows: int) -> tuple:
+    """The box of a main-loop operand's N-D tensor map, innermost first: () for a rank-2 tensor (its 2-D map
+    of [rows, 64] boxes), else [64, rows] on the last two axes and 1 on each batch axis."""
+    return (SWIZZLE_ELEMS, rows) + (1,) * len(op.batch) if op.batch else ()
