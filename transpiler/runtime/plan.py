@@ -181,17 +181,30 @@ class LaunchPlan:
         if self.current_device() != self.device:
             return False
         with self._lock:
-            self._stream.value = handle
-            for i, slot in self.tensors:
-                slot.value = ptrs[i]
             for slot, v in values:
                 slot.value = v
-            for mp in self.maps:
-                ptr = ptrs[mp.index]
-                if ptr != mp.ptr:
-                    self._encode(mp, ptr)
-            err = launch(self._function, *self._shape, self._stream, self.params, None)
+            err = self._fire(ptrs, handle, launch)
         return err == 0
+
+    def fire(self, ptrs: list, values: tuple, handle: int, launch: Callable[..., int]) -> int:
+        """Launch with checked inputs (the stdlib's fast path, `tilex.stdlib._launch.fastpath`): `ptrs` per call
+        position as `signature` gives them, `values` the scalar values in `self.scalars` order (already checked),
+        `handle` the stream. No device check here (the caller made it). The driver's CUresult (0: launched)."""
+        with self._lock:
+            for (_, _, slot), v in zip(self.scalars, values):
+                slot.value = v
+            return self._fire(ptrs, handle, launch)
+
+    def _fire(self, ptrs: list, handle: int, launch: Callable[..., int]) -> int:
+        """Write the stream and pointers (re-encoding TMA maps whose address changed) and launch; under the lock."""
+        self._stream.value = handle
+        for i, slot in self.tensors:
+            slot.value = ptrs[i]
+        for mp in self.maps:
+            ptr = ptrs[mp.index]
+            if ptr != mp.ptr:
+                self._encode(mp, ptr)
+        return launch(self._function, *self._shape, self._stream, self.params, None)
 
     def _encode(self, mp: _Map, ptr: int) -> None:
         from .launch import tma_argument
