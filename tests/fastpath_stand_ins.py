@@ -41,7 +41,8 @@ class AddrTensor(FakeTensor):
     def contiguous(self):
         return self if self.is_contiguous() else AddrTensor(np.ascontiguousarray(self._a), self.dtype, self.device)
 
-    def reshape(self, shape):
+    def reshape(self, *shape):
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         return AddrTensor(self._a.reshape(shape), self.dtype, self.device)
 
     def __getitem__(self, idx):

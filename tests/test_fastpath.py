@@ -299,3 +299,60 @@ def per_call_us(fn, reps: int = 600) -> float:
             times.append(time.perf_counter() - t)
         best.append(statistics.median(times))
     return min(best) * 1e6
+
+
+def _tiny_model(fp, layers=2):
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    from llm.config import ModelConfig
+    from llm.model import Model, Ops
+
+    cfg = ModelConfig(vocab_size=1000, hidden_size=256, intermediate_size=512, num_layers=layers, num_heads=4,
+                      num_kv_heads=2, head_dim=64, qkv_bias=True, model_type="qwen2")
+
+    class Backend:  # the two calls Model makes of its backend, on stand-in tensors
+        def cat(self, arrays, axis=0):
+            return S.AddrTensor(np.concatenate([a._a for a in arrays], axis), arrays[0].dtype, arrays[0].device)
+
+        def empty_like(self, x):
+            return fp.torch.empty(tuple(x.shape), x.dtype, x.device)
+
+    weights = {n: T(fp, *shape) for n, shape in cfg.weight_shapes().items()}
+    return cfg, Model(cfg, weights, Backend(), Ops())
+
+
+def test_engine_forward_is_all_fast_path(fp, monkeypatch):
+    """examples/llm's forward (prefill of 100 tokens, dense attention; a decode step of 3 sequences): from the
+    second forward of a shape on, every stdlib call replays (no call records or takes the full path)."""
+    monkeypatch.setattr(L, "RECHECK_S", 1e9)  # the first forward compiles for seconds: no expiry in between
+    cfg, model = _tiny_model(fp)
+    from llm.model import Batch
+
+    nb, bs = 16, 16
+    kc, vc = T(fp, cfg.num_layers, nb, bs, 2, 64), T(fp, cfg.num_layers, nb, bs, 2, 64)
+
+    def prefill_batch(t=100):
+        i32 = dict(dtype="int32")
+        return Batch(ids=T(fp, t, low=0, high=1000, **i32), positions=T(fp, t, low=0, high=t, **i32),
+                     slot_mapping=T(fp, t, low=0, high=nb * bs, **i32),
+                     block_table=T(fp, t, 8, low=0, high=nb, **i32), seq_lens=T(fp, t, low=1, high=t, **i32),
+                     last_idx=T(fp, 1, low=t - 1, high=t, **i32), seq_ranges=((0, t),))
+
+    def decode_batch(b=3):
+        i32 = dict(dtype="int32")
+        return Batch(ids=T(fp, b, low=0, high=1000, **i32), positions=T(fp, b, low=0, high=90, **i32),
+                     slot_mapping=T(fp, b, low=0, high=nb * bs, **i32), block_table=T(fp, b, 8, low=0, high=nb, **i32),
+                     seq_lens=T(fp, b, low=1, high=90, **i32))
+
+    for make, prefill in ((prefill_batch, True), (decode_batch, False)):
+        model.forward(make(), kc, vc, prefill=prefill)
+        before = dict(L.STATS)
+        n0 = len(fp.driver.launches)
+        logits = model.forward(make(), kc, vc, prefill=prefill)
+        delta = {k: L.STATS[k] - before[k] for k in before}
+        assert delta["record"] == 0 and delta["full"] == 0 and delta["hit"] >= 2 + 5 * cfg.num_layers, delta
+        assert len(fp.driver.launches) > n0 and tuple(logits.shape)[-1] == cfg.vocab_size
