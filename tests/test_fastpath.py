@@ -356,3 +356,22 @@ def test_engine_forward_is_all_fast_path(fp, monkeypatch):
         delta = {k: L.STATS[k] - before[k] for k in before}
         assert delta["record"] == 0 and delta["full"] == 0 and delta["hit"] >= 2 + 5 * cfg.num_layers, delta
         assert len(fp.driver.launches) > n0 and tuple(logits.shape)[-1] == cfg.vocab_size
+
+
+def test_an_argument_read_on_the_host_is_never_memoized(fp):
+    """A wrapper that reads an array's values on the host (here a 0-dim tensor used as eps) decides from data,
+    which the key does not hold: such a call (an array argument no kernel reads) is never replayed."""
+    import numpy as np
+
+    from tilex.stdlib import rms_norm
+
+    @L.fastpath
+    def host_eps(x, w, eps_t):
+        return rms_norm.full(x, w, eps=float(eps_t._a))
+
+    x, w = T(fp, 8, 640), T(fp, 640)
+    eps = [S.AddrTensor(np.array(v, np.float32), fp.torch.float32, fp.Device("cuda", 0)) for v in (0.5, 0.25)]
+    for e in eps:
+        host_eps(x, w, e)
+        assert fp.driver.launches[-1]["values"][3] == ("scalar", float(e._a))
+    assert list(host_eps.memo.values()) == [L._NOT_MEMOIZED]

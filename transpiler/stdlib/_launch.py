@@ -624,6 +624,9 @@ def _finish(rec: _Recording, args_flat: tuple, ptrs: list, result):
         tmpl = template(result)
     except _NoReplay as e:
         return str(e)
+    used = {s[0] for _, srcs, _ in launches for s in srcs if s is not None} | set(_inputs_of(tmpl))
+    if any(p is not None and i not in used for i, p in enumerate(ptrs)):
+        return "an array argument no kernel reads (the wrapper may have used its values)"
     if len(set(optrs)) != len(optrs):
         return "outputs sharing an address"
     import sys
@@ -638,6 +641,15 @@ def _finish(rec: _Recording, args_flat: tuple, ptrs: list, result):
 
 class _NoReplay(Exception):
     pass
+
+
+def _inputs_of(t):
+    """The argument positions a `_finish` template returns."""
+    if t[0] == "in":
+        yield t[1]
+    elif t[0] in (tuple, list):
+        for x in t[1]:
+            yield from _inputs_of(x)
 
 
 def _builder(t):
