@@ -12,6 +12,8 @@ Times, per call (median of `--reps` calls, the best of 5 such rounds; microsecon
   parameter buffer, stream); only the driver's cuLaunchKernel, the module load and TMA encoding are stubbed
   out. The stand-in `torch.empty` is NumPy's (a [512, 5120] one maps fresh pages: the small shapes show the
   wrapper's own cost better);
+- with torch installed (`--stand-in`), torch's own CPU calls on tiny tensors and a `torch.empty`, for scale
+  (what a torch call's dispatch costs on this CPU; not the same work as a GPU launch);
 - `_launch.kernel_path` and `linear._tuned` (with the arch fixed to sm_90a, as on an H200, and a
   tuned-configuration store in a temporary TILEX_CACHE_DIR).
 
@@ -80,6 +82,12 @@ def main() -> int:
         print("torch is installed: run this with --stand-in (or on a machine without torch)")
         return 1
     except ImportError:
+        real_torch = None
+        if args.stand_in:  # torch's own CPU calls, for scale (the stand-in replaces it for tilex below)
+            try:
+                import torch as real_torch
+            except ImportError:
+                pass
         sys.modules["torch"] = fake_torch.module()
 
     import tilex.runtime.nvrtc as nvrtc
@@ -148,6 +156,12 @@ def main() -> int:
                             (silu_and_mul, "silu_and_mul, torch, [512, 2048]", lambda f: f(gate_up))):
         rows.append((f"stdlib.{label} (fast path)", lambda fn=fn, call=call: call(fn)))
         rows.append((f"stdlib.{label} (full)", lambda fn=fn, call=call: call(fn.full)))
+    if real_torch is not None:
+        F = real_torch.nn.functional
+        a, b = real_torch.randn(1, 8), real_torch.randn(8, 8)
+        rows += [("torch F.linear [1, 8] x [8, 8] f32 CPU (for scale)", lambda: F.linear(a, b)),
+                 ("torch.empty [512, 5120] bf16 CPU (for scale)",
+                  lambda: real_torch.empty((512, 5120), dtype=real_torch.bfloat16))]
     print(f"host cost per call on this CPU (median of {args.reps} calls, best of 5 rounds; "
           "the driver stubbed out):")
     try:
