@@ -548,8 +548,8 @@ class _Entry:
         if self.launches:
             allp = ptrs + [o.data_ptr() for o in outs]
             first = True
-            for plan, srcs, values in self.launches:
-                err = plan.fire([None if s is None else allp[s[0]] + s[1] for s in srcs], values, handle, launch)
+            for plan, tensors, maps, values in self.launches:
+                err = plan.fire(tensors, maps, allp, values, handle, launch)
                 if err:
                     if first:  # nothing ran: the full path launches through CuPy and says what is wrong
                         return _MISS
@@ -598,7 +598,7 @@ def _finish(rec: _Recording, args_flat: tuple, ptrs: list, result):
         if device is not None and plan.device != device:
             return "launches on two devices"
         device = plan.device
-        launches.append((plan, tuple(srcs), values))
+        launches.append((plan, srcs, values))
     shapes: dict = {}
 
     def template(r):
@@ -632,6 +632,7 @@ def _finish(rec: _Recording, args_flat: tuple, ptrs: list, result):
     import sys
     import time
 
+    launches = [(plan, *plan.patches(srcs), values) for plan, srcs, values in launches]
     torch = sys.modules[type(outs[0]).__module__.split(".")[0]] if outs else None
     allocs = tuple((shapes.get(j, tuple(o.shape)), o.dtype, o.device) for j, o in enumerate(outs))
     current = launches[0][0].current_device if launches else None
