@@ -6,9 +6,14 @@ Times, per call (median of `--reps` calls, the best of 5 such rounds; microsecon
 - `bind_arguments` of an rms_norm-like spec with NumPy arrays (allow_numpy) and with stand-in
   torch tensors (objects whose type module is `torch`, as the runtime recognises them);
 - the stdlib wrappers' calls (`linear`, `rms_norm`, `rope`, `silu_and_mul`) with stand-in torch
-  tensors: every check, output allocation, kernel choice, tuned-config lookup and the launch plan's
-  replay (runtime/plan.py: signature, scalar checks, parameter buffer, stream); only the driver's
-  cuLaunchKernel, the module load and TMA encoding are stubbed out;
+  tensors, `(fast path)`: a repeated call of a memoized layout (`_launch.fastpath`: key, output allocation,
+  pointers patched into the plans, the launch), `(full)`: the whole wrapper (every check, output allocation,
+  kernel choice, tuned-config lookup and the launch plan's replay: runtime/plan.py's signature, scalar checks,
+  parameter buffer, stream); only the driver's cuLaunchKernel, the module load and TMA encoding are stubbed
+  out. The stand-in `torch.empty` is NumPy's (a [512, 5120] one maps fresh pages: the small shapes show the
+  wrapper's own cost better);
+- with torch installed (`--stand-in`), torch's own CPU calls on tiny tensors and a `torch.empty`, for scale
+  (what a torch call's dispatch costs on this CPU; not the same work as a GPU launch);
 - `_launch.kernel_path` and `linear._tuned` (with the arch fixed to sm_90a, as on an H200, and a
   tuned-configuration store in a temporary TILEX_CACHE_DIR).
 
@@ -39,9 +44,13 @@ import fake_torch  # noqa: E402
 
 
 def tensor(shape, dtype="bfloat16"):
+    """A stand-in torch CUDA tensor with an address of its own (tests/fastpath_stand_ins.py)."""
     import torch
 
-    return torch.tensor(shape, dtype)
+    from fastpath_stand_ins import AddrTensor
+
+    t = torch.tensor(shape, dtype)
+    return AddrTensor(t._a, t.dtype, t.device)
 
 
 # ----------------------------------------------------------------- timing
@@ -73,6 +82,12 @@ def main() -> int:
         print("torch is installed: run this with --stand-in (or on a machine without torch)")
         return 1
     except ImportError:
+        real_torch = None
+        if args.stand_in:  # torch's own CPU calls, for scale (the stand-in replaces it for tilex below)
+            try:
+                import torch as real_torch
+            except ImportError:
+                pass
         sys.modules["torch"] = fake_torch.module()
 
     import tilex.runtime.nvrtc as nvrtc
@@ -96,6 +111,9 @@ def main() -> int:
     from tilex.runtime import driver, tma
 
     sys.modules["torch"]._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: 0)
+    from fastpath_stand_ins import AddrTensor
+
+    sys.modules["torch"].empty = lambda shape, dtype, device=None: AddrTensor(np.empty(shape, dtype.np), dtype, device)
     cupy = types.ModuleType("cupy")
     cupy.cuda = types.SimpleNamespace(Device=lambda i=None: types.SimpleNamespace(id=0),
                                       runtime=types.SimpleNamespace(getDevice=lambda: 0))
@@ -127,17 +145,29 @@ def main() -> int:
          lambda: linear_mod._tuned("linear", "bf16", m, n, n, linear_mod._LARGE)),
         ("linear._tuned (f16, M=512 N=K=5120)",
          lambda: linear_mod._tuned("linear", "f16", m, n, n, linear_mod._LARGE)),
-        ("stdlib.linear, torch, M=512 N=K=5120", lambda: linear(xt, w_lin)),
-        ("stdlib.rms_norm, torch, [512, 5120]", lambda: rms_norm(xt, wt)),
-        ("stdlib.rope, torch, q [512, 40, 128]", lambda: rope(q, k, pos)),
-        ("stdlib.silu_and_mul, torch, [512, 2048]", lambda: silu_and_mul(gate_up)),
     ]
+    x16 = tensor((16, n))
+    xt4, wt4 = tensor((4, n)), tensor((n,))
+    for fn, label, call in ((linear, "linear, torch, M=512 N=K=5120", lambda f: f(xt, w_lin)),
+                            (linear, "linear, torch, M=16 N=K=5120", lambda f: f(x16, w_lin)),
+                            (rms_norm, "rms_norm, torch, [512, 5120]", lambda f: f(xt, wt)),
+                            (rms_norm, "rms_norm, torch, [4, 5120]", lambda f: f(xt4, wt4)),
+                            (rope, "rope, torch, q [512, 40, 128]", lambda f: f(q, k, pos)),
+                            (silu_and_mul, "silu_and_mul, torch, [512, 2048]", lambda f: f(gate_up))):
+        rows.append((f"stdlib.{label} (fast path)", lambda fn=fn, call=call: call(fn)))
+        rows.append((f"stdlib.{label} (full)", lambda fn=fn, call=call: call(fn.full)))
+    if real_torch is not None:
+        F = real_torch.nn.functional
+        a, b = real_torch.randn(1, 8), real_torch.randn(8, 8)
+        rows += [("torch F.linear [1, 8] x [8, 8] f32 CPU (for scale)", lambda: F.linear(a, b)),
+                 ("torch.empty [512, 5120] bf16 CPU (for scale)",
+                  lambda: real_torch.empty((512, 5120), dtype=real_torch.bfloat16))]
     print(f"host cost per call on this CPU (median of {args.reps} calls, best of 5 rounds; "
           "the driver stubbed out):")
     try:
         for name, fn in rows:
             fn()  # compile / warm the caches
-            print(f"  {name:<42} {per_call_us(fn, args.reps):8.1f} us")
+            print(f"  {name:<56} {per_call_us(fn, args.reps):8.1f} us")
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
     return 0

@@ -4,6 +4,7 @@
 
 Prints the wall time of an eager prefill against its GPU time (CUDA events) and the
 functions where the host spends it. The GPU work is real (random weights on the GPU).
+`--no-fastpath` runs the whole stdlib wrapper every call (no per-layout fast path, `tilex.stdlib._launch.fastpath`).
 `--no-direct` launches through CuPy every call (bind + RawModule call, as before launch plans;
 the same as TILEX_DIRECT_LAUNCH=0), for an A/B in one process.
 """
@@ -34,9 +35,15 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--top", type=int, default=35)
     ap.add_argument("--no-direct", action="store_true", help="no launch plans / direct driver launch")
+    ap.add_argument("--no-fastpath", action="store_true",
+                    help="the whole stdlib wrapper every call (no per-layout fast path; TILEX_FASTPATH=0)")
     args = ap.parse_args()
     import torch
 
+    if args.no_fastpath:
+        from tilex.stdlib import _launch as L
+
+        L.FASTPATH = False
     if args.no_direct:
         from tilex.runtime import driver
 
@@ -66,8 +73,14 @@ def main() -> int:
         torch.cuda.synchronize()
         walls.append((time.perf_counter() - t) * 1e3)
         gpus.append(a.elapsed_time(b))
+    from tilex.stdlib import _launch as L
+
+    hits, recs = L.STATS["hit"], L.STATS["record"]
+    run()
+    torch.cuda.synchronize()
     print(f"{args.layers} layers, {args.tokens} tokens: wall {np.median(walls):.2f} ms, "
-          f"GPU (events) {np.median(gpus):.2f} ms")
+          f"GPU (events) {np.median(gpus):.2f} ms; one prefill: {L.STATS['hit'] - hits} fast-path calls, "
+          f"{L.STATS['record'] - recs} recorded")
     pr = cProfile.Profile()
     pr.enable()
     for _ in range(5):

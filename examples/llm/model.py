@@ -231,8 +231,12 @@ class Model:
         # dense prefill: per sequence, its rows of q, k, v ([S, H, D], contiguous) viewed as
         # [1, S, H, D] (token-major layout: no copies); each writes its rows of `o` in place
         o = self.backend.empty_like(q)
+        rows = int(q.shape[0])
         for s, e in b.seq_ranges:
-            one = lambda t: t[s:e].reshape((1, e - s) + tuple(int(n) for n in t.shape[1:]))  # noqa: E731
+            if s == 0 and e == rows:  # one sequence: its rows are the whole array (a view, no slice)
+                one = lambda t: t.reshape((1,) + tuple(t.shape))  # noqa: E731
+            else:
+                one = lambda t: t[s:e].reshape((1, e - s) + tuple(int(n) for n in t.shape[1:]))  # noqa: E731
             self.ops.attention_prefill(one(q), one(k), one(v), causal=True, scale=self.scale,
                                        out=one(o), layout="bshd")
         return o

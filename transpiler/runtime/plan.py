@@ -181,17 +181,46 @@ class LaunchPlan:
         if self.current_device() != self.device:
             return False
         with self._lock:
-            self._stream.value = handle
-            for i, slot in self.tensors:
-                slot.value = ptrs[i]
             for slot, v in values:
                 slot.value = v
-            for mp in self.maps:
-                ptr = ptrs[mp.index]
+            err = self._fire(ptrs, handle, launch)
+        return err == 0
+
+    def patches(self, sources: list) -> tuple[tuple, tuple]:
+        """(tensor patches, map patches) for `fire`: `sources[i]` is (index, byte offset) of call position i's
+        address in the list `fire` will be given (None for a scalar)."""
+        tensors = tuple((slot, *sources[i]) for i, slot in self.tensors)
+        maps = tuple((mp, *sources[mp.index]) for mp in self.maps)
+        return tensors, maps
+
+    def fire(self, tensors: tuple, maps: tuple, addresses: list, values: tuple, handle: int,
+             launch: Callable[..., int]) -> int:
+        """Launch with checked inputs (the stdlib's fast path, `tilex.stdlib._launch.fastpath`): each pointer slot
+        gets addresses[index] + offset (`patches`), each scalar its value from `values` (in `self.scalars` order,
+        already checked), the stream `handle`. No device check here (the caller made it). The driver's CUresult
+        (0: launched)."""
+        with self._lock:
+            for (_, _, slot), v in zip(self.scalars, values):
+                slot.value = v
+            self._stream.value = handle
+            for slot, j, off in tensors:
+                slot.value = addresses[j] + off
+            for mp, j, off in maps:
+                ptr = addresses[j] + off
                 if ptr != mp.ptr:
                     self._encode(mp, ptr)
-            err = launch(self._function, *self._shape, self._stream, self.params, None)
-        return err == 0
+            return launch(self._function, *self._shape, self._stream, self.params, None)
+
+    def _fire(self, ptrs: list, handle: int, launch: Callable[..., int]) -> int:
+        """Write the stream and pointers (re-encoding TMA maps whose address changed) and launch; under the lock."""
+        self._stream.value = handle
+        for i, slot in self.tensors:
+            slot.value = ptrs[i]
+        for mp in self.maps:
+            ptr = ptrs[mp.index]
+            if ptr != mp.ptr:
+                self._encode(mp, ptr)
+        return launch(self._function, *self._shape, self._stream, self.params, None)
 
     def _encode(self, mp: _Map, ptr: int) -> None:
         from .launch import tma_argument

@@ -200,7 +200,11 @@ def empty(like, shape, dtype=None):
         out = _empty(like, shape, name)
         out[...] = float("nan") if name in FLOATS else -777
         return out
-    return _empty(like, shape, dtype)
+    out = _empty(like, shape, dtype)
+    rec = getattr(_TLS, "rec", None)
+    if rec is not None:  # a fast-path recording (see `fastpath`): a replay allocates it again
+        rec.alloc(out)
+    return out
 
 
 def _empty(like, shape, dtype=None):
@@ -221,6 +225,7 @@ def _empty(like, shape, dtype=None):
 
 def full(like, shape, value, dtype=None):
     """Like `empty`, filled with `value`."""
+    untracked("full")
     out = _empty(like, shape, dtype)
     out[...] = value
     return out
@@ -230,18 +235,23 @@ def contiguous(x):
     """`x` itself when C-contiguous, else a contiguous copy of the same kind."""
     kind = _kind1(x)
     if kind == "torch":
-        return x.contiguous()
-    if kind == "cupy":
+        out = x.contiguous()
+    elif kind == "cupy":
         import cupy
 
-        return cupy.ascontiguousarray(x)
-    return np.ascontiguousarray(x)
+        out = cupy.ascontiguousarray(x)
+    else:
+        out = np.ascontiguousarray(x)
+    if out is not x:
+        untracked("a contiguous copy")
+    return out
 
 
 def astype(x, name: str):
     """`x` converted to the tilex dtype `name` (the same object when it already is)."""
     if dtype_name(x) == name:
         return x
+    untracked("a dtype conversion")
     kind = _kind1(x)
     if kind == "torch":
         return x.to(_torch_dtype(name))
@@ -255,13 +265,19 @@ def run(mod, kernel: str, *args, **scalars):
     argument layout launched before replays that launch's plan (`Kernel.replay`: the checks' results
     are reused, see tilex.runtime.plan); any other call is checked in full here and in the kernel.
     """
+    rec = getattr(_TLS, "rec", None)
     if kernel in mod.specs and mod.kernel(kernel).replay(args, scalars, one_kind=True):
+        if rec is not None:  # a fast-path recording (see `fastpath`)
+            rec.launch(mod.kernel(kernel), args, scalars)
         return
     arrays = [a for a in (*args, *scalars.values()) if is_array(a)]
     if kind_of(*arrays) == "numpy":
+        untracked("the interpreter")
         mod.interp(kernel, *args, **scalars)
     else:
         mod.kernel(kernel)(*args, **scalars)
+        if rec is not None:
+            rec.launch(mod.kernel(kernel), args, scalars)
 
 
 # ------------------------------------------------------------------- wrapper helpers
@@ -386,3 +402,331 @@ def row_config(n: int, m: int, sms: int = 132, **kw) -> dict:
     from .rows import row_config as impl
 
     return impl(n, m, sms, **kw)
+
+
+# ------------------------------------------------------------------- the per-call fast path
+#
+# `@fastpath` memoizes what a wrapper decides per call, keyed on the call's argument *layout*: per torch tensor
+# its type, shape, strides, dtype, device and address modulo 16; per scalar option its type and value; the
+# keyword names; the current stream of the first tensor's device. The first call of a key runs the wrapper in
+# full (every check, the configuration choice, `load`, the launch) while a `_Recording` notes what it did: the
+# outputs `empty` allocated, the launches `run` made (the kernel's launch plan, where each pointer came from:
+# an input at an offset or an output, the scalar values) and what it returned. A later call of the key only
+# builds the key, allocates the outputs (torch.empty with the recorded arguments), patches the pointers into the
+# plans' parameter buffers and calls cuLaunchKernel. A call of any other layout misses and takes the full path,
+# with its clear errors (the key holds everything the checks and choices read: the wrappers decide from shapes,
+# strides, dtypes, devices, alignment and options only, never from array contents).
+#
+# A call is not memoized (the full path every time) when anything in it cannot be replayed so: arrays that are
+# not torch tensors, an option that is not a plain scalar (a `config` dict), a copy the wrapper made
+# (`contiguous` of a strided view, `astype`, `full`) or a write outside a kernel (`untracked`), a launch
+# without a plan (no direct launch), a result that is neither an output nor an argument, a pointer that lies in
+# two arguments (aliased inputs; that call is not remembered, so another layout-equal call can be). Entries
+# expire after RECHECK_S (a configuration `tilex tune` stores from another process is seen, as `linear._tuned`
+# sees it). `TILEX_FASTPATH=0` turns the fast path off; so does POISON (tests want every output poisoned).
+
+import os as _os
+import threading as _threading
+
+FASTPATH = _os.environ.get("TILEX_FASTPATH", "1").strip().lower() not in ("0", "false", "no", "off")
+RECHECK_S = 1.0
+MAX_ENTRIES = 512  # per wrapper; the memo is cleared when it is full
+_TLS = _threading.local()  # .rec: the _Recording of the wrapper call being recorded on this thread
+_KEY_SCALARS = frozenset({bool, int, float, str, type(None)})
+STATS = {"hit": 0, "record": 0, "full": 0}  # fast-path counters (tests, benchmarks)
+
+
+def untracked(why: str) -> None:
+    """Declare that the wrapper call now running does something a replay would not repeat (a copy, a write
+    outside a kernel): the call is then not memoized. A no-op outside a recording."""
+    rec = getattr(_TLS, "rec", None)
+    if rec is not None and rec.why is None:
+        rec.why = why
+
+
+def _call_key(args: tuple, kwargs: dict):
+    """(key, pointers) of a wrapper call (see above), or None when it has no key (not memoizable)."""
+    key: list = []
+    ptrs: list = []
+    dev = None
+    for v in (args if not kwargs else (*args, *kwargs.values())):
+        t = type(v)
+        if t in _TORCH_TYPES or (t not in _KEY_SCALARS and is_torch_tensor(v)):
+            p = v.data_ptr()
+            d = v.device
+            key.append((t, v.shape, v.stride(), v.dtype, d, p & 15))
+            ptrs.append(p)
+            if dev is None:
+                dev = d
+        elif t in _KEY_SCALARS:
+            key.append((t, v))
+            ptrs.append(None)
+        elif isinstance(v, np.generic) and np.ndim(v) == 0 and t is not np.void:
+            key.append((t, v.item()))
+            ptrs.append(None)
+        else:
+            return None
+    if dev is None or dev.type != "cuda":
+        return None
+    if kwargs:
+        key.append(tuple(kwargs))
+    key.append(_stream_getter()(dev.index or 0))
+    return tuple(key), ptrs
+
+
+def _stream_getter():
+    from ..runtime.plan import _torch_stream_getter
+
+    global _stream_getter
+    _stream_getter = _torch_stream_getter  # imported once (an import statement per call costs ~1 us)
+    return _torch_stream_getter()
+
+
+class _Recording:
+    """What one full wrapper call did: its outputs, its launches, and why it cannot be replayed (None: it can)."""
+
+    __slots__ = ("allocs", "launches", "why")
+
+    def __init__(self):
+        self.allocs: list = []  # the tensors `empty` made (kept alive: their addresses stay unique)
+        self.launches: list = []  # (plan, pointers per call position, scalar values)
+        self.why: str | None = None
+
+    def alloc(self, out) -> None:
+        if type(out) not in _TORCH_TYPES:
+            self.why = self.why or "an output that is not a torch tensor"
+            return
+        self.allocs.append(out)
+
+    def launch(self, kern, args: tuple, scalars: dict) -> None:
+        if self.why is not None:
+            return
+        from ..runtime.args import _check_scalar
+        from ..runtime.plan import signature
+
+        if hasattr(kern, "variant_for"):  # a specializing kernel: the variant these arguments launched
+            kern = kern.variant_for(*args, **scalars)
+        sig = signature(args, scalars)
+        plans = getattr(kern, "_plans", None)
+        plan = plans.get(sig[0]) if sig is not None and plans is not None else None
+        from ..runtime.plan import LaunchPlan
+
+        if not isinstance(plan, LaunchPlan) or not plan.one_kind:
+            self.why = "a launch without a launch plan"
+            return
+        if plan.empty:  # an empty grid launches nothing
+            return
+        flat = (*args, *scalars.values()) if scalars else args
+        values = tuple(_check_scalar(p, flat[i]) for i, p, _ in plan.scalars)
+        self.launches.append((plan, sig[1], values))
+
+
+def _extent(t) -> int:
+    """Bytes from a tensor's address to one past its last element (0 when it has none)."""
+    shape, stride = tuple(t.shape), tuple(t.stride())
+    if any(int(n) == 0 for n in shape):
+        return 0
+    return (sum((int(n) - 1) * int(s) for n, s in zip(shape, stride)) + 1) * int(t.element_size())
+
+
+class _Entry:
+    """A recorded wrapper call, ready to replay (see above)."""
+
+    __slots__ = ("empty", "allocs", "launches", "build", "device", "current_device", "born")
+
+    def __init__(self, empty, allocs, launches, build, device, current_device, born):
+        self.empty, self.allocs, self.launches, self.build = empty, allocs, launches, build
+        self.device, self.current_device, self.born = device, current_device, born
+
+    def replay(self, args: tuple, ptrs: list, handle: int, launch):
+        """The wrapper's result, or _MISS when the launch could not be made here (another device is current, the
+        driver refused the first launch): the caller then takes the full path."""
+        if self.launches and self.current_device() != self.device:
+            return _MISS
+        empty = self.empty
+        outs = [empty(shape, dtype=dt, device=dev) for shape, dt, dev in self.allocs]
+        if self.launches:
+            allp = ptrs + [o.data_ptr() for o in outs]
+            first = True
+            for plan, tensors, maps, values in self.launches:
+                err = plan.fire(tensors, maps, allp, values, handle, launch)
+                if err:
+                    if first:  # nothing ran: the full path launches through CuPy and says what is wrong
+                        return _MISS
+                    from ..diagnostics import LaunchError
+
+                    raise LaunchError(f"{plan.spec.name}: cuLaunchKernel failed (CUresult {err}) after "
+                                      "an earlier kernel of this call was launched")
+                first = False
+        return self.build(args, outs)
+
+
+_MISS = object()
+_NOT_MEMOIZED = object()  # a memo value: this layout takes the full path every time
+
+
+def _finish(rec: _Recording, args_flat: tuple, ptrs: list, result):
+    """The _Entry of a recorded call, or the reason it cannot be replayed (a str)."""
+    if rec.why is not None:
+        return rec.why
+    outs = rec.allocs
+    optrs = [int(o.data_ptr()) for o in outs]
+    ranges = [(p, _extent(a), ("in", i)) for i, (p, a) in enumerate(zip(ptrs, args_flat)) if p is not None]
+    ranges += [(p, _extent(o), ("out", j)) for j, (p, o) in enumerate(zip(optrs, outs))]
+    nin = len(ptrs)
+
+    def source(p: int):
+        hits = [(tag, p - base) for base, size, tag in ranges if base <= p < base + size or p == base]
+        if len(hits) != 1:
+            return None
+        (kind, i), off = hits[0]
+        return (i if kind == "in" else nin + i, off)
+
+    launches = []
+    device = None
+    for plan, call_ptrs, values in rec.launches:
+        srcs = []
+        for p in call_ptrs:
+            if p is None:
+                srcs.append(None)
+                continue
+            s = source(int(p))
+            if s is None:
+                return "ambiguous" if any(base <= p < base + size or p == base for base, size, _ in ranges) \
+                    else "a launch reads an array the call made outside `empty`"
+            srcs.append(s)
+        if device is not None and plan.device != device:
+            return "launches on two devices"
+        device = plan.device
+        launches.append((plan, srcs, values))
+    shapes: dict = {}
+
+    def template(r):
+        if r is None:
+            return ("none",)
+        if type(r) in (tuple, list):
+            return (type(r), tuple(template(x) for x in r))
+        for i, a in enumerate(args_flat):
+            if r is a:
+                return ("in", i)
+        if type(r) in _TORCH_TYPES:
+            p = int(r.data_ptr())
+            for j, (o, q) in enumerate(zip(outs, optrs)):
+                if (p == q and r.numel() == o.numel() and r.dtype == o.dtype and r.is_contiguous()
+                        and r.device == o.device and r.numel() > 0):
+                    shape = tuple(r.shape)
+                    if shapes.setdefault(j, shape) != shape:
+                        raise _NoReplay("an output returned with two shapes")
+                    return ("out", j)
+        raise _NoReplay("a result that is neither an output nor an argument")
+
+    try:
+        tmpl = template(result)
+    except _NoReplay as e:
+        return str(e)
+    used = {s[0] for _, srcs, _ in launches for s in srcs if s is not None} | set(_inputs_of(tmpl))
+    if any(p is not None and i not in used for i, p in enumerate(ptrs)):
+        return "an array argument no kernel reads (the wrapper may have used its values)"
+    if len(set(optrs)) != len(optrs):
+        return "outputs sharing an address"
+    import sys
+    import time
+
+    launches = [(plan, *plan.patches(srcs), values) for plan, srcs, values in launches]
+    torch = sys.modules[type(outs[0]).__module__.split(".")[0]] if outs else None
+    allocs = tuple((shapes.get(j, tuple(o.shape)), o.dtype, o.device) for j, o in enumerate(outs))
+    current = launches[0][0].current_device if launches else None
+    return _Entry(torch.empty if torch is not None else None, allocs, tuple(launches), _builder(tmpl),
+                  device, current, time.monotonic())
+
+
+class _NoReplay(Exception):
+    pass
+
+
+def _inputs_of(t):
+    """The argument positions a `_finish` template returns."""
+    if t[0] == "in":
+        yield t[1]
+    elif t[0] in (tuple, list):
+        for x in t[1]:
+            yield from _inputs_of(x)
+
+
+def _builder(t):
+    """(args, outs) -> the wrapper's result, from a `_finish` template."""
+    kind = t[0]
+    if kind == "none":
+        return lambda args, outs: None
+    if kind == "in":
+        i = t[1]
+        return lambda args, outs: args[i]
+    if kind == "out":
+        j = t[1]
+        return lambda args, outs: outs[j]
+    parts = tuple(_builder(x) for x in t[1])
+    if kind is tuple:
+        return lambda args, outs: tuple(b(args, outs) for b in parts)
+    return lambda args, outs: [b(args, outs) for b in parts]
+
+
+_MEMOS: list = []  # every fastpath wrapper's memo
+
+
+def clear_fastpath() -> None:
+    """Forget every memoized wrapper call (the next call of each layout takes the full path and records)."""
+    for memo in _MEMOS:
+        memo.clear()
+
+
+def fastpath(fn):
+    """Memoize the wrapper `fn` per argument layout (see the comment above `untracked`)."""
+    import time
+
+    from ..runtime import driver
+
+    memo: dict = {}
+    _MEMOS.append(memo)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if not FASTPATH or POISON or getattr(_TLS, "rec", None) is not None:
+            return fn(*args, **kwargs)  # off, or called inside another wrapper's recording: part of it
+        launch = driver.launcher()
+        if launch is None:
+            return fn(*args, **kwargs)
+        try:
+            got = _call_key(args, kwargs)
+        except Exception:  # an odd argument: the full path says what is wrong with it
+            got = None
+        if got is None:
+            STATS["full"] += 1
+            return fn(*args, **kwargs)
+        key, ptrs = got
+        entry = memo.get(key)
+        if entry is _NOT_MEMOIZED:
+            STATS["full"] += 1
+            return fn(*args, **kwargs)
+        if entry is not None and time.monotonic() - entry.born < RECHECK_S:
+            out = entry.replay(args if not kwargs else (*args, *kwargs.values()), ptrs, key[-1], launch)
+            if out is not _MISS:
+                STATS["hit"] += 1
+                return out
+        rec = _TLS.rec = _Recording()
+        try:
+            result = fn(*args, **kwargs)
+        finally:
+            _TLS.rec = None
+        STATS["record"] += 1
+        made = _finish(rec, args if not kwargs else (*args, *kwargs.values()), ptrs, result)
+        if len(memo) >= MAX_ENTRIES:
+            memo.clear()
+        if isinstance(made, _Entry):
+            memo[key] = made
+        elif made != "ambiguous":
+            memo[key] = _NOT_MEMOIZED
+        return result
+
+    call.memo = memo  # for tests: the entries per key
+    call.full = fn  # the wrapper without the fast path
+    return call

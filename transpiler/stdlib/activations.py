@@ -34,11 +34,13 @@ def _gated(name, x, **extra):
     return L.reshape(y, out_shape)
 
 
+@L.fastpath
 def silu_and_mul(x):
     """silu(x[..., :d]) * x[..., d:] for x = [..., 2d] (vLLM's SiluAndMul); returns [..., d]."""
     return _gated("silu_and_mul", x)
 
 
+@L.fastpath
 def gelu_and_mul(x, approximate: str = "none"):
     """gelu(x[..., :d]) * x[..., d:]; approximate "none" (erf) or "tanh" as in F.gelu."""
     if approximate not in ("none", "tanh"):
@@ -46,6 +48,7 @@ def gelu_and_mul(x, approximate: str = "none"):
     return _gated("gelu_and_mul", x, TANH=approximate == "tanh")
 
 
+@L.fastpath
 def softmax(x, dim: int = -1):
     """Softmax along `dim` (like F.softmax(x, dim)), computed in f32, returned in x's dtype.
 
@@ -105,6 +108,7 @@ def softmax_config(n: int, m: int, dt: str, sms: int) -> dict:
 
 
 def _moveaxis(x, a, b):
+    L.untracked("a transposed copy")
     kind = L.kind_of(x)
     if kind == "torch":
         return x.movedim(a, b).contiguous()

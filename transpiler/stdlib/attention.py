@@ -71,6 +71,7 @@ def _out(out, like, shape, dt):
     return out
 
 
+@L.fastpath
 def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, out=None,
                       config: dict | None = None, layout: str = "bhsd"):
     """softmax(scale * q k^T (+ causal mask)) v with grouped-query heads.
@@ -126,6 +127,7 @@ def _aligned16(x):
     kind = L.kind_of(x)
     if kind == "numpy" or int(_pointer(x)) % 16 == 0:  # the interpreter's arrays have nothing to align
         return x
+    L.untracked("an aligned copy")
     return x.clone() if kind == "torch" else x.copy()
 
 
@@ -149,6 +151,7 @@ def decode_splits(batch: int, kv_heads: int, max_blocks: int, block_size: int, s
     return max(1, min(want, most, MAX_SPLITS))
 
 
+@L.fastpath
 def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | None = None,
                      num_splits: int | None = None, out=None, config: dict | None = None):
     """One query token per sequence against a paged KV cache, with grouped-query heads.
@@ -190,6 +193,7 @@ def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | 
         return o
     g = hq // hkv
     if nb == 0 or maxb == 0:  # no cache at all: every sequence is empty
+        L.untracked("a write outside a kernel")
         o[...] = 0
         return o
     ns = int(num_splits) if num_splits is not None else decode_splits(b, hkv, maxb, bs, L.sm_count(q))

@@ -5,6 +5,7 @@ from . import _launch as L
 from . import rows as model
 
 
+@L.fastpath
 def embedding(ids, table):
     """table[ids] (like F.embedding(ids, table)): ids any shape of int32/int64, table [V, D].
 

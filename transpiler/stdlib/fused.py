@@ -14,6 +14,7 @@ from .rope import rope
 MAX_ROWS = _SPLITK["BM"]  # linear_splitk keeps every row in one tile
 
 
+@L.fastpath
 def linear_qkv_rope_cache(x, weight, q_size: int, kv_size: int, positions, k_cache, v_cache, slot_mapping,
                           theta: float = 10000.0, bias=None):
     """Attention's inputs for decode tokens: q, k, v = x @ weight.T (+ bias) split at q_size and
@@ -73,6 +74,7 @@ def linear_qkv_rope_cache(x, weight, q_size: int, kv_size: int, positions, k_cac
 MAX_NORM_COLS = 16384  # splitk_add_rms_norm keeps a row in the registers of one program
 
 
+@L.fastpath
 def linear_add_rms_norm(x, weight, residual, norm_weight=None, eps: float = 1e-6):
     """h = x @ weight.T + residual (rounded to the dtype); returns (rms_norm(h) * norm_weight, h):
     `linear` then `fused_add_rms_norm`, the end of a decoder layer's attention (o_proj) or MLP

@@ -5,6 +5,7 @@ from . import _launch as L
 from . import messages as M
 
 
+@L.fastpath
 def kv_cache_write(k, v, k_cache, v_cache, slot_mapping):
     """Write each token's k, v into the paged caches, in place.
 

@@ -166,6 +166,7 @@ def _check_linear(x, weight, x_ndim=None):
     return dt, x2, m, k, n
 
 
+@L.fastpath
 def linear(x, weight, bias=None):
     """y = x @ weight.T (+ bias), weight [out, in] as in torch.nn.functional.linear; x [..., in] -> [..., out]."""
     dt, x2, m, k, n = _check_linear(x, weight)
@@ -225,6 +226,7 @@ def _check_qkv(x, weight, q_size, kv_size, bias, x_ndim=None):
     return dt, x2, m, k, q_size, kv_size
 
 
+@L.fastpath
 def linear_qkv(x, weight, q_size: int, kv_size: int, bias=None):
     """The q, k, v projections of attention from one fused weight [q_size + 2 * kv_size, in]
     (rows: q, then k, then v; bias likewise): returns (q, k, v), each [..., size] and contiguous.
@@ -254,6 +256,7 @@ def linear_qkv(x, weight, q_size: int, kv_size: int, bias=None):
     return tuple(L.reshape(t, lead + (int(t.shape[1]),)) for t in (q, kk, v))
 
 
+@L.fastpath
 def gated_mlp(x, w_gate, w_up):
     """silu(x @ w_gate.T) * (x @ w_up.T) in one kernel (the Llama/Qwen MLP before down_proj); x [..., in]."""
     dt = L.check_float("x", x)

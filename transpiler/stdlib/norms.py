@@ -30,6 +30,7 @@ def _vector(name, v, n, dt, like, fill):
     return L.contiguous(v)
 
 
+@L.fastpath
 def rms_norm(x, weight=None, eps: float = 1e-6):
     """RMSNorm over the last axis: x / sqrt(mean(x**2) + eps) * weight (like F.rms_norm).
 
@@ -55,6 +56,7 @@ def _pieces_view(name: str, cfg: dict, m: int, n: int, *arrays):
     return tuple(L.reshape(a, (m * k, w) if len(a.shape) == 2 else (k, w)) for a in arrays)
 
 
+@L.fastpath
 def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: bool = False):
     """h = x + residual; returns (rms_norm(h, weight, eps), h), as vLLM's fused_add_rms_norm.
 
@@ -106,6 +108,7 @@ def _is_contig(x) -> bool:
     return describe_array(x).c_contiguous
 
 
+@L.fastpath
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
     """LayerNorm over the last axis (like F.layer_norm(x, (N,), weight, bias, eps)).
 

@@ -14,6 +14,7 @@ def _check_qk(name, x, dt=None):
     return d
 
 
+@L.fastpath
 def rope(q, k, positions, theta: float = 10000.0, rotary_dim: int | None = None, inplace: bool = False):
     """Apply rotary embeddings to q: [tokens, Hq, D] and k: [tokens, Hk, D].
 
@@ -77,6 +78,7 @@ def rope(q, k, positions, theta: float = 10000.0, rotary_dim: int | None = None,
               q, k, positions, qo, ko, nlog2=nlog2)
         return qo, ko
     # partial rotary with R/2 not a power of two: rotate a contiguous copy of [..., :R]
+    L.untracked("copies and writes outside a kernel")
     qr, kr = L.contiguous(q[:, :, :r]), L.contiguous(k[:, :, :r])
     qr, kr = rope(qr, kr, positions, theta, None, inplace=True)
     qo, ko = (q, k) if inplace else (_copy(q), _copy(k))
@@ -86,6 +88,7 @@ def rope(q, k, positions, theta: float = 10000.0, rotary_dim: int | None = None,
 
 
 def _copy(x):
+    L.untracked("a copy outside a kernel")
     out = L.empty(x, x.shape)
     out[...] = x
     return out

@@ -16,6 +16,7 @@ def _logits(logits):
     return L.contiguous(logits), dt, b, v
 
 
+@L.fastpath
 def argmax(logits):
     """Index of the maximum of each row of logits [batch, vocab] (the first one on ties),
     as int64 [batch] (like torch.argmax(logits, dim=-1)). NaN is ignored."""
