@@ -226,3 +226,22 @@ def test_tune_and_auto_know_the_warps_type():
     k = parse(ELEMENTWISE.format(cp=", NW: warps = auto"), "t.tile").kernels[0]
     legacy = parse(ELEMENTWISE.format(cp=", WARPS: int = auto"), "t.tile").kernels[0]
     assert declared_space(k)["NW"] == declared_space(legacy)["WARPS"]
+
+
+@pytest.mark.gpu
+def test_typed_launch_parameters_on_the_gpu():
+    """On a GPU: the module's Target is the device's, and a kernel with typed launch parameters (64 threads,
+    __launch_bounds__(64, 3)) writes exactly 2 * x at an odd size, nothing past N."""
+    cp = pytest.importorskip("cupy")
+    import tilex
+    from tilex.runtime.nvrtc import default_arch
+
+    m = tilex.compile(ELEMENTWISE.format(cp=", NW: warps = 2, MB: min_blocks = 3"))
+    assert m.target is target(default_arch())
+    assert m.specs["k"].threads == 64
+    x = np.random.default_rng().standard_normal(1001).astype(np.float32)
+    y = cp.full(1001 + 7, np.nan, np.float32)
+    m.k(x=cp.asarray(x), y=y[:1001])
+    got = cp.asnumpy(y)
+    np.testing.assert_array_equal(got[:1001], x * np.float32(2.0))
+    assert np.isnan(got[1001:]).all()
