@@ -14,6 +14,7 @@ Options (torch.compile(..., options={...})):
   report: DIR     write DIR/graph_N.html per lowered graph (report.py), again after its first call
   cuda_graphs: bool  capture static-shape CUDA calls in a CUDA graph and replay it (cudagraphs.py)
   profile: bool   time every step (Step.seconds, Program.time_shares(); synchronizes on CUDA)
+  arena: bool     (default True) intermediates in one lifetime-planned allocation per call (arena.py)
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ __all__ = ["tilex_backend", "Program", "StrictError", "OPTIONS"]
 
 log = logging.getLogger("tilex.backend")
 OPTIONS = {"strict": False, "programs": None, "memory": False, "report": None, "cuda_graphs": False,
-           "profile": False}
+           "profile": False, "arena": True}
 _GRAPHS = [0]  # graphs lowered in this process (names the reports)
 aten = torch.ops.aten
 
@@ -63,6 +64,10 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
         prog = Program.lower(fgm, strict=bool(opts["strict"]))
         prog.measure_memory = bool(opts["memory"])
         prog.profile = bool(opts["profile"])
+        if opts["arena"]:
+            from .arena import Arena
+
+            prog.arena = Arena.for_program(prog)
         _use_cache(prog, fgm)
         if opts["report"] is not None:
             from . import report

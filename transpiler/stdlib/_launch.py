@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -203,10 +204,23 @@ def empty(like, shape, dtype=None):
     return _empty(like, shape, dtype)
 
 
+class _Output(threading.local):
+    """`fn(kind, shape, dtype name)` -> an array to use as this allocation, or None: set by
+    tilex.backend's memory arena around a library call, so its output lands in the arena."""
+    fn = None
+
+
+OUTPUT = _Output()
+
+
 def _empty(like, shape, dtype=None):
     kind = _kind1(like)
     shape = tuple(map(int, shape))
     name = dtype if dtype is not None else dtype_name(like)
+    if OUTPUT.fn is not None:
+        got = OUTPUT.fn(kind, shape, name)
+        if got is not None:
+            return got
     if kind == "torch":
         import torch
 
