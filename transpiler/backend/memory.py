@@ -204,7 +204,7 @@ def size_value(d, binding: dict) -> int | None:
         return d
     try:
         e = d.node.expr.xreplace(binding)
-        return int(e) if e.is_number else None
+        return e if isinstance(e, int) else int(e) if e.is_number else None
     except (AttributeError, TypeError, ValueError):
         return None
 
