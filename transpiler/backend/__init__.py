@@ -115,18 +115,10 @@ def _chain(first, then):
 
 
 def _use_cache(prog: Program, fgm) -> None:
-    """Look the graph up in the graph cache (cache.py); record its kernels after the first call."""
+    """The graph cache (cache.py): fingerprint, record, prewarm; counts reused/built after call 1."""
     from . import cache
 
-    fp = cache.fingerprint(fgm, _arch())
-    rec = cache.load(fp)
-    sources = {s.kernel.source for s in prog.steps if s.kind == "generated"}
-    reused = cache.prewarm(rec, sources) if rec is not None else 0
-    prog.cache = {"fingerprint": fp, "hit": rec is not None, "reused": reused}
-    log.info("tilex backend: graph %s: cache %s, %d kernel configuration(s) reused", fp[:12],
-             "hit" if rec is not None else "miss", reused)
-    if rec is None:
-        prog.after_first_call = _chain(prog.after_first_call, lambda: cache.store(fp, prog.launched))
+    cache.attach(prog, fgm, _arch(), _chain)
 
 
 def _boxed(prog: Program):
