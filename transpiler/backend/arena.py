@@ -28,6 +28,7 @@ class Arena:
         self.placed: set = set()      # values that were put in the arena at least once
         self.unplaced: set = set()    # planned values a callee allocated elsewhere (its own temporaries)
         self.last_plan: memory.Plan | None = None
+        self.last_binding: dict = {}
 
     @classmethod
     def for_program(cls, prog) -> "Arena":
@@ -54,7 +55,7 @@ class Arena:
             if len(self.plans) >= 16:
                 self.plans.clear()
             self.plans[key] = p
-        self.last_plan = p
+        self.last_plan, self.last_binding = p, binding
         return p
 
     def begin(self, args) -> "CallArena":

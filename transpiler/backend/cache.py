@@ -225,4 +225,10 @@ def attach(prog, fgm, arch: str, chain) -> None:
                  f" ({new_cubins} cubins compiled)" if new_cubins else "")
         if rec is None or {k["source"] for k in rec.get("kernels", ())} != {s for _, s, _ in prog.launched}:
             store(fp, prog.launched, prog.summary())
+        try:  # the report's data, for `tilex report` over the cache
+            from . import report
+
+            report.save(prog)
+        except Exception as e:  # a report must never fail a forward
+            log.info("tilex backend: graph %s..: report data not kept (%s)", fp[:8], e)
     prog.after_first_call = chain(prog.after_first_call, after_first_call)
