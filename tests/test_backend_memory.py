@@ -188,3 +188,42 @@ def test_eager_intermediate_bytes_from_metadata():
     n = x.numel() * 4
     assert e["sum"] == 5 * n                      # sigmoid, mul, exp, mul, add
     assert 2 * n <= e["peak"] <= 3 * n and e["peak"] >= p.peak_bytes
+
+
+# ----------------------------------------------------------------- GPU
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_tiny_model_on_cuda_arena_equal_and_peak_measured(arch):
+    """On the GPU: outputs equal with and without the arena (library outputs land in it through the
+    stdlib hook), and the compiled forward's peak (torch.cuda.max_memory_allocated, inputs and weights
+    excluded) next to eager's."""
+    from test_backend_hf import tiny
+
+    model = tiny(arch).cuda()
+    ids = torch.randint(0, 96, (4, 128), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+
+    def peak(fn):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        with torch.no_grad():
+            out = fn()
+        torch.cuda.synchronize()
+        return out, torch.cuda.max_memory_allocated() - base
+    got = {}
+    for arena in (True, False):
+        torch._dynamo.reset()
+        cm, progs = _compile(model, arena=arena)
+        with torch.no_grad():
+            cm(ids, use_cache=False)                                   # compile, fold, build
+        got[arena] = (*peak(lambda: cm(ids, use_cache=False).logits), progs[0])
+    ref, eager_peak = peak(lambda: model(ids, use_cache=False).logits)
+    (a, peak_arena, p), (b, peak_free, _) = got[True], got[False]
+    assert torch.equal(a, b)
+    assert float((a - ref).abs().max() / ref.abs().max()) < 1e-4
+    placed = p.arena.placed
+    assert any(s.kind == "library" and s.match.root in placed for s in p.steps)  # the stdlib hook served
+    print(f"\n{arch}: peak bytes: arena {peak_arena}, values freed at last use {peak_free}, eager {eager_peak}; "
+          f"arena {p.arena.last_plan.arena_bytes} of {p.arena.last_plan.naive_bytes} without reuse")
+    assert peak_arena <= 1.1 * eager_peak
