@@ -132,3 +132,15 @@ def test_second_process_on_cuda_builds_no_kernel_and_starts_fast(tmp_path):
     assert warm["cache"]["stats"] == {"kernels": 3, "reused": 3, "built": 0, "cubins_built": 0}
     print(f"\nfirst forward from import: cold {cold['first_forward_s']:.2f} s, warm {warm['first_forward_s']:.2f} s")
     assert warm["first_forward_s"] < 5.0
+
+
+def test_profile_data_in_its_own_folder(tmp_cache_dir):
+    progs = []
+    cfn = torch.compile(lambda x: torch.exp(x) * 2.0, backend="tilex", options={"programs": progs, "profile": True})
+    with torch.no_grad():
+        cfn(torch.randn(4, 8))
+    (p,) = progs
+    rec = C.load_profile(p.cache["fingerprint"])
+    assert rec is not None and [r["kind"] for r in rec["steps"]] == [s.kind for s in p.steps]
+    assert rec["steps"][0]["calls"] == 1 and rec["steps"][0]["seconds"] > 0
+    assert {d.name for d in tmp_cache_dir.iterdir()} >= {"graphs", "kernels", "profiles"}

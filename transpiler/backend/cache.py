@@ -225,6 +225,9 @@ def attach(prog, fgm, arch: str, chain) -> None:
                  f" ({new_cubins} cubins compiled)" if new_cubins else "")
         if rec is None or {k["source"] for k in rec.get("kernels", ())} != {s for _, s, _ in prog.launched}:
             store(fp, prog.launched, prog.summary())
+        if getattr(prog, "profile", False):
+            store_profile(fp, [{"label": s.label, "kind": s.kind, "calls": s.calls, "seconds": s.seconds}
+                               for s in prog.steps])
         try:  # the report's data, for `tilex report` over the cache
             from . import report
 
