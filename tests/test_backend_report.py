@@ -163,7 +163,7 @@ def test_tilex_report_command_over_the_cache(compiled_report, tmp_path):
 
     prog, path, cache_dir, _ = compiled_report
     fp = prog.cache["fingerprint"]
-    assert (cache_dir / "graphs" / f"{fp}.json").is_file() and (cache_dir / "graphs" / f"{fp}.report.json").is_file()
+    assert (cache_dir / "graphs" / f"{fp}.json").is_file() and (cache_dir / "reports" / f"{fp}.json").is_file()
     r = CliRunner().invoke(app, ["report", "--cache", str(cache_dir), "-o", str(tmp_path / "rep")])
     assert r.exit_code == 0, r.output
     (out,) = (tmp_path / "rep").glob("graph_*.html")
@@ -174,4 +174,4 @@ def test_tilex_report_command_over_the_cache(compiled_report, tmp_path):
             assert s.kernel.name in text
     assert "<rect class='buf'" in text
     r = CliRunner().invoke(app, ["report", "--cache", str(tmp_path / "empty")])
-    assert r.exit_code == 2 and "no graphs/ folder" in r.output
+    assert r.exit_code == 2 and "no reports/ folder" in r.output

@@ -775,13 +775,13 @@ def report(
     from .runtime.cache import default_cache_dir
 
     cache_dir = cache if cache is not None else default_cache_dir()
-    if not (cache_dir / "graphs").is_dir():
-        raise typer.BadParameter(f"{cache_dir} has no graphs/ folder: no graph compiled with "
+    if not (cache_dir / "reports").is_dir():
+        raise typer.BadParameter(f"{cache_dir} has no reports/ folder: no graph compiled with "
                                  "backend='tilex' was cached there", param_hint="'--cache'")
     with _errors():
         paths = from_cache(cache_dir, output)
         if not paths:
-            raise _Fail(f"{cache_dir / 'graphs'} holds no graph report (compile and run a model first)")
+            raise _Fail(f"{cache_dir / 'reports'} holds no graph report (compile and run a model first)")
         for p in paths:
             _stdout(f"{p}\n")
 

@@ -5,7 +5,8 @@
     kernels/<key>.tlxc           each generated kernel's translation (the checked IR, CUDA source and
                                  launch specs), keyed by source, parameters, arch and tilex version
     kernels/cubins/<key>.tlxc    their cubins (NVRTC, through tilex.runtime.cache)
-    profiles/<fingerprint>.json  the last profiled run of a graph (ms per call per step), for `tilex report`
+    profiles/<fingerprint>.json  with profile=True: each step's calls and seconds after the first call
+    reports/<fingerprint>.json   the report's data (report.describe), for `tilex report`
 
 The fingerprint is a sha256 over the graph's canonical text (ops, arguments, constants' shapes,
 dtypes and bytes, each value's shape with its symbols and dtype), each input's guarded shape,

@@ -1,7 +1,7 @@
 """The compiled-graph report: one self-contained HTML file per lowered graph (inline CSS and SVG, no
 network), from options={"report": DIR} or `tilex report` over the cache's graph records.
 
-`describe(prog)` turns a Program into plain data (JSON, kept in the graph's cache record);
+`describe(prog)` turns a Program into plain data (JSON, kept in the cache's reports/);
 `render(data)` turns that into HTML: the cache verdict; the eager fallbacks; each kernel's share of
 the time (with profile=True on a GPU; the CPU interpreter's time is not a GPU kernel's, so there it
 says "not measured"); the memory plan (the arena's peak next to eager's, a heatmap of the arena's
@@ -245,26 +245,26 @@ def write(prog, directory, name: str) -> Path:
 
 
 def save(prog, data: dict | None = None) -> None:
-    """Keep `describe(prog)` in the graph's cache record (graphs/<fingerprint>.report.json)."""
+    """Keep `describe(prog)` beside the graph's cache record (reports/<fingerprint>.json)."""
     from . import cache as C
 
     fp = (prog.cache or {}).get("fingerprint")
     if fp:
         data = data if data is not None else describe(prog, f"tilex backend: graph {fp[:12]}")
-        C._write_json(C.graphs_dir() / f"{fp}.report.json", {"format": C.FORMAT, "report": data})
+        C._write_json(C.root() / "reports" / f"{fp}.json", {"format": C.FORMAT, "report": data})
 
 
 def from_cache(cache_dir, out_dir) -> list:
-    """`tilex report`: one HTML file per graph report kept under CACHE_DIR/graphs; their paths."""
-    src, dst = Path(cache_dir) / "graphs", Path(out_dir)
+    """`tilex report`: one HTML file per graph report kept under CACHE_DIR/reports; their paths."""
+    src, dst = Path(cache_dir) / "reports", Path(out_dir)
     paths = []
-    for f in sorted(src.glob("*.report.json")):
+    for f in sorted(src.glob("*.json")):
         try:
             rec = json.loads(f.read_text(encoding="utf-8"))
             data = rec["report"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        fp = f.name[:-len(".report.json")]
+        fp = f.stem
         data = dict(data, title=f"tilex backend: graph {fp[:12]}")
         dst.mkdir(parents=True, exist_ok=True)
         path = dst / f"graph_{fp[:12]}.html"
