@@ -39,7 +39,8 @@ SCRIPT = textwrap.dedent('''
     first = time.perf_counter() - t0
     ref = model(x)
     (p,) = progs
-    print(json.dumps({"cache": p.cache, "stats": C.STATS, "err": float((out - ref).abs().max()),
+    from tilex import translation_cache as T
+    print(json.dumps({"cache": p.cache, "stats": C.STATS, "all": T.STATS, "err": float((out - ref).abs().max()),
                       "first_forward_s": first}))
 ''')
 
@@ -61,12 +62,13 @@ def test_second_process_builds_no_kernel(tmp_path):
     assert warm["cache"]["fingerprint"] == cold["cache"]["fingerprint"]     # stable across processes
     assert warm["cache"]["hit"] is True and warm["cache"]["reused"] == 3
     assert warm["cache"]["stats"] == {"kernels": 3, "reused": 3, "built": 0, "cubins_built": 0}
-    assert warm["stats"] == {"translated": 0, "loaded": 3}                  # nothing translated
+    assert warm["stats"] == {"translated": 0, "loaded": 3}                  # no generated kernel translated
+    assert cold["all"]["translated"] >= 5 and warm["all"]["translated"] == 0  # nor a library (stdlib) one
     fp = cold["cache"]["fingerprint"]
     assert f"tilex backend: graph {fp[:8]}.. not cached, 0 kernels reused, 3 built" in log1
     assert f"tilex backend: graph {fp[:8]}.. cached, 3 kernels reused, 0 built" in log2
     assert (tmp_path / "graphs" / f"{fp}.json").is_file()
-    assert len(list((tmp_path / "kernels").glob("*.tlxc"))) == 3
+    assert len(list((tmp_path / "kernels").glob("*.tlxc"))) == cold["all"]["translated"]
     rec = json.loads((tmp_path / "graphs" / f"{fp}.json").read_text())
     assert len(rec["kernels"]) == 3 and all("kernel fused_" in k["source"] for k in rec["kernels"])
 
@@ -76,7 +78,7 @@ def test_damaged_translation_is_rebuilt(tmp_path):
     for f in (tmp_path / "kernels").glob("*.tlxc"):
         f.write_bytes(f.read_bytes()[:-7])                                   # truncated entries
     again, err = _run(SCRIPT, tmp_path)
-    assert again["err"] < 1e-5 and again["stats"]["translated"] == 3 and "corrupt entry" in err
+    assert again["err"] < 1e-5 and again["all"]["translated"] == cold["all"]["translated"] and "corrupt entry" in err
 
 
 def _graph(fn, *args):
@@ -144,3 +146,24 @@ def test_profile_data_in_its_own_folder(tmp_cache_dir):
     assert rec is not None and [r["kind"] for r in rec["steps"]] == [s.kind for s in p.steps]
     assert rec["steps"][0]["calls"] == 1 and rec["steps"][0]["seconds"] > 0
     assert {d.name for d in tmp_cache_dir.iterdir()} >= {"graphs", "kernels", "profiles"}
+
+
+def test_translation_cache_keys_on_the_compiler_itself(tmp_cache_dir, monkeypatch):
+    from tilex import translation_cache as T
+    from tilex.pipeline import Options
+
+    src = "kernel k<B: int = 16>(x: f32[N], y: out f32[N]) grid (cdiv(N, B),) {\n" \
+          "    i = program_id(0) * B\n    y[i : i + B] = x[i : i + B] * 2.0\n}\n"
+    opts = Options(defines={"B": 32}, arch="sm_90a")
+    t1, built1 = T.translate(src, "k.tile", opts)
+    t2, built2 = T.translate(src, "k.tile", opts)
+    assert built1 and not built2 and t1.cuda == t2.cuda                        # loaded, the same translation
+    _, built3 = T.translate(src, "k.tile", Options(defines={"B": 64}, arch="sm_90a"))
+    assert built3                                                              # other options: another entry
+    monkeypatch.setattr(T, "compiler_hash", lambda: "another compiler")
+    _, built4 = T.translate(src, "k.tile", opts)
+    assert built4                                                              # a changed compiler rebuilds
+    monkeypatch.setenv("TILEX_TRANSLATION_CACHE", "0")
+    n = len(list((tmp_cache_dir / "kernels").glob("*.tlxc")))
+    _, built5 = T.translate(src, "k.tile", Options(defines={"B": 128}, arch="sm_90a"))
+    assert built5 and len(list((tmp_cache_dir / "kernels").glob("*.tlxc"))) == n   # off: nothing written

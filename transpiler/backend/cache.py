@@ -2,8 +2,9 @@
 
     graphs/<fingerprint>.json    one record per lowered graph: the generated kernels it launched
                                  (name, .tile source, compile-time parameters), its step summary
-    kernels/<key>.tlxc           each generated kernel's translation (the checked IR, CUDA source and
-                                 launch specs), keyed by source, parameters, arch and tilex version
+    kernels/<key>.tlxc           each kernel's translation (the checked IR, CUDA source and launch specs),
+                                 keyed by source, options and the compiler's own hash (tilex.translation_cache;
+                                 the stdlib's kernels too)
     kernels/cubins/<key>.tlxc    their cubins (NVRTC, through tilex.runtime.cache)
     profiles/<fingerprint>.json  with profile=True: each step's calls and seconds after the first call
     reports/<fingerprint>.json   the report's data (report.describe), for `tilex report`
@@ -23,7 +24,6 @@ import hashlib
 import json
 import logging
 import os
-import pickle
 from pathlib import Path
 
 FORMAT = 2
@@ -168,33 +168,16 @@ def _arch() -> str:
 
 
 def module(source: str, defines: tuple):
-    """tilex.compile(source, **defines) with its translation cached in kernels/ and its cubins in
-    kernels/cubins/ (kernels.module calls this once per process per configuration)."""
+    """tilex.compile(source, **defines) with its translation cached in kernels/ (tilex.translation_cache)
+    and its cubins in kernels/cubins/ (kernels.module calls this once per process per configuration)."""
     from ..api import Module
     from ..pipeline import Options
-    from ..runtime.cache import get_or_build
-    from ..translate import translate
-    from ..version import __version__
+    from ..translation_cache import kernels_dir as tdir, translate
 
-    arch = _arch()
-    built = []
-
-    def build() -> bytes:
-        built.append(True)
-        t = translate(source, "<tilex.backend>", Options(defines=dict(defines), arch=arch))
-        return pickle.dumps(t, protocol=pickle.HIGHEST_PROTOCOL)
-
-    key = ("backend-translation", source, repr(tuple(defines)), arch, __version__, str(FORMAT))
-    d = kernels_dir()
-    t = None
-    try:
-        t = pickle.loads(get_or_build(key, build, d))
-    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError):
-        built.append(True)  # an entry from another build of tilex: translate afresh (not cached)
-        t = pickle.loads(build())
+    t, built = translate(source, "<tilex.backend>", Options(defines=dict(defines), arch=_arch()))
     ORIGIN[(source, tuple(defines))] = "built" if built else "reused"
     STATS["translated" if built else "loaded"] += 1
-    return Module(t, arch, d / "cubins", defines=dict(defines), specialize=True)
+    return Module(t, _arch(), tdir() / "cubins", defines=dict(defines), specialize=True)
 
 
 def _cubins() -> int:

@@ -99,7 +99,7 @@ def source(name: str, dtypes: tuple = ()) -> str:
 def _load(name: str, kernel: str | None, items: tuple):
     from ..api import Module
     from ..pipeline import Options
-    from ..translate import translate
+    from ..translation_cache import translate
 
     path = kernel_path(name)
     defines = {k: v for k, v in items if not isinstance(v, str)}
@@ -110,7 +110,7 @@ def _load(name: str, kernel: str | None, items: tuple):
         arch = default_arch()
     except Exception:  # no GPU: the target only matters when launching
         arch = "sm_90a"
-    return Module(translate(text, str(path), Options(defines=defines, arch=arch, kernel=kernel)), arch)
+    return Module(translate(text, str(path), Options(defines=defines, arch=arch, kernel=kernel))[0], arch)
 
 
 def load(name: str, kernel: str | None = None, **defines):
