@@ -353,7 +353,7 @@ def test_report_lists_steps_sources_and_fallbacks(tmp_path):
     assert f"peak live bytes of the plan (values freed at last use, inputs excluded): {p.peak_bytes}" in text
     shares = p.time_shares()
     assert abs(sum(shares.values()) - 1.0) < 1e-9 and shares["library"] > 0 and shares["generated"] > 0
-    assert "of the profiled time" in text
+    assert "time per kernel: not measured" in text               # the CPU interpreter's time is not a kernel's
     assert len(p.live_trace) == len(p.steps) and max(p.live_trace) == p.peak_bytes
     assert text.count("class='bar'") == len(p.steps)
 
@@ -371,7 +371,7 @@ def test_graph_cache_second_compile_hits(tmp_cache_dir):
     torch._dynamo.reset()
     out2, (p2,) = compiled(f, x)                    # a fresh Dynamo trace of the same graph
     close(out2, f(x))
-    assert p2.cache == {"fingerprint": p.cache["fingerprint"], "hit": True, "reused": 1}
+    assert (p2.cache["fingerprint"], p2.cache["hit"], p2.cache["reused"]) == (p.cache["fingerprint"], True, 1)
     torch._dynamo.reset()
     _, (p3,) = compiled(f, torch.randn(6, 40))     # another shape: another fingerprint
     assert p3.cache["hit"] is False and p3.cache["fingerprint"] != p.cache["fingerprint"]

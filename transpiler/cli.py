@@ -5,6 +5,7 @@
     tilex run examples/rmsnorm.tile --shape M=256,N=1000 --backend auto
     tilex tune examples/matmul.tile --shape M=4096,N=4096,K=4096 --space BM=64,128
     tilex explain examples/matmul.tile
+    tilex report -o report/          (HTML reports of the graphs torch.compile(backend="tilex") cached)
 
 Errors in a program print as `file:line:col: error: ...` with the source line and a
 caret; other errors print as `error: ...`. Both exit with status 1; bad usage exits 2.
@@ -759,6 +760,30 @@ def _print_explain(data: list[dict], top: int = 8) -> None:
                           "[" + ", ".join(str(d) for d in t["shape"]) + "]",
                           t["space"] or "-", t["layout"] or "-", _fmt(t["regs_per_thread"]))
         con.print(table)
+
+
+# ---------------------------------------------------------------- report (tilex.backend)
+@app.command()
+def report(
+    cache: Optional[Path] = typer.Option(None, "--cache", metavar="DIR",
+                                         help="The cache directory (default: $TILEX_CACHE_DIR or ~/.cache/tilex)."),
+    output: Path = typer.Option(Path("tilex-report"), "-o", "--output", metavar="DIR",
+                                help="Write the HTML files to DIR."),
+) -> None:
+    """Write one self-contained HTML report per graph the torch.compile backend compiled and cached."""
+    from .backend.report import from_cache
+    from .runtime.cache import default_cache_dir
+
+    cache_dir = cache if cache is not None else default_cache_dir()
+    if not (cache_dir / "reports").is_dir():
+        raise typer.BadParameter(f"{cache_dir} has no reports/ folder: no graph compiled with "
+                                 "backend='tilex' was cached there", param_hint="'--cache'")
+    with _errors():
+        paths = from_cache(cache_dir, output)
+        if not paths:
+            raise _Fail(f"{cache_dir / 'reports'} holds no graph report (compile and run a model first)")
+        for p in paths:
+            _stdout(f"{p}\n")
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ Options (torch.compile(..., options={...})):
   report: DIR     write DIR/graph_N.html per lowered graph (report.py), again after its first call
   cuda_graphs: bool  capture static-shape CUDA calls in a CUDA graph and replay it (cudagraphs.py)
   profile: bool   time every step (Step.seconds, Program.time_shares(); synchronizes on CUDA)
+  arena: bool     (default True) intermediates in one lifetime-planned allocation per call (arena.py)
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ __all__ = ["tilex_backend", "Program", "StrictError", "OPTIONS"]
 
 log = logging.getLogger("tilex.backend")
 OPTIONS = {"strict": False, "programs": None, "memory": False, "report": None, "cuda_graphs": False,
-           "profile": False}
+           "profile": False, "arena": True}
 _GRAPHS = [0]  # graphs lowered in this process (names the reports)
 aten = torch.ops.aten
 
@@ -63,6 +64,10 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
         prog = Program.lower(fgm, strict=bool(opts["strict"]))
         prog.measure_memory = bool(opts["memory"])
         prog.profile = bool(opts["profile"])
+        if opts["arena"]:
+            from .arena import Arena
+
+            prog.arena = Arena.for_program(prog)
         _use_cache(prog, fgm)
         if opts["report"] is not None:
             from . import report
@@ -110,18 +115,10 @@ def _chain(first, then):
 
 
 def _use_cache(prog: Program, fgm) -> None:
-    """Look the graph up in the graph cache (cache.py); record its kernels after the first call."""
+    """The graph cache (cache.py): fingerprint, record, prewarm; counts reused/built after call 1."""
     from . import cache
 
-    fp = cache.fingerprint(fgm, _arch())
-    rec = cache.load(fp)
-    sources = {s.kernel.source for s in prog.steps if s.kind == "generated"}
-    reused = cache.prewarm(rec, sources) if rec is not None else 0
-    prog.cache = {"fingerprint": fp, "hit": rec is not None, "reused": reused}
-    log.info("tilex backend: graph %s: cache %s, %d kernel configuration(s) reused", fp[:12],
-             "hit" if rec is not None else "miss", reused)
-    if rec is None:
-        prog.after_first_call = _chain(prog.after_first_call, lambda: cache.store(fp, prog.launched))
+    cache.attach(prog, fgm, _arch(), _chain)
 
 
 def _boxed(prog: Program):

@@ -51,10 +51,11 @@ def call_library(fn, *args, **kwargs):
 
 @functools.lru_cache(maxsize=None)
 def module(source: str, defines: tuple):
-    """tilex.compile of a generated source with compile-time parameters, once per process."""
-    import tilex
+    """tilex.compile of a generated source with compile-time parameters, once per process, its
+    translation and cubins cached on disk (cache.module)."""
+    from . import cache
 
-    return tilex.compile(source, **dict(defines))
+    return cache.module(source, defines)
 
 
 def launch_generated(source: str, kernel: str, defines: dict, arrays: list, scalars: dict,

@@ -119,6 +119,7 @@ class Program:
     cache: dict = field(default_factory=dict)    # {"fingerprint", "hit", "reused"} (cache.py)
     graph_runner: object = None                  # the CUDA graph runner with cuda_graphs=True
     profile: bool = False                        # time every step (Step.seconds); synchronizes
+    arena: object = None                         # the memory arena (arena.Arena) with arena=True
 
     # ----------------------------------------------------------------- lowering
     @classmethod
@@ -204,18 +205,19 @@ class Program:
         exclude = memory.storage_keys(args) if self.measure_memory else None
         trace = [] if exclude is not None and not self.live_trace else None
         cuda = self.profile and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+        arena = self.arena.begin(args) if self.arena is not None else None
         for i, step in enumerate(self.steps):
             if self.profile:
                 if cuda:
                     torch.cuda.synchronize()
                 t0 = time.perf_counter()
-            self._run(step, env, folded)
+            self._run(step, env, folded, arena)
             if self.profile:
                 if cuda:
                     torch.cuda.synchronize()
                 step.seconds += time.perf_counter() - t0
             if exclude is not None:  # before the frees: the step's inputs and outputs are both live
-                live = memory.live_bytes(list(env.values()), exclude)
+                live = memory.live_bytes(list(env.values()), exclude, arena.span if arena else None)
                 self.peak_bytes = max(self.peak_bytes, live)
                 if trace is not None:
                     trace.append(live)
@@ -229,7 +231,7 @@ class Program:
             callback()
         return result
 
-    def _run(self, step: Step, env: dict, folded: dict) -> None:
+    def _run(self, step: Step, env: dict, folded: dict, arena=None) -> None:
         step.calls += 1
         node = step.nodes[0]
         if step.kind == "folded":
@@ -245,9 +247,14 @@ class Program:
                 step.fallbacks += 1
                 env[node] = _eager_match(m, env)
                 return
-            env[node] = kernels.call_library(m.call, *vals)
+            if arena is None:
+                env[node] = kernels.call_library(m.call, *vals)
+                return
+            with arena.providing(node):
+                env[node] = kernels.call_library(m.call, *vals)
+            arena.check(node, env[node])
         else:
-            step.copies += _run_generated(step.kernel, env, self.launched)
+            step.copies += _run_generated(step.kernel, env, self.launched, arena)
 
 
 def _eager(node: Node, env: dict):
@@ -295,7 +302,7 @@ def _strided_rows(t: torch.Tensor, rank: int, width: int):
     return t.as_strided((rows, width), (width, 1)), rs
 
 
-def _run_generated(k: GeneratedKernel, env: dict, launched: set | None = None) -> int:
+def _run_generated(k: GeneratedKernel, env: dict, launched: set | None = None, arena=None) -> int:
     """Launch a generated kernel; the number of inputs it had to copy (a layout it cannot read)."""
     ins = [env[op.node] for op in k.inputs]
     device = next((t.device for t in ins if t.is_cuda), ins[0].device if ins else torch.device("cpu"))
@@ -332,7 +339,8 @@ def _run_generated(k: GeneratedKernel, env: dict, launched: set | None = None) -
     outs = []
     for op, meta in zip(k.outputs, outs_meta):
         oshape = shape[:-1] + [n if op.last == "N" else 1]
-        y = torch.empty(oshape, dtype=meta.dtype, device=device)
+        y = (torch.empty(oshape, dtype=meta.dtype, device=device) if arena is None else
+             arena.tensor(op.node, oshape, meta.dtype, device))
         outs.append(y)
         arrays.append(y.view(m, oshape[-1]))
     kernels.launch_generated(k.source, k.name, tile_config(m, n, k.has_reduction), arrays, scalars, launched)
@@ -394,6 +402,24 @@ def _order(steps: list) -> list:
         if state[i] == 0:
             visit(i)
     return [steps[i] for i in order]
+
+
+def step_io(step: Step) -> memory.StepIO:
+    """What `step` reads and writes, for the memory plan (memory.py): library and generated
+    outputs are fresh (placeable in the arena); a view or eager op's output may alias its inputs
+    (by its schema), and an op that writes an input in place says which."""
+    if step.kind == "library":
+        reads = tuple(a for a in step.match.args if isinstance(a, Node))
+        return memory.StepIO(reads, (step.match.root,), placeable=(step.match.root,))
+    if step.kind == "generated":
+        members = set(step.nodes)
+        reads = tuple(dict.fromkeys(a for n in step.nodes for a in member_inputs(n) if a not in members))
+        outs = tuple(op.node for op in step.kernel.outputs)
+        return memory.StepIO(reads, outs, placeable=outs)
+    node = step.nodes[0]
+    aliases, inplace = memory.schema_effects(node)
+    return memory.StepIO(tuple(node.all_input_nodes), (node,), aliases=aliases or step.kind == "view",
+                         inplace=inplace)
 
 
 def _last_uses(steps: list, out: Node) -> dict:

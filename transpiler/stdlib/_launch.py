@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,7 @@ def source(name: str, dtypes: tuple = ()) -> str:
 def _load(name: str, kernel: str | None, items: tuple):
     from ..api import Module
     from ..pipeline import Options
-    from ..translate import translate
+    from ..translation_cache import translate
 
     path = kernel_path(name)
     defines = {k: v for k, v in items if not isinstance(v, str)}
@@ -110,7 +111,7 @@ def _load(name: str, kernel: str | None, items: tuple):
         arch = default_arch()
     except Exception:  # no GPU: the target only matters when launching
         arch = "sm_90a"
-    return Module(translate(text, str(path), Options(defines=defines, arch=arch, kernel=kernel)), arch)
+    return Module(translate(text, str(path), Options(defines=defines, arch=arch, kernel=kernel))[0], arch)
 
 
 def load(name: str, kernel: str | None = None, **defines):
@@ -207,10 +208,23 @@ def empty(like, shape, dtype=None):
     return out
 
 
+class _Output(threading.local):
+    """`fn(kind, shape, dtype name)` -> an array to use as this allocation, or None: set by
+    tilex.backend's memory arena around a library call, so its output lands in the arena."""
+    fn = None
+
+
+OUTPUT = _Output()
+
+
 def _empty(like, shape, dtype=None):
     kind = _kind1(like)
     shape = tuple(map(int, shape))
     name = dtype if dtype is not None else dtype_name(like)
+    if OUTPUT.fn is not None:
+        got = OUTPUT.fn(kind, shape, name)
+        if got is not None:
+            return got
     if kind == "torch":
         import torch
 

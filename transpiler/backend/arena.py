@@ -1,0 +1,156 @@
+"""The arena at run time (options={"arena": True}): one allocation per call, laid out by memory.plan.
+
+`Arena(io, placeholders, outputs)` plans once per binding of the symbolic sizes (kept, 16 at most).
+Each call, `begin(args)` allocates the arena (one uint8 tensor on the inputs' device, from torch's
+allocator, released when the call ends) and returns a `CallArena` that hands out each planned
+value's bytes: `tensor(node, shape, dtype)` for the executor's own outputs (generated kernels), and
+`providing(node)` around a library call, during which the first output `tilex.stdlib` allocates
+with the planned bytes and dtype is that view (the stdlib's `_launch.OUTPUT` hook). `check(node,
+value)` after each step refuses (a RuntimeError, never silent corruption) a value that lies in
+the arena where the plan did not put it.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from . import memory
+
+
+class Arena:
+    def __init__(self, io: list, placeholders: list, outputs: set):
+        self.io = io
+        self.placeholders = placeholders
+        self.outputs = set(outputs)
+        self.placeable = [v for s in io for v in s.placeable]
+        self.plans: dict = {}
+        self.placed: set = set()      # values that were put in the arena at least once
+        self.unplaced: set = set()    # planned values a callee allocated elsewhere (its own temporaries)
+        self.last_plan: memory.Plan | None = None
+        self.last_binding: dict = {}
+
+    @classmethod
+    def for_program(cls, prog) -> "Arena":
+        """The arena of a lowered Program (program.step_io gives each step's reads and writes)."""
+        from torch.fx.node import map_arg
+
+        from .program import step_io
+
+        outs: list = []
+        map_arg(prog.output_args, outs.append)
+        return cls([step_io(s) for s in prog.steps], prog.placeholders, set(outs))
+
+    def plan_for(self, args) -> memory.Plan:
+        binding = memory.bind_sizes(self.placeholders, args)
+        key = tuple(sorted((str(k), v) for k, v in binding.items()))
+        p = self.plans.get(key)
+        if p is None:
+            nbytes = {}
+            for v in self.placeable:
+                n = memory.node_nbytes(v, binding)
+                if n is not None:
+                    nbytes[v] = n
+            p = memory.plan(self.io, nbytes, self.outputs)
+            if len(self.plans) >= 16:
+                self.plans.clear()
+            self.plans[key] = p
+        self.last_plan, self.last_binding = p, binding
+        return p
+
+    def begin(self, args) -> "CallArena":
+        p = self.plan_for(args)
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        device = next((t.device for t in tensors if t.is_cuda), tensors[0].device if tensors else "cpu")
+        return CallArena(self, p, torch.empty(max(p.arena_bytes, 1), dtype=torch.uint8, device=device))
+
+
+class CallArena:
+    def __init__(self, owner: Arena, plan: memory.Plan, storage: torch.Tensor):
+        self.owner = owner
+        self.plan = plan
+        self.storage = storage
+        self.base = storage.data_ptr()
+        self.span = (self.base, plan.arena_bytes)
+
+    def region(self, node, nbytes: int, dtype: torch.dtype) -> torch.Tensor | None:
+        """The planned bytes of `node` as a flat tensor of `dtype`, or None (not planned, or another size)."""
+        b = self.plan.by_value.get(node)
+        if b is None or b.nbytes != nbytes or nbytes % _itemsize(dtype):
+            return None
+        return self.storage[b.offset:b.offset + nbytes].view(dtype)
+
+    def tensor(self, node, shape, dtype: torch.dtype, device) -> torch.Tensor:
+        """A fresh output of `shape` for `node`: its arena bytes, else a new tensor."""
+        n = _itemsize(dtype)
+        for d in shape:
+            n *= int(d)
+        r = self.region(node, n, dtype) if torch.device(device) == self.storage.device else None
+        if r is None:
+            return torch.empty(shape, dtype=dtype, device=device)
+        self.owner.placed.add(node)
+        return r.view(shape)
+
+    @contextlib.contextmanager
+    def providing(self, node):
+        """During a library call: its first stdlib output of node's planned bytes and dtype is node's region."""
+        from ..stdlib import _launch as L
+
+        meta = node.meta.get("val")
+        b = self.plan.by_value.get(node)
+        if b is None or not isinstance(meta, torch.Tensor):
+            yield
+            return
+        want = meta.dtype
+        served = []
+
+        def provide(kind, shape, name):
+            if served or kind not in ("torch", "numpy"):
+                return None
+            if L._torch_dtypes().get(name) != want:
+                return None
+            n = _itemsize(want)
+            for d in shape:
+                n *= int(d)
+            r = self.region(node, n, want)
+            if r is None:
+                return None
+            if kind == "torch":
+                if r.device.type == "cpu":
+                    return None  # CPU torch callers get NumPy arrays (the interpreter path)
+                served.append(True)
+                return r.view(tuple(shape))
+            if r.device.type != "cpu":
+                return None
+            from .kernels import to_numpy
+
+            served.append(True)
+            return to_numpy(r).reshape(tuple(shape))
+        prev = L.OUTPUT.fn
+        L.OUTPUT.fn = provide
+        try:
+            yield
+        finally:
+            L.OUTPUT.fn = prev
+
+    def check(self, node, value) -> None:
+        """After a step: `value` (node's) may lie in the arena only at node's planned bytes."""
+        if not isinstance(value, torch.Tensor) or value.device != self.storage.device or value.numel() == 0:
+            return
+        ptr = value.untyped_storage().data_ptr()
+        if not self.base <= ptr < self.base + self.plan.arena_bytes and not (
+                self.base <= value.data_ptr() < self.base + self.plan.arena_bytes):
+            if node in self.plan.by_value:
+                self.owner.unplaced.add(node)
+            return
+        b = self.plan.by_value.get(node)
+        lo = self.base + (b.offset if b else 0)
+        if b is None or not lo <= value.data_ptr() < lo + b.nbytes:
+            raise RuntimeError(f"tilex backend: {node.name} lies in the memory arena where the plan did not put "
+                               "it (an alias the plan does not know); run with options={'arena': False} and "
+                               "report this")
+        self.owner.placed.add(node)
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return dtype.itemsize
