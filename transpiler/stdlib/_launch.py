@@ -704,8 +704,10 @@ def fastpath(fn):
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if not FASTPATH or POISON or getattr(_TLS, "rec", None) is not None:
-            return fn(*args, **kwargs)  # off, or called inside another wrapper's recording: part of it
+        if not FASTPATH or POISON or getattr(_TLS, "rec", None) is not None or OUTPUT.fn is not None:
+            # off, called inside another wrapper's recording (part of it), or under tilex.backend's memory arena
+            # (its outputs come from the arena's plan, which a replay's torch.empty would bypass)
+            return fn(*args, **kwargs)
         launch = driver.launcher()
         if launch is None:
             return fn(*args, **kwargs)
