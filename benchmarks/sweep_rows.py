@@ -275,6 +275,16 @@ def row_candidates(fam: str, m: int, n: int, sms: int) -> list:
                     for st in (2, 3):
                         out.append((f"{tag} {b}/SM S{st}", fam,
                                     dict(base, MIN_BLOCKS=b, PROGRAMS=sms * b, STAGES=st)))
+    if n >= 4096 and m <= 4096:  # the chunked path (a row in BLOCK-wide steps, read twice) at 1..4096 rows
+        for chunk in (1024, 2048, 4096):
+            for warps in (4, 8):
+                if not _per_thread_ok(chunk // (32 * warps)) or chunk >= n:
+                    continue
+                base = dict(BLOCK=chunk, R=1, ONE_PASS=False, WARPS=warps, MIN_BLOCKS=0, PROGRAMS=HUGE)
+                if fam == "layer_norm":
+                    base["EXACT"] = False
+                for st in (1, 2):
+                    out.append((f"chunked B{chunk} W{warps} all S{st}", fam, dict(base, STAGES=st)))
     for w in (2048, 1024, 512, 256):
         if n % w or n // w < 2:
             continue
