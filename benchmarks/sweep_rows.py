@@ -275,6 +275,8 @@ def row_candidates(fam: str, m: int, n: int, sms: int) -> list:
                     for st in (2, 3):
                         out.append((f"{tag} {b}/SM S{st}", fam,
                                     dict(base, MIN_BLOCKS=b, PROGRAMS=sms * b, STAGES=st)))
+    if fam == "layer_norm" and m >= 4096:  # w and b read again each step instead of held (layer_norm.tile)
+        out += [(label + " reload", kernel, dict(d, HOLD=False)) for label, kernel, d in list(out)]
     if n >= 4096 and m <= 4096:  # the chunked path (a row in BLOCK-wide steps, read twice) at 1..4096 rows
         for chunk in (1024, 2048, 4096):
             for warps in (4, 8):
