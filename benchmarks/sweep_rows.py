@@ -3,7 +3,7 @@ SMs x MIN_BLOCKS programs), pipeline stages, and the non-persistent grid (one ro
 each checked against PyTorch and timed with torch eager and torch.compile in the same process.
 
     python benchmarks/sweep_rows.py [--only rms_norm,softmax] [--whole] [--pieces] [--json OUT.json]
-    python benchmarks/sweep_rows.py --misses [--only rope,...] [--jobs 14] [--budget-s 240] [--json OUT.json]
+    python benchmarks/sweep_rows.py --misses [--only rope,...] [--jobs 14] [--budget-s 220] [--json OUT.json]
 
 --misses times issue 17's losing shapes (`MISSES`: the norms, gated activations, rope and embedding at 1-100
 tokens, where they ran at 0.69-0.95x torch.compile in bench_shapes.py, layer_norm at 32768 x 3584 / 896, 49-63%
@@ -269,7 +269,7 @@ def row_candidates(fam: str, m: int, n: int, sms: int) -> list:
                 out.append((f"{tag} all S1", fam, dict(base, MIN_BLOCKS=0, PROGRAMS=HUGE, STAGES=1)))
                 out.append((f"{tag} all S2", fam, dict(base, MIN_BLOCKS=0, PROGRAMS=HUGE, STAGES=2)))
                 steps = -(-m // r)
-                for b in (1, 2, 3, 4, 8):
+                for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32):
                     if threads * b not in (1024, 1536, 2048) or steps < 2 * sms * b:  # only where programs loop
                         continue
                     for st in (2, 3):
@@ -606,7 +606,7 @@ def main() -> int:
     ap.add_argument("--misses", action="store_true",
                     help="issue 17's losing shapes (MISSES): every candidate, built with --jobs, timed vs torch")
     ap.add_argument("--jobs", type=int, default=12, help="--misses: worker processes that build the kernels")
-    ap.add_argument("--budget-s", type=float, default=240.0,
+    ap.add_argument("--budget-s", type=float, default=220.0,
                     help="--misses: stop starting new cases after this many seconds (building included)")
     ap.add_argument("--top", type=int, default=8, help="--misses: candidates printed per case (all go to --json)")
     ap.add_argument("--no-compile", action="store_true", help="--misses: leave torch.compile out")
