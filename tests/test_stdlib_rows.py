@@ -102,8 +102,12 @@ def test_plan_rules_over_public_sizes(kernel):
                 w, k = cfg["W"], cfg["P1"] + cfg["P2"]
                 assert w * k == n and 32 * cfg["WARPS"] == w // 8
                 assert cfg["MIN_BLOCKS"] == 0  # a register cap would spill (see the nvcc test)
-                if t.registers:  # a program per row, loads straight into registers
-                    assert cfg["STAGES"] == 1 and cfg["PROGRAMS"] >= m
+                ring = rows.plan(kernel, n, 10 ** 6)[1]["PROGRAMS"]  # the persistent grid (m-independent)
+                # a program per row, loads straight into registers: for kernels that measured best so, and
+                # wherever the persistent grid would give each program one step at most
+                assert (cfg["STAGES"] == 1) == (t.registers or m <= ring), (n, m, cfg)
+                if cfg["STAGES"] == 1:
+                    assert cfg["PROGRAMS"] >= m
                     continue
                 blocks = cfg["PROGRAMS"] // 132
                 assert 1 <= blocks <= 32 and blocks * w // 8 <= 2048
@@ -116,9 +120,12 @@ def test_plan_rules_over_public_sizes(kernel):
                     assert cfg["BLOCK"] >= n and cfg["BLOCK"] & (cfg["BLOCK"] - 1) == 0
                 else:
                     assert n > rows.ONE_PASS_MAX and cfg["BLOCK"] == rows.CHUNK
-                if t.registers and cfg["ONE_PASS"]:
-                    assert cfg["STAGES"] == 1 and cfg["PROGRAMS"] >= m
-                    continue
+                if cfg["ONE_PASS"]:
+                    ring = L.row_config(n, m, 132, threads_per_sm=t.threads_per_sm, stages=t.stages)["PROGRAMS"]
+                    assert (cfg["STAGES"] == 1) == (t.registers or -(-m // cfg["R"]) <= ring), (n, m, cfg)
+                    if cfg["STAGES"] == 1:
+                        assert cfg["PROGRAMS"] >= m
+                        continue
             assert 2 <= cfg["STAGES"] <= t.max_stages <= rows.MAX_STAGES
 
 

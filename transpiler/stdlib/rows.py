@@ -24,7 +24,10 @@ The model, in the order it decides:
    memory (STAGES ring stages of a step); the grid is persistent: PROGRAMS = SMs x that.
    A kernel whose one-pass rows go straight into registers (`Traits.registers`, fused_add_rms_norm:
    x and residual loads in flight together) instead gets a program per step (`STAGES=1`, a grid
-   past the row count), the blocks resident per SM bounded by threads and registers.
+   past the row count), the blocks resident per SM bounded by threads and registers. So does any
+   kernel whose steps are no more than that grid's programs: a ring only overlaps a program's next
+   step with this one, and a program of one step would pay its shared-memory hop and barrier for
+   nothing (decode: 1-100 tokens).
 5. **Bytes in flight per SM.** The ring is `STAGES` deep, at least the kernel's measured default,
    deepened (up to the kernel's `max_stages`, past which ptxas spilled) until resident blocks x
    (STAGES - 1) steps ahead x the bytes a step reads reaches IN_FLIGHT (32 KB: rms_norm at 4096 and 8192, 0.85-0.87 of copy, has 32 KB;
@@ -152,7 +155,7 @@ def plan(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Ta
     pc = pieces(n, kernel)
     if pc is None:
         cfg = row_config(n, m, sms, threads_per_sm=t.threads_per_sm, stages=t.stages)
-        if cfg["ONE_PASS"] and t.registers:
+        if cfg["ONE_PASS"] and (t.registers or -(-m // cfg["R"]) <= cfg["PROGRAMS"]):
             cfg.update(STAGES=1, PROGRAMS=1 << 30)
         elif cfg["ONE_PASS"]:
             step = cfg["R"] * n * itemsize * t.reads
@@ -166,7 +169,7 @@ def plan(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Ta
     regs = int(t.regs_per_elem * 8 * k + 0.5)
     step = n * itemsize * t.reads
     blocks = _resident(threads, regs, step, t.stages, tgt.threads, tgt)
-    if t.registers:
+    if t.registers or m <= sms * blocks:
         return kernel + "_k2", dict(W=w, P1=p1, P2=p2, WARPS=threads // 32, MIN_BLOCKS=0, PROGRAMS=1 << 30,
                                     STAGES=1)
     stages = _deepen(t.stages, blocks, step, tgt, threads, regs, tgt.threads, t.max_stages)
