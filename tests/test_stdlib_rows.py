@@ -361,3 +361,68 @@ def test_pieces_configs_build_without_spills_f16_f32(vid, spec, tmp_path, monkey
     monkeypatch.setattr(L, "kernel_path", lambda name: _Specialized(real(name)))
     spills, regs, log = _ptxas(file, kernel, cfg, tmp_path)
     assert spills == 0 and regs <= 255, log[-2000:]
+
+
+# ----------------------------------------------------------------------------- decode-sized launches
+
+def ref_rope(x, pos, theta):
+    x = f64(x).copy()
+    half = x.shape[-1] // 2
+    ang = f64(pos)[:, None] * theta ** (-np.arange(half) * 2.0 / x.shape[-1])[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    a, b = x[..., :half].copy(), x[..., half:].copy()
+    x[..., :half], x[..., half:] = a * c - b * s, b * c + a * s
+    return x
+
+
+def test_rope_plan():
+    """Fewer tokens than SMs: a program per (token, head block); else a program per token."""
+    from tilex.stdlib.rope import HEADS_BLOCK, rope_plan
+
+    name, cfg = rope_plan(1, 32, 8, 64, 132)
+    assert name == "rope_heads" and cfg["HB"] == HEADS_BLOCK and cfg["HALFB"] == 64
+    assert 32 * cfg["WARPS"] <= cfg["HB"] * cfg["HALFB"] // 8  # >= 8 elements (16 bytes) per thread per half
+    assert rope_plan(131, 28, 4, 64, 132)[0] == "rope_heads"
+    assert rope_plan(132, 28, 4, 64, 132) == ("rope", dict(HB=8, HALFB=64, WARPS=2))
+    assert rope_plan(4096, 64, 8, 64, 132) == ("rope", dict(HB=8, HALFB=64, WARPS=2))  # measured (rope.py)
+    assert rope_plan(16, 8, 4, 128, 132) == ("rope_heads", dict(HB=HEADS_BLOCK, HALFB=128,
+                                                                WARPS=max(1, HEADS_BLOCK * 128 // 256)))
+    assert rope_plan(1, 1, 1, 1, 132)[1]["HB"] == 1  # never more heads per block than the tensor has
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+@pytest.mark.parametrize("s,hq,hk,d", [(1, 32, 8, 128), (3, 5, 3, 80), (2, 1, 1, 2), (4, 8, 4, 256)])
+@pytest.mark.parametrize("kernel", ["rope", "rope_heads"])
+def test_rope_kernels_vs_numpy(dt, s, hq, hk, d, kernel):
+    """Both full-rotary kernels (the wrapper picks one by the token count) at odd head counts and sizes,
+    out of place and in place, in the interpreter against float64."""
+    rng = np.random.default_rng(s * 1000 + hq * 10 + d)
+    q, k = rnd(rng, (s, hq, d), dt), rnd(rng, (s, hk, d), dt)
+    pos = rng.integers(0, 500, s).astype(np.int64)
+    theta, half = 10000.0, d // 2
+    nlog2 = -2.0 * np.log2(theta) / d
+    for hb in (1, 4):
+        cfg = dict(T=dt, I="i64", HB=hb, HALFB=L.next_pow2(half), WARPS=1)
+        q4, k4 = q.reshape(s, hq, 2, half), k.reshape(s, hk, 2, half)
+        qo, ko = np.empty_like(q4), np.empty_like(k4)
+        L.run(L.load("rope", kernel=kernel, **cfg), kernel, q4, k4, pos, qo, ko, nlog2=nlog2)
+        tol = max(TOL[dt], 1e-4)  # f32: angles up to 500 rad carry ~3e-5 of rounding
+        assert rel(qo.reshape(q.shape), ref_rope(q, pos, theta)) <= tol
+        assert rel(ko.reshape(k.shape), ref_rope(k, pos, theta)) <= tol
+        q2, k2 = q4.copy(), k4.copy()
+        L.run(L.load("rope", kernel=kernel + "_inplace", **cfg), kernel + "_inplace", q2, k2, pos, nlog2=nlog2)
+        assert np.array_equal(f64(q2), f64(qo)) and np.array_equal(f64(k2), f64(ko))
+
+
+def test_rope_wrapper_picks_heads_kernel_for_few_tokens(monkeypatch):
+    seen = []
+    real = L.run
+    monkeypatch.setattr(L, "run", lambda mod, kernel, *a, **kw: (seen.append(kernel), real(mod, kernel, *a, **kw)))
+    rng = np.random.default_rng(1)
+    for s in (1, 140):
+        q, k = rnd(rng, (s, 4, 16), "f32"), rnd(rng, (s, 2, 16), "f32")
+        pos = rng.integers(0, 100, s)
+        qo, ko = S.rope(q, k, pos)
+        assert rel(qo, ref_rope(q, pos, 10000.0)) <= 1e-4 and rel(ko, ref_rope(k, pos, 10000.0)) <= 1e-4
+        S.rope(q, k, pos, inplace=True)
+    assert seen == ["rope_heads", "rope_heads_inplace", "rope", "rope_inplace"]
