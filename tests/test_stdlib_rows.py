@@ -116,13 +116,18 @@ def test_plan_rules_over_public_sizes(kernel):
                 assert name == kernel
                 if cfg["ONE_PASS"]:
                     idle = 1 - n / cfg["BLOCK"]
-                    assert idle <= rows.IDLE_MAX or rows.pieces(n, kernel) is None
+                    # rows fewer than the SMs keep the power-of-two tile (latency-bound: idle lanes are free)
+                    assert idle <= rows.IDLE_MAX or rows.pieces(n, kernel) is None or m < 132
                     assert cfg["BLOCK"] >= n and cfg["BLOCK"] & (cfg["BLOCK"] - 1) == 0
                 else:
                     assert n > rows.ONE_PASS_MAX and cfg["BLOCK"] == rows.CHUNK
                 if cfg["ONE_PASS"]:
-                    ring = L.row_config(n, m, 132, threads_per_sm=t.threads_per_sm, stages=t.stages)["PROGRAMS"]
-                    assert (cfg["STAGES"] == 1) == (t.registers or -(-m // cfg["R"]) <= ring), (n, m, cfg)
+                    ring = L.row_config(n, m, 132, threads_per_sm=t.threads_per_sm, stages=t.stages)
+                    one_step = -(-m // ring["R"]) <= ring["PROGRAMS"]
+                    assert (cfg["STAGES"] == 1) == (t.registers or one_step), (n, m, cfg)
+                    if one_step:  # latency-bound: 8 elements a thread, at most 512 threads, no register cap
+                        threads = 32 * cfg["WARPS"]
+                        assert threads == min(512, cfg["BLOCK"] * cfg["R"] // 8) and cfg["MIN_BLOCKS"] == 0
                     if cfg["STAGES"] == 1:
                         assert cfg["PROGRAMS"] >= m
                         continue
@@ -192,9 +197,14 @@ def test_column_blocked_kernels_at_decoder_sizes(dt, m, d):
 PIECE_SIZES = [(3, 5120), (5, 1536), (2, 2304), (4, 2560), (3, 3072), (2, 4608)]
 
 
+@pytest.mark.parametrize("grid", ["decode", "wave"])
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
 @pytest.mark.parametrize("m,n", PIECE_SIZES + [(3, 896), (2, 3584)])
-def test_norms_at_decoder_sizes(dt, m, n):
+def test_norms_at_decoder_sizes(dt, m, n, grid, monkeypatch):
+    """grid "decode": 132 SMs, so these few rows take the one-step power-of-two path; "wave": one SM,
+    so the rows fill it and take the pieces path and the streamed ring (the model's other choices)."""
+    if grid == "wave":
+        monkeypatch.setattr(L, "sm_count", lambda x: 1)
     rng = np.random.default_rng(n * 7 + m)
     x, r = rnd(rng, (m, n), dt), rnd(rng, (m, n), dt)
     w, b = rnd(rng, (n,), dt), rnd(rng, (n,), dt)
@@ -208,7 +218,9 @@ def test_norms_at_decoder_sizes(dt, m, n):
 
 
 def test_pieces_kernels_are_the_ones_run(monkeypatch):
-    """The wrappers really launch the _k2 kernels at 5120 (so the tests above cover them)."""
+    """The wrappers really launch the _k2 kernels at 5120 once the rows fill the SMs (one SM here, so
+    the tests above with GRID "wave" cover them), the power-of-two kernel below that."""
+    monkeypatch.setattr(L, "sm_count", lambda x: 1)
     seen = []
     real = L.run
     monkeypatch.setattr(L, "run", lambda mod, kernel, *a, **k: (seen.append(kernel), real(mod, kernel, *a, **k)))
@@ -219,8 +231,11 @@ def test_pieces_kernels_are_the_ones_run(monkeypatch):
     S.fused_add_rms_norm(x.copy(), x.copy(), inplace=True)
     S.layer_norm(x)
     S.rms_norm(rnd(rng, (2, 4096), "f32"))
+    monkeypatch.setattr(L, "sm_count", lambda x: 132)
+    S.rms_norm(x)
+    S.layer_norm(x)
     assert seen == ["rms_norm_k2", "fused_add_rms_norm_k2", "fused_add_rms_norm_inplace_k2", "layer_norm_k2",
-                    "rms_norm"]
+                    "rms_norm", "rms_norm", "layer_norm"]
 
 
 def test_pieces_inplace_fused_add_matches():
