@@ -441,3 +441,47 @@ def test_rope_wrapper_picks_heads_kernel_for_few_tokens(monkeypatch):
         assert rel(qo, ref_rope(q, pos, 10000.0)) <= 1e-4 and rel(ko, ref_rope(k, pos, 10000.0)) <= 1e-4
         S.rope(q, k, pos, inplace=True)
     assert seen == ["rope_heads", "rope_heads_inplace", "rope", "rope_inplace"]
+
+
+# ----------------------------------------------------------------------------- measured choices
+
+def _measured():
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).parent / "data" / "sweep_rows_misses_h200.json").read_text())["cases"]
+
+
+def _label(kernel: str, cfg: dict) -> str:
+    """The sweep's label (benchmarks/sweep_rows.py row_candidates) of a one-pass configuration."""
+    if kernel.endswith("_k2"):
+        tag = f"k2 W{cfg['W']}({cfg['P1']}+{cfg['P2']}) W{cfg['WARPS']}"
+    else:
+        tag = f"pow2 B{cfg['BLOCK']} R{cfg['R']} W{cfg['WARPS']}"
+    where = "all" if cfg["PROGRAMS"] >= 1 << 30 else f"{cfg['PROGRAMS'] // 132}/SM"
+    return f"{tag} {where} S{cfg['STAGES']}"
+
+
+@pytest.mark.parametrize("case", [c for c in _measured() if c["family"] in ("rms_norm", "fused_add_rms_norm")
+                                  and c["sizes"]["T"] <= 100], ids=lambda c: f"{c['family']}-{c['sizes']}")
+def test_decode_norm_choices_are_the_measured_best(case):
+    """At 1-100 rows the model's configuration is the fastest candidate measured on the H200 (within 3%),
+    and at or above torch.compile."""
+    s = case["sizes"]
+    name, cfg = rows.plan(case["family"], s["N"], s["T"])
+    us = case["candidates"][_label(name, cfg)]
+    assert us <= 1.03 * min(case["candidates"].values()), (name, cfg, us)
+    assert us <= case["baselines_us"]["compile"] * 1.01, (us, case["baselines_us"])
+
+
+@pytest.mark.parametrize("case", [c for c in _measured() if c["family"] == "rope"],
+                         ids=lambda c: f"rope-{c['sizes']}")
+def test_decode_rope_choice_measured(case):
+    """rope_plan's pick at the measured decode shapes: within 7% of the fastest candidate, >= 1.2x compile."""
+    from tilex.stdlib.rope import rope_plan
+
+    s = case["sizes"]
+    name, cfg = rope_plan(s["T"], s["Hq"], s["Hkv"], s["D"] // 2, 132)
+    us = case["candidates"][f"{name} HB{cfg['HB']} W{cfg['WARPS']}"]
+    assert us <= 1.07 * min(case["candidates"].values())
+    assert case["baselines_us"]["compile"] >= 1.2 * us
