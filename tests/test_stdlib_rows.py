@@ -102,8 +102,12 @@ def test_plan_rules_over_public_sizes(kernel):
                 w, k = cfg["W"], cfg["P1"] + cfg["P2"]
                 assert w * k == n and 32 * cfg["WARPS"] == w // 8
                 assert cfg["MIN_BLOCKS"] == 0  # a register cap would spill (see the nvcc test)
-                if t.registers:  # a program per row, loads straight into registers
-                    assert cfg["STAGES"] == 1 and cfg["PROGRAMS"] >= m
+                ring = rows.plan(kernel, n, 10 ** 6)[1]["PROGRAMS"]  # the persistent grid (m-independent)
+                # a program per row, loads straight into registers: for kernels that measured best so, and
+                # wherever the persistent grid would give each program one step at most
+                assert (cfg["STAGES"] == 1) == (t.registers or m <= ring), (n, m, cfg)
+                if cfg["STAGES"] == 1:
+                    assert cfg["PROGRAMS"] >= m
                     continue
                 blocks = cfg["PROGRAMS"] // 132
                 assert 1 <= blocks <= 32 and blocks * w // 8 <= 2048
@@ -112,13 +116,21 @@ def test_plan_rules_over_public_sizes(kernel):
                 assert name == kernel
                 if cfg["ONE_PASS"]:
                     idle = 1 - n / cfg["BLOCK"]
-                    assert idle <= rows.IDLE_MAX or rows.pieces(n, kernel) is None
+                    # rows fewer than the SMs keep the power-of-two tile (latency-bound: idle lanes are free)
+                    assert idle <= rows.IDLE_MAX or rows.pieces(n, kernel) is None or m < 132
                     assert cfg["BLOCK"] >= n and cfg["BLOCK"] & (cfg["BLOCK"] - 1) == 0
                 else:
                     assert n > rows.ONE_PASS_MAX and cfg["BLOCK"] == rows.CHUNK
-                if t.registers and cfg["ONE_PASS"]:
-                    assert cfg["STAGES"] == 1 and cfg["PROGRAMS"] >= m
-                    continue
+                if cfg["ONE_PASS"]:
+                    ring = L.row_config(n, m, 132, threads_per_sm=t.threads_per_sm, stages=t.stages)
+                    one_step = -(-m // ring["R"]) <= ring["PROGRAMS"]
+                    assert (cfg["STAGES"] == 1) == (t.registers or one_step), (n, m, cfg)
+                    if one_step:  # latency-bound: 8 elements a thread, at most 512 threads, no register cap
+                        threads = 32 * cfg["WARPS"]
+                        assert threads == min(512, cfg["BLOCK"] * cfg["R"] // 8) and cfg["MIN_BLOCKS"] == 0
+                    if cfg["STAGES"] == 1:
+                        assert cfg["PROGRAMS"] >= m
+                        continue
             assert 2 <= cfg["STAGES"] <= t.max_stages <= rows.MAX_STAGES
 
 
@@ -185,9 +197,14 @@ def test_column_blocked_kernels_at_decoder_sizes(dt, m, d):
 PIECE_SIZES = [(3, 5120), (5, 1536), (2, 2304), (4, 2560), (3, 3072), (2, 4608)]
 
 
+@pytest.mark.parametrize("grid", ["decode", "wave"])
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
 @pytest.mark.parametrize("m,n", PIECE_SIZES + [(3, 896), (2, 3584)])
-def test_norms_at_decoder_sizes(dt, m, n):
+def test_norms_at_decoder_sizes(dt, m, n, grid, monkeypatch):
+    """grid "decode": 132 SMs, so these few rows take the one-step power-of-two path; "wave": one SM,
+    so the rows fill it and take the pieces path and the streamed ring (the model's other choices)."""
+    if grid == "wave":
+        monkeypatch.setattr(L, "sm_count", lambda x: 1)
     rng = np.random.default_rng(n * 7 + m)
     x, r = rnd(rng, (m, n), dt), rnd(rng, (m, n), dt)
     w, b = rnd(rng, (n,), dt), rnd(rng, (n,), dt)
@@ -201,7 +218,9 @@ def test_norms_at_decoder_sizes(dt, m, n):
 
 
 def test_pieces_kernels_are_the_ones_run(monkeypatch):
-    """The wrappers really launch the _k2 kernels at 5120 (so the tests above cover them)."""
+    """The wrappers really launch the _k2 kernels at 5120 once the rows fill the SMs (one SM here, so
+    the tests above with GRID "wave" cover them), the power-of-two kernel below that."""
+    monkeypatch.setattr(L, "sm_count", lambda x: 1)
     seen = []
     real = L.run
     monkeypatch.setattr(L, "run", lambda mod, kernel, *a, **k: (seen.append(kernel), real(mod, kernel, *a, **k)))
@@ -212,8 +231,11 @@ def test_pieces_kernels_are_the_ones_run(monkeypatch):
     S.fused_add_rms_norm(x.copy(), x.copy(), inplace=True)
     S.layer_norm(x)
     S.rms_norm(rnd(rng, (2, 4096), "f32"))
+    monkeypatch.setattr(L, "sm_count", lambda x: 132)
+    S.rms_norm(x)
+    S.layer_norm(x)
     assert seen == ["rms_norm_k2", "fused_add_rms_norm_k2", "fused_add_rms_norm_inplace_k2", "layer_norm_k2",
-                    "rms_norm"]
+                    "rms_norm", "rms_norm", "layer_norm"]
 
 
 def test_pieces_inplace_fused_add_matches():
@@ -354,3 +376,112 @@ def test_pieces_configs_build_without_spills_f16_f32(vid, spec, tmp_path, monkey
     monkeypatch.setattr(L, "kernel_path", lambda name: _Specialized(real(name)))
     spills, regs, log = _ptxas(file, kernel, cfg, tmp_path)
     assert spills == 0 and regs <= 255, log[-2000:]
+
+
+# ----------------------------------------------------------------------------- decode-sized launches
+
+def ref_rope(x, pos, theta):
+    x = f64(x).copy()
+    half = x.shape[-1] // 2
+    ang = f64(pos)[:, None] * theta ** (-np.arange(half) * 2.0 / x.shape[-1])[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    a, b = x[..., :half].copy(), x[..., half:].copy()
+    x[..., :half], x[..., half:] = a * c - b * s, b * c + a * s
+    return x
+
+
+def test_rope_plan():
+    """Fewer tokens than SMs: a program per (token, head block); else a program per token."""
+    from tilex.stdlib.rope import HEADS_BLOCK, rope_plan
+
+    name, cfg = rope_plan(1, 32, 8, 64, 132)
+    assert name == "rope_heads" and cfg["HB"] == HEADS_BLOCK and cfg["HALFB"] == 64
+    assert 32 * cfg["WARPS"] <= cfg["HB"] * cfg["HALFB"] // 8  # >= 8 elements (16 bytes) per thread per half
+    assert rope_plan(131, 28, 4, 64, 132)[0] == "rope_heads"
+    assert rope_plan(132, 28, 4, 64, 132) == ("rope", dict(HB=8, HALFB=64, WARPS=2))
+    assert rope_plan(4096, 64, 8, 64, 132) == ("rope", dict(HB=8, HALFB=64, WARPS=2))  # measured (rope.py)
+    assert rope_plan(16, 8, 4, 128, 132) == ("rope_heads", dict(HB=HEADS_BLOCK, HALFB=128,
+                                                                WARPS=max(1, HEADS_BLOCK * 128 // 256)))
+    assert rope_plan(1, 1, 1, 1, 132)[1]["HB"] == 1  # never more heads per block than the tensor has
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+@pytest.mark.parametrize("s,hq,hk,d", [(1, 32, 8, 128), (3, 5, 3, 80), (2, 1, 1, 2), (4, 8, 4, 256)])
+@pytest.mark.parametrize("kernel", ["rope", "rope_heads"])
+def test_rope_kernels_vs_numpy(dt, s, hq, hk, d, kernel):
+    """Both full-rotary kernels (the wrapper picks one by the token count) at odd head counts and sizes,
+    out of place and in place, in the interpreter against float64."""
+    rng = np.random.default_rng(s * 1000 + hq * 10 + d)
+    q, k = rnd(rng, (s, hq, d), dt), rnd(rng, (s, hk, d), dt)
+    pos = rng.integers(0, 500, s).astype(np.int64)
+    theta, half = 10000.0, d // 2
+    nlog2 = -2.0 * np.log2(theta) / d
+    for hb in (1, 4):
+        cfg = dict(T=dt, I="i64", HB=hb, HALFB=L.next_pow2(half), WARPS=1)
+        q4, k4 = q.reshape(s, hq, 2, half), k.reshape(s, hk, 2, half)
+        qo, ko = np.empty_like(q4), np.empty_like(k4)
+        L.run(L.load("rope", kernel=kernel, **cfg), kernel, q4, k4, pos, qo, ko, nlog2=nlog2)
+        tol = max(TOL[dt], 1e-4)  # f32: angles up to 500 rad carry ~3e-5 of rounding
+        assert rel(qo.reshape(q.shape), ref_rope(q, pos, theta)) <= tol
+        assert rel(ko.reshape(k.shape), ref_rope(k, pos, theta)) <= tol
+        q2, k2 = q4.copy(), k4.copy()
+        L.run(L.load("rope", kernel=kernel + "_inplace", **cfg), kernel + "_inplace", q2, k2, pos, nlog2=nlog2)
+        assert np.array_equal(f64(q2), f64(qo)) and np.array_equal(f64(k2), f64(ko))
+
+
+def test_rope_wrapper_picks_heads_kernel_for_few_tokens(monkeypatch):
+    seen = []
+    real = L.run
+    monkeypatch.setattr(L, "run", lambda mod, kernel, *a, **kw: (seen.append(kernel), real(mod, kernel, *a, **kw)))
+    rng = np.random.default_rng(1)
+    for s in (1, 140):
+        q, k = rnd(rng, (s, 4, 16), "f32"), rnd(rng, (s, 2, 16), "f32")
+        pos = rng.integers(0, 100, s)
+        qo, ko = S.rope(q, k, pos)
+        assert rel(qo, ref_rope(q, pos, 10000.0)) <= 1e-4 and rel(ko, ref_rope(k, pos, 10000.0)) <= 1e-4
+        S.rope(q, k, pos, inplace=True)
+    assert seen == ["rope_heads", "rope_heads_inplace", "rope", "rope_inplace"]
+
+
+# ----------------------------------------------------------------------------- measured choices
+
+def _measured():
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).parent / "data" / "sweep_rows_misses_h200.json").read_text())["cases"]
+
+
+def _label(kernel: str, cfg: dict) -> str:
+    """The sweep's label (benchmarks/sweep_rows.py row_candidates) of a one-pass configuration."""
+    if kernel.endswith("_k2"):
+        tag = f"k2 W{cfg['W']}({cfg['P1']}+{cfg['P2']}) W{cfg['WARPS']}"
+    else:
+        tag = f"pow2 B{cfg['BLOCK']} R{cfg['R']} W{cfg['WARPS']}"
+    where = "all" if cfg["PROGRAMS"] >= 1 << 30 else f"{cfg['PROGRAMS'] // 132}/SM"
+    return f"{tag} {where} S{cfg['STAGES']}"
+
+
+@pytest.mark.parametrize("case", [c for c in _measured() if c["family"] in ("rms_norm", "fused_add_rms_norm")
+                                  and c["sizes"]["T"] <= 100], ids=lambda c: f"{c['family']}-{c['sizes']}")
+def test_decode_norm_choices_are_the_measured_best(case):
+    """At 1-100 rows the model's configuration is the fastest candidate measured on the H200 (within 3%),
+    and at or above torch.compile."""
+    s = case["sizes"]
+    name, cfg = rows.plan(case["family"], s["N"], s["T"])
+    us = case["candidates"][_label(name, cfg)]
+    assert us <= 1.03 * min(case["candidates"].values()), (name, cfg, us)
+    assert us <= case["baselines_us"]["compile"] * 1.01, (us, case["baselines_us"])
+
+
+@pytest.mark.parametrize("case", [c for c in _measured() if c["family"] == "rope"],
+                         ids=lambda c: f"rope-{c['sizes']}")
+def test_decode_rope_choice_measured(case):
+    """rope_plan's pick at the measured decode shapes: within 7% of the fastest candidate, >= 1.2x compile."""
+    from tilex.stdlib.rope import rope_plan
+
+    s = case["sizes"]
+    name, cfg = rope_plan(s["T"], s["Hq"], s["Hkv"], s["D"] // 2, 132)
+    us = case["candidates"][f"{name} HB{cfg['HB']} W{cfg['WARPS']}"]
+    assert us <= 1.07 * min(case["candidates"].values())
+    assert case["baselines_us"]["compile"] >= 1.2 * us

@@ -48,8 +48,10 @@ def randn(shape, dt, scale=1.0, seed=0):
     return (torch.randn(shape, generator=g, device="cuda") * scale).to(TD[dt])
 
 
-SIZES = [(7, 5120), (4099, 5120), (1, 1536), (333, 1536), (5, 2304), (100, 2560), (3, 3072), (17, 4608),
-         (9, 896), (1000, 3584)]
+# decode-sized row counts (under 132: the one-step power-of-two path, 8 elements a thread) and row counts
+# that fill the SMs (the pieces path and the streamed ring)
+SIZES = [(7, 5120), (4099, 5120), (1, 1536), (333, 1536), (5, 2304), (200, 2304), (100, 2560), (133, 2560),
+         (3, 3072), (150, 3072), (17, 4608), (140, 4608), (9, 896), (1000, 3584), (1, 16384), (61, 8192)]
 
 
 @pytest.mark.parametrize("dt", ["bf16", "f16", "f32"])
@@ -158,3 +160,59 @@ def test_column_blocked_kernels_vs_torch(m, d):
     table = randn((1000, d), "bf16", seed=1)
     ids = torch.randint(0, 1000, (m, 3), device="cuda")
     assert torch.equal(S.embedding(ids, table), F.embedding(ids, table))
+
+
+# ----------------------------------------------------------------------------- decode-sized launches
+
+def _rope_ref(x, pos, theta):
+    x = x.double().clone()
+    half = x.shape[-1] // 2
+    inv = theta ** (-torch.arange(half, device="cuda", dtype=torch.float64) * 2.0 / x.shape[-1])
+    ang = pos.double()[:, None] * inv[None, :]
+    c, s = ang.cos()[:, None, :], ang.sin()[:, None, :]
+    a, b = x[..., :half].clone(), x[..., half:].clone()
+    x[..., :half], x[..., half:] = a * c - b * s, b * c + a * s
+    return x
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("s,hq,hk,d", [(1, 32, 8, 128), (3, 5, 3, 80), (131, 28, 4, 128), (4, 8, 4, 256),
+                                       (2, 1, 1, 2)])
+@pytest.mark.parametrize("kernel", ["rope", "rope_heads"])
+def test_rope_kernels_vs_torch(dt, s, hq, hk, d, kernel):
+    """Both full-rotary kernels at odd head counts, sizes and heads per block, out of place and in place."""
+    import math
+
+    q, k = randn((s, hq, d), dt, seed=s + hq), randn((s, hk, d), dt, seed=s + hk + 1)
+    pos = torch.randint(0, 4096, (s,), device="cuda")
+    theta, half = 500000.0, d // 2
+    tol = max(TOL[dt], 4e-3)  # f32 angles up to 4096 rad carry ~4096 * 2**-24 rad of rounding
+    rq, rk = _rope_ref(q, pos, theta), _rope_ref(k, pos, theta)
+    for hb, warps in ((1, 1), (4, 1), (8, 2)):
+        cfg = dict(T=dt, I="i64", HB=hb, HALFB=L.next_pow2(half), WARPS=warps)
+        q4, k4 = q.view(s, hq, 2, half), k.view(s, hk, 2, half)
+        qo, ko = torch.full_like(q4, float("nan")), torch.full_like(k4, float("nan"))
+        L.run(L.load("rope", kernel=kernel, **cfg), kernel, q4, k4, pos, qo, ko, nlog2=-2.0 * math.log2(theta) / d)
+        assert rel(qo.view(q.shape), rq) <= tol and rel(ko.view(k.shape), rk) <= tol
+        q2, k2 = q4.clone(), k4.clone()
+        L.run(L.load("rope", kernel=kernel + "_inplace", **cfg), kernel + "_inplace", q2, k2, pos,
+              nlog2=-2.0 * math.log2(theta) / d)
+        assert torch.equal(q2, qo) and torch.equal(k2, ko)
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f32"])
+@pytest.mark.parametrize("m,n,block,r,warps,blocks,stages", [
+    (1000, 3584, 4096, 1, 8, 4, 3), (4099, 3584, 4096, 1, 4, 6, 2), (333, 896, 1024, 2, 4, 8, 3),
+    (5, 896, 1024, 1, 2, 0, 1), (1001, 2048, 2048, 1, 4, 0, 1)])
+def test_layer_norm_reloaded_weights_vs_torch(dt, m, n, block, r, warps, blocks, stages):
+    """layer_norm with w and b read again each step (HOLD=False) on persistent and one-step grids."""
+    x = randn((m, n), dt, seed=m + n, scale=2.0) + 1.0
+    w, b = randn((n,), dt, seed=5), randn((n,), dt, seed=6)
+    cfg = dict(BLOCK=block, R=r, ONE_PASS=True, WARPS=warps, MIN_BLOCKS=blocks, STAGES=stages,
+               PROGRAMS=132 * blocks if blocks else 1 << 30, EXACT=block == n, HOLD=False)
+    y = torch.full_like(x, float("nan"))
+    L.run(L.load("layer_norm", kernel="layer_norm", T=dt, **cfg), "layer_norm", x, w, b, y, eps=1e-5)
+    x64 = x.double()
+    mu = x64.mean(-1, keepdim=True)
+    ref = (x64 - mu) * torch.rsqrt(((x64 - mu) ** 2).mean(-1, keepdim=True) + 1e-5) * w.double() + b.double()
+    assert rel(y, ref) <= TOL[dt]

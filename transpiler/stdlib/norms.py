@@ -120,7 +120,7 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
     y = L.empty(x2, (m, n))
     name, cfg = model.plan("layer_norm", n, m, DType(dt).itemsize, L.sm_count(x2))
     if not name.endswith("_k2"):
-        if n > 8192:  # 3 stages spill registers at BLOCK = 16384 (one block of 1024 threads per SM): 2 there
+        if n > 8192 and cfg["STAGES"] > 2:  # 3 stages spill registers at BLOCK = 16384 (1024 threads): 2 there
             cfg["STAGES"] = 2
         cfg["EXACT"] = cfg["ONE_PASS"] and cfg["BLOCK"] == n  # rows exactly BLOCK wide need no column mask
     mod = L.load("layer_norm", kernel=name, T=dt, **cfg)

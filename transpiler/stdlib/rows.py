@@ -24,7 +24,14 @@ The model, in the order it decides:
    memory (STAGES ring stages of a step); the grid is persistent: PROGRAMS = SMs x that.
    A kernel whose one-pass rows go straight into registers (`Traits.registers`, fused_add_rms_norm:
    x and residual loads in flight together) instead gets a program per step (`STAGES=1`, a grid
-   past the row count), the blocks resident per SM bounded by threads and registers.
+   past the row count), the blocks resident per SM bounded by threads and registers. So does any
+   kernel whose steps are no more than that grid's programs: a ring only overlaps a program's next
+   step with this one, and a program of one step would pay its shared-memory hop and barrier for
+   nothing (decode: 1-100 tokens). Those grids are latency-bound, not bandwidth-bound: their rows
+   take FEW_ELEMS (8) elements per thread, up to FEW_THREADS (512) threads (more elements per
+   thread past 4096: 1024 threads would cap registers at 64, and layer_norm spilled), and rows fewer than
+   the SMs keep the power-of-two tile (its idle lanes cost no bandwidth there; the pieces path's
+   two tiles measured slower).
 5. **Bytes in flight per SM.** The ring is `STAGES` deep, at least the kernel's measured default,
    deepened (up to the kernel's `max_stages`, past which ptxas spilled) until resident blocks x
    (STAGES - 1) steps ahead x the bytes a step reads reaches IN_FLIGHT (32 KB: rms_norm at 4096 and 8192, 0.85-0.87 of copy, has 32 KB;
@@ -43,6 +50,14 @@ IDLE_MAX = 0.20  # a power-of-two tile may leave this much of itself idle before
 IN_FLIGHT = 32 * 1024  # bytes a SM should have requested and not yet received (see 5. above)
 MAX_STAGES = 4
 ELEMS_PER_THREAD = 16
+# Grids of one step per program (decode-sized: 1-100 rows): 8 elements (one 16-byte vector) per thread,
+# at most 512 threads. sweep_rows.py --misses on an H200 (2026-12-01, bf16, CUDA-graph replays): rms_norm
+# T=1 N=4096 512 threads x 8 1.64 us, 256 x 16 1.72, 128 x 32 1.91 (torch.compile 1.76); T=16 N=1536
+# 256 x 8 1.53, 128 x 16 1.70, 512 x 4 1.64, the pieces path 1.79-1.95 (compile 1.71); T=100 N=5120
+# 512 x 16 2.16, 1024 x 8 2.39, pieces 2.24 (compile 2.28); fused_add_rms_norm T=16 N=1536 256 x 8 1.85,
+# 128 x 16 2.02, pieces 1.98 (compile 1.84)
+FEW_ELEMS = 8
+FEW_THREADS = 512
 
 
 @dataclass(frozen=True)
@@ -149,10 +164,13 @@ def plan(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Ta
     `kernel + "_k2"` (pieces path: the caller views its [m, n] tensors as [m * K, W] and its [n]
     vectors as [K, W], K = P1 + P2)."""
     t = TRAITS[kernel]
-    pc = pieces(n, kernel)
+    pc = pieces(n, kernel) if m >= sms else None  # under a wave of rows idle lanes cost no bandwidth
     if pc is None:
         cfg = row_config(n, m, sms, threads_per_sm=t.threads_per_sm, stages=t.stages)
-        if cfg["ONE_PASS"] and t.registers:
+        if cfg["ONE_PASS"] and -(-m // cfg["R"]) <= cfg["PROGRAMS"]:  # a step per program at most
+            warps = max(1, min(FEW_THREADS // 32, cfg["BLOCK"] * cfg["R"] // (32 * FEW_ELEMS)))
+            cfg.update(STAGES=1, PROGRAMS=1 << 30, WARPS=warps, MIN_BLOCKS=0)  # as measured: no register cap
+        elif cfg["ONE_PASS"] and t.registers:
             cfg.update(STAGES=1, PROGRAMS=1 << 30)
         elif cfg["ONE_PASS"]:
             step = cfg["R"] * n * itemsize * t.reads
@@ -166,7 +184,7 @@ def plan(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Ta
     regs = int(t.regs_per_elem * 8 * k + 0.5)
     step = n * itemsize * t.reads
     blocks = _resident(threads, regs, step, t.stages, tgt.threads, tgt)
-    if t.registers:
+    if t.registers or m <= sms * blocks:
         return kernel + "_k2", dict(W=w, P1=p1, P2=p2, WARPS=threads // 32, MIN_BLOCKS=0, PROGRAMS=1 << 30,
                                     STAGES=1)
     stages = _deepen(t.stages, blocks, step, tgt, threads, regs, tgt.threads, t.max_stages)
@@ -185,7 +203,8 @@ def explain(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt:
         step = n * itemsize * t.reads
         tile = f"{n} = {cfg['W']} x ({cfg['P1']} + {cfg['P2']}), 0% idle"
     else:
-        threads, blocks = 32 * cfg["WARPS"], cfg["MIN_BLOCKS"]
+        threads = 32 * cfg["WARPS"]
+        blocks = cfg["MIN_BLOCKS"] or max(1, min(tgt.blocks, t.threads_per_sm // threads))
         elems = cfg["BLOCK"] * cfg["R"] // threads
         step = cfg["R"] * min(n, cfg["BLOCK"]) * itemsize * t.reads
         tile = (f"BLOCK {cfg['BLOCK']} x R {cfg['R']}, {1 - n / cfg['BLOCK']:.0%} idle" if cfg["ONE_PASS"]
