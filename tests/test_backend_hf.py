@@ -63,6 +63,13 @@ def test_tiny_model_forward_matches_eager_on_cpu(arch):
     assert prog.fallbacks() == []
     copied = [s for s in prog.steps if s.copies]
     assert len(copied) == 1 and copied[0].copies == 1 and "aten.cat.default" in copied[0].kernel.members
+    # the same group in every layer is one kernel (named by its text), built once before the first call:
+    # the rotary table, q/k rotary (one source at two tile configurations: q and k differ in heads),
+    # the residual add; 9 generated steps in all
+    st = prog.build_stats
+    assert st["generated_steps"] == 9 and st["distinct_kernels"] == 3 and st["builds"] == 4
+    gen = [s.kernel.name for s in prog.steps if s.kind == "generated"]
+    assert len(set(gen)) == 3 and all(n.startswith("fused_") for n in gen)
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])

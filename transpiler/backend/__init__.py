@@ -14,10 +14,13 @@ Options (torch.compile(..., options={...})):
   report: DIR     write DIR/graph_N.html per lowered graph (report.py), again after its first call
   cuda_graphs: bool  capture static-shape CUDA calls in a CUDA graph and replay it (cudagraphs.py)
   profile: bool   time every step (Step.seconds, Program.time_shares(); synchronizes on CUDA)
+  verbose: bool   progress on stderr (the `tilex.backend` logger at INFO): lowering, kernel builds
 """
 from __future__ import annotations
 
 import logging
+import sys
+import time
 
 import torch
 
@@ -27,7 +30,7 @@ __all__ = ["tilex_backend", "Program", "StrictError", "OPTIONS"]
 
 log = logging.getLogger("tilex.backend")
 OPTIONS = {"strict": False, "programs": None, "memory": False, "report": None, "cuda_graphs": False,
-           "profile": False}
+           "profile": False, "verbose": False}
 _GRAPHS = [0]  # graphs lowered in this process (names the reports)
 aten = torch.ops.aten
 
@@ -44,6 +47,15 @@ def _decompositions():
 
 
 
+def _progress_to_stderr() -> None:
+    if not any(getattr(h, "_tilex_progress", False) for h in log.handlers):
+        h = logging.StreamHandler(sys.stderr)
+        h._tilex_progress = True
+        h.setFormatter(logging.Formatter("[tilex %(asctime)s] %(message)s", "%H:%M:%S"))
+        log.addHandler(h)
+    log.setLevel(logging.INFO)
+
+
 def _check_options(options: dict | None) -> dict:
     opts = dict(OPTIONS)
     for k, v in (options or {}).items():
@@ -58,12 +70,18 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
     from torch._dynamo.backends.common import aot_autograd
 
     opts = _check_options(options)
+    if opts["verbose"]:
+        _progress_to_stderr()
 
     def fw_compiler(fgm: torch.fx.GraphModule, inputs):
+        t0 = time.perf_counter()
         prog = Program.lower(fgm, strict=bool(opts["strict"]))
         prog.measure_memory = bool(opts["memory"])
         prog.profile = bool(opts["profile"])
         _use_cache(prog, fgm)
+        # every static generated kernel built now (distinct ones once, binaries in parallel)
+        prog.prepare(any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in inputs))
+        prog.build_stats["lower_s"] = round(time.perf_counter() - t0 - prog.build_stats["seconds"], 3)
         if opts["report"] is not None:
             from . import report
 

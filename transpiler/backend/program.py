@@ -119,6 +119,8 @@ class Program:
     cache: dict = field(default_factory=dict)    # {"fingerprint", "hit", "reused"} (cache.py)
     graph_runner: object = None                  # the CUDA graph runner with cuda_graphs=True
     profile: bool = False                        # time every step (Step.seconds); synchronizes
+    build_stats: dict = field(default_factory=dict)  # prepare(): kernels built before the first call
+    _frees: list = field(default_factory=list)   # per step: the nodes dropped after it (from last_use)
 
     # ----------------------------------------------------------------- lowering
     @classmethod
@@ -151,7 +153,7 @@ class Program:
 
                 def used_outside(n, members=members):
                     return any(u not in members for u in n.users)
-                k = generate(g, f"fused_{g.id}", used_outside)
+                k = generate(g, None, used_outside)  # named by its text: one kernel per distinct group
                 steps.append(Step("generated", list(g.nodes), kernel=k))
             elif node in folded:
                 steps.append(Step("folded", [node]))
@@ -189,6 +191,35 @@ class Program:
     def fallbacks(self) -> list:
         return [(s.nodes[0].name, str(s.nodes[0].target)) for s in self.steps if s.kind == "eager"]
 
+    # ---------------------------------------------------------------- building
+    def kernel_launches(self) -> dict:
+        """(source, name, defines) -> generated steps, for every generated step whose launch is static:
+        what prepare() builds (the same group in every layer is one entry)."""
+        out: dict = {}
+        for s in self.steps:
+            if s.kind != "generated":
+                continue
+            mn = s.kernel.static_launch()
+            if mn is None:
+                continue
+            cfg = tuple(sorted(tile_config(mn[0], mn[1], s.kernel.has_reduction).items()))
+            out.setdefault((s.kernel.source, s.kernel.name, cfg), []).append(s)
+        return out
+
+    def prepare(self, cuda: bool, workers: int | None = None) -> dict:
+        """Build every static generated kernel before the first call: each distinct (source, config)
+        translated once, then (on CUDA) their binaries compiled by a thread pool over NVRTC.
+        Progress at INFO on the `tilex.backend` logger; returns (and keeps) the build statistics."""
+        t0 = time.perf_counter()
+        todo = self.kernel_launches()
+        steps = sum(s.kind == "generated" for s in self.steps)
+        stats = kernels.build_all(list(todo), cuda, workers)
+        self.build_stats = {"generated_steps": steps, "distinct_kernels": len({k[0] for k in todo}),
+                            "builds": len(todo), "seconds": round(time.perf_counter() - t0, 3), **stats}
+        log.info("tilex backend: built %d generated kernel(s) for %d generated step(s) in %.1f s",
+                 len(todo), steps, self.build_stats["seconds"])
+        return self.build_stats
+
     # ---------------------------------------------------------------- execution
     def __call__(self, *args):
         env: dict = {}
@@ -201,6 +232,15 @@ class Program:
             if len(self.folded_cache) >= 16:
                 self.folded_cache.clear()
             self.folded_cache[sizes] = folded
+        if not (self.profile or self.measure_memory):  # the flat executor: one call per step
+            if len(self._frees) != len(self.steps):
+                self._frees = [tuple(self.last_use.get(i, ())) for i in range(len(self.steps))]
+            run = self._run
+            for step, frees in zip(self.steps, self._frees):
+                run(step, env, folded)
+                for n in frees:
+                    env.pop(n, None)
+            return self._finish(env)
         exclude = memory.storage_keys(args) if self.measure_memory else None
         trace = [] if exclude is not None and not self.live_trace else None
         cuda = self.profile and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
@@ -223,6 +263,9 @@ class Program:
                 env.pop(n, None)
         if trace is not None:
             self.live_trace = trace
+        return self._finish(env)
+
+    def _finish(self, env: dict):
         result = map_arg(self.output_args, lambda n: env[n])
         if self.after_first_call is not None:
             callback, self.after_first_call = self.after_first_call, None
