@@ -104,8 +104,10 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
         raise NotImplementedError("tilex backend: training (a backward graph) is not supported; "
                                   "call the compiled model under torch.no_grad()")
 
-    return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
-                        decompositions=_decompositions())(gm, example_inputs)
+    # keep_inference_input_mutations: a mutated input (HF StaticCache's index_copy_) stays in the graph
+    # as copy_(input, new value), which the lowering turns into an in-place cache write (patterns.py)
+    return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler, decompositions=_decompositions(),
+                        keep_inference_input_mutations=True)(gm, example_inputs)
 
 
 def _arch() -> str:

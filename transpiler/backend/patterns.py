@@ -8,6 +8,7 @@ claim their parts before smaller ones (linear) do.
 """
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, field
 from typing import Callable
@@ -31,6 +32,7 @@ class Match:
     call: Callable              # call(*arg values) -> root value
     interior: set = field(default_factory=set)  # nodes computed inside the kernel
     check: Callable | None = None  # check(*arg values) -> bool: use the kernel (else eager)
+    native: bool = False        # call takes torch tensors itself (CPU included): no NumPy conversion
 
 
 def _stdlib():
@@ -268,6 +270,84 @@ def match_sdpa(node: Node):
     return Match("attention_prefill", node, [q, k, v, mask], call, {sd, *k_chain, *v_chain}, check)
 
 
+def match_sdpa_masked(node: Node):
+    """getitem(sdpa(q, k, v, attn_mask), 0) with no dropout and query length != key length (decode
+    against a static KV cache): the generated masked attention (cachegen.py), k/v read through
+    HF's repeat_kv as grouped-query heads. The mask is read as data (any mask: padding, causal)."""
+    if not (node.op == "call_function" and node.target is operator.getitem and node.args[1] == 0):
+        return None
+    sd = node.args[0]
+    if not _is(sd, *_SDPA):
+        return None
+    kind, _ = _SDPA[sd.target]
+    q, k, v = sd.args[:3]
+    names = {"cpu_flash": ["dropout_p", "is_causal"], "flash": ["dropout_p", "is_causal", "return_debug_mask"],
+             "efficient": ["attn_bias", "compute_log_sumexp", "dropout_p", "is_causal"],
+             "cudnn": ["attn_bias", "compute_log_sumexp", "dropout_p", "is_causal", "return_debug_mask"]}[kind]
+    params = dict(zip(names, sd.args[3:]))
+    params.update(sd.kwargs)
+    mask = params.get("attn_mask", params.get("attn_bias"))
+    if mask is None or params.get("dropout_p", 0.0) != 0.0 or params.get("return_debug_mask", False) or \
+            params.get("is_causal", False):
+        return None
+    qm, km, mm = tensor_meta(q), tensor_meta(k), tensor_meta(mask)
+    if qm is None or km is None or mm is None or qm.dim() != 4 or km.dim() != 4 or not _float(q) or mm.dim() > 4:
+        return None
+    if str(qm.shape[2]) == str(km.shape[2]) or str(mm.shape[-1]) != str(km.shape[-2]):
+        return None  # equal lengths: attention_prefill's pattern
+    if not isinstance(qm.shape[-1], int) or qm.shape[-1] > 256:
+        return None
+    k, k_chain = _unrepeat_kv(k)
+    v, v_chain = _unrepeat_kv(v)
+    if str(tensor_meta(k).shape[1]) != str(tensor_meta(v).shape[1]):
+        return None
+    scale = params.get("scale")
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(qm.shape[-1])
+    from . import cachegen
+
+    def call(q, k, v, mask):
+        return cachegen.masked_attention(q, k, v, mask, scale)
+    return Match("masked_attention", node, [q, k, v, mask], call, {sd, *k_chain, *v_chain}, native=True)
+
+
+def _cache_copies(a: Node, root: Node) -> list:
+    """The copy_(a, root) nodes (AOTAutograd's write-back of a mutated input), when every other user of
+    a is root itself; None when something else reads a (it would see the cache before the write)."""
+    copies = [u for u in a.users if u is not root]
+    if not all(_is(u, aten.copy_.default) and u.args[0] is a and u.args[1] is root for u in copies):
+        return None
+    return copies
+
+
+def match_cache_write(node: Node):
+    """index_copy(cache, 2, idx, src) of a 4-D cache (HF StaticCache's index_copy_): the generated
+    scatter (cachegen.py). A cache that is a graph input written back by copy_ is updated in place
+    (the copy_ then does nothing); any other cache (one created inside the graph) is cloned first."""
+    if not _is(node, aten.index_copy.default):
+        return None
+    a, dim, idx, src = node.args[:4]
+    am, sm, im = tensor_meta(a), tensor_meta(src), tensor_meta(idx)
+    if am is None or sm is None or im is None or am.dim() != 4 or sm.dim() != 4 or int(dim) % 4 != 2:
+        return None
+    if am.dtype != sm.dtype or am.dtype not in (torch.float32, torch.float16, torch.bfloat16) or \
+            im.dtype not in (torch.int32, torch.int64) or im.dim() != 1:
+        return None
+    from . import cachegen
+
+    in_place = a.op == "placeholder" and _cache_copies(a, node) is not None and am.is_contiguous()
+
+    def call(a, idx, src):
+        return cachegen.cache_write(a if in_place else a.contiguous().clone(), idx, src)
+    return Match("cache_write" if in_place else "cache_write (on a copy)", node, [a, idx, src], call,
+                 native=True)
+
+
+def is_inplace_copy_back(node: Node, roots: set) -> bool:
+    """copy_(a, x) where x is an in-place cache write of a (match_cache_write): a is already updated."""
+    return _is(node, aten.copy_.default) and node.args[1] in roots and node.args[1].args[0] is node.args[0] \
+        and node.args[0].op == "placeholder" and _cache_copies(node.args[0], node.args[1]) is not None
+
+
 def match_softmax(node: Node):
     if not _is(node, aten._softmax.default) or not _float(node.args[0]) or node.args[2]:
         return None
@@ -376,7 +456,8 @@ def match_layer_norm(node: Node):
     return Match("layer_norm", node, [x, w, b], lambda x, w, b: S.layer_norm(x, w, b, eps), {ln})
 
 
-MATCHERS = (match_gated_mlp, match_rms_norm, match_sdpa, match_layer_norm, match_softmax,
+MATCHERS = (match_gated_mlp, match_rms_norm, match_sdpa, match_sdpa_masked, match_cache_write, match_layer_norm,
+            match_softmax,
             match_embedding, match_argmax, match_linear, match_bmm)
 
 

@@ -25,7 +25,7 @@ from torch.fx.node import map_arg
 
 from . import kernels, memory
 from .fusion import absorbed_nodes, group_nodes, member_inputs, tensor_meta
-from .patterns import Match, find_matches
+from .patterns import Match, find_matches, is_inplace_copy_back
 from .tilegen import GeneratedKernel, generate, tile_config
 
 log = logging.getLogger("tilex.backend")
@@ -57,6 +57,7 @@ class Step:
     fallbacks: int = 0            # library steps whose check sent a call to eager
     copies: int = 0               # inputs a generated step copied (a layout it cannot read in place)
     seconds: float = 0.0          # time spent in this step, with profile=True (synchronized on CUDA)
+    alias: bool = False           # a view step that is copy_(cache, cache written in place): no work
 
     @property
     def label(self) -> str:
@@ -139,6 +140,7 @@ class Program:
             for n in g.nodes:
                 owner[n] = g
         steps, done = [], set()
+        in_place = {m.root for m in matches if m.kernel == "cache_write"}
         for node in graph.nodes:
             if node.op in ("placeholder", "output") or node in covered:
                 continue
@@ -157,6 +159,8 @@ class Program:
                 steps.append(Step("generated", list(g.nodes), kernel=k))
             elif node in folded:
                 steps.append(Step("folded", [node]))
+            elif is_inplace_copy_back(node, in_place):
+                steps.append(Step("view", [node], alias=True))
             elif _is_metadata(node):
                 steps.append(Step("view", [node]))
             else:
@@ -279,6 +283,8 @@ class Program:
             if node not in folded:
                 folded[node] = _eager(node, env)
             env[node] = folded[node]
+        elif step.alias:
+            env[node] = env[node.args[0]]  # the cache was written in place by its cache_write step
         elif step.kind in ("view", "eager"):
             env[node] = _eager(node, env)
         elif step.kind == "library":
@@ -288,7 +294,7 @@ class Program:
                 step.fallbacks += 1
                 env[node] = _eager_match(m, env)
                 return
-            env[node] = kernels.call_library(m.call, *vals)
+            env[node] = m.call(*vals) if m.native else kernels.call_library(m.call, *vals)
         else:
             step.copies += _run_generated(step.kernel, env, self.launched)
 
