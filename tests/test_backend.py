@@ -375,3 +375,29 @@ def test_graph_cache_second_compile_hits(tmp_cache_dir):
     torch._dynamo.reset()
     _, (p3,) = compiled(f, torch.randn(6, 40))     # another shape: another fingerprint
     assert p3.cache["hit"] is False and p3.cache["fingerprint"] != p.cache["fingerprint"]
+
+
+def test_prepare_builds_each_distinct_kernel_once_and_prewarm_resolves_library_gemms():
+    """Program.prepare: the same generated group twice is one build; prewarm replays the stdlib's choice
+    for a static linear (translated here; on CUDA its binary compiles in the build pool)."""
+    from tilex.backend import prewarm
+
+    g = torch.Generator().manual_seed(31)
+    x, w, b = torch.randn(512, 64, generator=g), torch.randn(128, 64, generator=g), torch.randn(128, generator=g)
+
+    def f(x, w, b):
+        y, y2 = F.linear(x, w, b), F.linear(x * 0.5, w, b)
+        return torch.sigmoid(y) * 2.0 + 1.0, torch.sigmoid(y2) * 2.0 + 1.0
+    out, (p,) = compiled(f, x, w, b)
+    ref = f(x, w, b)
+    for o, r in zip(out, ref):
+        close(o, r, rtol=1e-4, atol=1e-4)
+    st = p.build_stats
+    gen = [s for s in p.steps if s.kind == "generated"]
+    tails = [s for s in gen if "aten.sigmoid.default" in s.kernel.members]
+    assert len(tails) == 2 and tails[0].kernel.source == tails[1].kernel.source   # one text, one name
+    assert st["generated_steps"] == len(gen) and st["builds"] == len(gen) - 1
+    jobs = prewarm.library_jobs(p.steps, 132)
+    assert [label for label, _ in jobs] == ["linear_bias 512x128x64"]   # the two linears: one shape, one job
+    kern = jobs[0][1]()
+    assert kern.spec.name == "linear_bias" and hasattr(kern, "cubin_for")

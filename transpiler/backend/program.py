@@ -217,7 +217,15 @@ class Program:
         t0 = time.perf_counter()
         todo = self.kernel_launches()
         steps = sum(s.kind == "generated" for s in self.steps)
-        stats = kernels.build_all(list(todo), cuda, workers)
+        library = []
+        if cuda:
+            from . import prewarm
+
+            try:
+                library = prewarm.library_jobs(self.steps, _sm_count())
+            except Exception as e:  # noqa: BLE001 - an optimization only
+                log.debug("tilex backend: library prewarm skipped: %s", e)
+        stats = kernels.build_all(list(todo), cuda, workers, library)
         self.build_stats = {"generated_steps": steps, "distinct_kernels": len({k[0] for k in todo}),
                             "builds": len(todo), "seconds": round(time.perf_counter() - t0, 3), **stats}
         log.info("tilex backend: built %d generated kernel(s) for %d generated step(s) in %.1f s",
@@ -297,6 +305,10 @@ class Program:
             env[node] = m.call(*vals) if m.native else kernels.call_library(m.call, *vals)
         else:
             step.copies += _run_generated(step.kernel, env, self.launched)
+
+
+def _sm_count() -> int:
+    return int(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
 
 
 def _eager(node: Node, env: dict):
