@@ -401,3 +401,20 @@ def test_prepare_builds_each_distinct_kernel_once_and_prewarm_resolves_library_g
     assert [label for label, _ in jobs] == ["linear_bias 512x128x64"]   # the two linears: one shape, one job
     kern = jobs[0][1]()
     assert kern.spec.name == "linear_bias" and hasattr(kern, "cubin_for")
+
+
+def test_gemm_epilogue_residual_add_and_norm():
+    """rms_norm(residual + x @ w.T) with the sum read again later (HF's o_proj / down_proj, residual add,
+    next norm): one linear_add_rms_norm step with two outputs, no generated add."""
+    g = torch.Generator().manual_seed(32)
+    norm = HFRMSNorm(48)
+    x, w, res = torch.randn(2, 5, 32, generator=g), torch.randn(48, 32, generator=g), torch.randn(2, 5, 48, generator=g)
+
+    def f(x, w, res):
+        h = res + F.linear(x, w)
+        return norm(h), h * 2.0
+    out, (p,) = compiled(f, x, w, res)
+    for o, r in zip(out, f(x, w, res)):
+        close(o, r, rtol=1e-4, atol=1e-4)
+    assert labels(p, "library") == ["linear_add_rms_norm"] and p.fallbacks() == []
+    assert [s.kernel.members for s in p.steps if s.kind == "generated"] == [("aten.mul.Tensor",)]

@@ -33,6 +33,8 @@ class Match:
     interior: set = field(default_factory=set)  # nodes computed inside the kernel
     check: Callable | None = None  # check(*arg values) -> bool: use the kernel (else eager)
     native: bool = False        # call takes torch tensors itself (CPU included): no NumPy conversion
+    extra: list = field(default_factory=list)  # more nodes the kernel computes that others read: call then
+    #                                            returns (root value, *their values)
 
 
 def _stdlib():
@@ -443,6 +445,47 @@ def match_rms_norm(node: Node):
     return None
 
 
+def match_linear_add_rms_norm(node: Node):
+    """rms_norm(residual + view(x @ w.T)) -> linear_add_rms_norm(x, w, residual, norm_w, eps): the GEMM
+    with its epilogue (the residual add, and the next norm) after o_proj / down_proj. The sum h is a
+    second output (the next layer's residual reads it)."""
+    norm = match_rms_norm(node)
+    if norm is None:
+        return None
+    h = norm.args[0]
+    if not _is(h, aten.add.Tensor) or len(h.args) < 2 or not all(isinstance(a, Node) for a in h.args[:2]) or \
+            h.kwargs.get("alpha", 1) != 1:
+        return None
+    hm = tensor_meta(h)
+    for res, y in (h.args[:2], h.args[1::-1]):
+        view = y if _is(y, *VIEW_OPS) else None
+        mm = _strip_views(y)
+        parts = _linear_parts(mm)
+        if parts is None or parts[2] is not None or parts[1] is None:
+            continue
+        x, w, _, t = parts
+        rm, xm = tensor_meta(res), tensor_meta(x)
+        if rm is None or tuple(map(str, rm.shape)) != tuple(map(str, hm.shape)) or rm.dtype != hm.dtype or \
+                xm.dim() != 2 or tensor_meta(mm).dtype != hm.dtype:
+            continue
+        interior = set(norm.interior) | {h, mm, t}
+        v = y
+        while view is not None and _is(v, *VIEW_OPS):
+            interior.add(v)
+            v = v.args[0]
+        S = _stdlib()
+        eps_arg = norm.args[2]
+
+        def call(x, w, res, nw, eps):
+            shape = tuple(res.shape)
+            n = shape[-1]
+            y, hv = S.linear_add_rms_norm(x, w, res.reshape(-1, n), nw, float(eps))
+            return y.reshape(shape), hv.reshape(shape)
+        return Match("linear_add_rms_norm", node, [x, w, res, norm.args[1], eps_arg], call, interior - {h},
+                     extra=[h])
+    return None
+
+
 def match_layer_norm(node: Node):
     if not (node.op == "call_function" and node.target is operator.getitem and node.args[1] == 0):
         return None
@@ -456,9 +499,27 @@ def match_layer_norm(node: Node):
     return Match("layer_norm", node, [x, w, b], lambda x, w, b: S.layer_norm(x, w, b, eps), {ln})
 
 
-MATCHERS = (match_gated_mlp, match_rms_norm, match_sdpa, match_sdpa_masked, match_cache_write, match_layer_norm,
+MATCHERS = (match_gated_mlp, match_linear_add_rms_norm, match_rms_norm, match_sdpa, match_sdpa_masked, match_cache_write, match_layer_norm,
             match_softmax,
             match_embedding, match_argmax, match_linear, match_bmm)
+
+
+def _extras_computed(m: Match) -> bool:
+    """Every node between the args and an extra output is inside the match (none was dropped by the
+    fixed point above): else the kernel's extra value would come from a node that is also computed alone."""
+    args = {a for a in m.args if isinstance(a, Node)}
+    stack = list(m.extra)
+    seen = set()
+    while stack:
+        n = stack.pop()
+        for a in n.all_input_nodes:
+            if a in args or a in seen:
+                continue
+            if a not in m.interior:
+                return False
+            seen.add(a)
+            stack.append(a)
+    return True
 
 
 def find_matches(graph: torch.fx.Graph, skip: set) -> list[Match]:
@@ -474,15 +535,19 @@ def find_matches(graph: torch.fx.Graph, skip: set) -> list[Match]:
             continue
         for matcher in MATCHERS:
             m = matcher(node)
-            if m is None or (m.interior & claimed):
+            if m is None or (m.interior & claimed) or (set(m.extra) & claimed):
                 continue
             while True:  # keep only nodes whose every user is inside the match (to a fixed point)
-                inside = m.interior | {node}
+                inside = m.interior | {node} | set(m.extra)
                 kept = {n for n in m.interior if all(u in inside for u in n.users)}
                 if kept == m.interior:
                     break
                 m.interior = kept
-            claimed |= m.interior | {node}
+            if m.extra and any(e in m.interior for e in m.extra):
+                continue
+            if m.extra and not _extras_computed(m):
+                continue  # the kernel computes its extra outputs from its interior: all of it must be kept
+            claimed |= m.interior | {node} | set(m.extra)
             found.append(m)
             break
     found.reverse()

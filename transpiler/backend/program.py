@@ -130,7 +130,7 @@ class Program:
         folded = _folded_nodes(gm)
         matches = find_matches(graph, folded)
         by_root = {m.root: m for m in matches}
-        covered = set().union(*(m.interior for m in matches)) if matches else set()
+        covered = set().union(*(m.interior | set(m.extra) for m in matches)) if matches else set()
         absorbed = absorbed_nodes(graph, folded | covered | set(by_root))
         covered |= absorbed
         excluded = folded | covered | set(by_root)
@@ -302,7 +302,12 @@ class Program:
                 step.fallbacks += 1
                 env[node] = _eager_match(m, env)
                 return
-            env[node] = m.call(*vals) if m.native else kernels.call_library(m.call, *vals)
+            out = m.call(*vals) if m.native else kernels.call_library(m.call, *vals)
+            if m.extra:  # a kernel with more outputs: (root, *extra)
+                out, *more = out
+                for e, v in zip(m.extra, more):
+                    env[e] = v
+            env[node] = out
         else:
             step.copies += _run_generated(step.kernel, env, self.launched)
 
@@ -426,6 +431,8 @@ def _order(steps: list) -> list:
             producer[n] = i
         if s.kind == "library":
             producer[s.match.root] = i
+            for e in s.match.extra:
+                producer[e] = i
     deps = []
     for i, s in enumerate(steps):
         nodes = [s.match.root] if s.kind == "library" else s.nodes
