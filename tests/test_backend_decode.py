@@ -263,3 +263,40 @@ def test_profiler_sees_only_tilex_kernels_in_the_compiled_decode_forward():
         "cache_write", "masked_attention") or any(n.startswith(x) for x in library)))
     print("CUDA kernels:", sorted(names), "copies:", sorted(copies))
     assert names and not foreign, foreign
+
+
+def test_cuda_graph_in_place_rule():
+    """Which inputs a captured CUDA graph uses in place: AOTAutograd's static inputs and the mutated cache
+    (when its storage did not move); token ids that happen to reuse an address are still copied."""
+    from tilex.backend.cudagraphs import in_place
+
+    same = [True, True, True, True]          # weight, cache, ids (same address by chance), mask
+    assert in_place(same, {0}, {1}) == [True, True, False, False]
+    assert in_place([True, False, True, True], {0}, {1}) is None   # the cache moved: no graph
+    assert in_place([True, False, True], None, set()) == [True, False, True]   # no static indices: addresses
+
+
+def test_cuda_graphs_runner_knows_static_and_mutated_inputs_on_cpu():
+    g = torch.Generator().manual_seed(14)
+    kc = torch.zeros(1, 2, 16, 8)
+    w = torch.nn.Linear(8, 8)
+
+    def f(x, kc, pos):
+        kc.index_copy_(2, pos, w(x))
+        return kc.sum(-1)
+    progs = []
+    cf = torch.compile(f, backend="tilex", options={"programs": progs, "cuda_graphs": True})
+    x, pos = torch.randn(1, 2, 1, 8, generator=g), torch.tensor([5])
+    ekc = kc.clone()
+    with torch.no_grad():
+        out = cf(x, kc, pos)
+        ref = f(x, ekc, pos)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(kc, ekc, rtol=1e-5, atol=1e-6)   # written in place (through tilex's linear)
+    assert kc[:, :, 5].abs().sum() > 0 and kc[:, :, :5].abs().sum() == 0
+    (p,) = progs
+    runner = p.graph_runner
+    kc_index = next(i for i, n in enumerate(p.placeholders) if n.meta["val"].shape == (1, 2, 16, 8))
+    assert runner.mutated == {kc_index}
+    # the Linear's weight and bias are static (parameters); the inputs x and pos are not
+    assert runner.static_idx is not None and len(runner.static_idx) == 2 and kc_index not in runner.static_idx

@@ -96,7 +96,7 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
         if opts["cuda_graphs"]:
             from .cudagraphs import GraphRunner
 
-            prog.graph_runner = GraphRunner(prog)
+            prog.graph_runner = GraphRunner(prog, _static_inputs(), prog.mutated_inputs())
             return _boxed(prog.graph_runner)
         return _boxed(prog)
 
@@ -108,6 +108,16 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
     # as copy_(input, new value), which the lowering turns into an in-place cache write (patterns.py)
     return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler, decompositions=_decompositions(),
                         keep_inference_input_mutations=True)(gm, example_inputs)
+
+
+def _static_inputs() -> list | None:
+    """AOTAutograd's static input indices (parameters, buffers, static addresses), or None."""
+    try:
+        ctx = torch._guards.TracingContext.try_get()
+        meta = ctx.fw_metadata if ctx is not None else None
+        return None if meta is None else list(meta.static_input_indices)
+    except Exception:  # noqa: BLE001 - another torch version: the runner's address rule
+        return None
 
 
 def _arch() -> str:

@@ -178,6 +178,12 @@ class Program:
             log.info("tilex backend: %s (%s) runs as torch eager", n, t)
         return prog
 
+    def mutated_inputs(self) -> set:
+        """Indices of the placeholders the graph writes (copy_ into an input: AOTAutograd's kept mutations)."""
+        index = {p: i for i, p in enumerate(self.placeholders)}
+        return {index[n.args[0]] for n in self.gm.graph.nodes
+                if n.op == "call_function" and n.target is aten.copy_.default and n.args[0] in index}
+
     def summary(self) -> str:
         counts: dict = {}
         for s in self.steps:
