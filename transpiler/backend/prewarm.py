@@ -59,6 +59,20 @@ def _linear_jobs(Lm, L, dt, m, n, k, bias: bool, sms: int) -> list:
     return [(mod, kernel, (x2, w, b, y) if bias else (x2, w, y))]
 
 
+def _epilogue_jobs(Lm, L, dt, m, n, k, sms: int) -> list:
+    """The GEMM of tilex.stdlib.fused.linear_add_rms_norm (its norm kernel is a row kernel: not prewarmed)."""
+    F = sys.modules["tilex.stdlib.fused"]
+    if not (0 < m <= F.MAX_ROWS and k and k % 8 == 0 and n <= F.MAX_NORM_COLS):
+        return _linear_jobs(Lm, L, dt, m, n, k, False, sms)
+    x2, w = _Arg((m, k)), _Arg((n, k))
+    if Lm._use_swap(m, k, True):
+        cfg = Lm._tuned("linear_swap_splitk", dt, m, n, k, Lm._swap_config(n), S=1)
+        return [(L.load("linear", kernel="linear_swap_splitk", T=dt, **cfg), "linear_swap_splitk",
+                 (x2, w, _Arg((1, m, n))))]
+    part = _Arg((max(1, Lm._splits(m, n, k)), m, n))
+    return [(L.load("linear", T=dt, **Lm._SPLITK), "linear_splitk", (x2, w, part))]
+
+
 def _gated_jobs(Lm, L, dt, m, n, k, sms: int) -> list:
     if k % 8 or not (m and n and k):
         return []
@@ -87,7 +101,8 @@ def library_jobs(steps, sms: int) -> list:
     seen: set = set()
     jobs = []
     for s in steps:
-        if s.kind != "library" or s.match.kernel not in ("linear", "gated_mlp", "attention_prefill"):
+        if s.kind != "library" or s.match.kernel not in ("linear", "gated_mlp", "attention_prefill",
+                                                          "linear_add_rms_norm"):
             continue
         try:
             a = s.match.args
@@ -108,7 +123,10 @@ def library_jobs(steps, sms: int) -> list:
             for d in x[:-1]:
                 m *= d
             k, n = x[-1], w[0]
-            if s.match.kernel == "linear":
+            if s.match.kernel == "linear_add_rms_norm":
+                key = ("epilogue", dt, m, n, k)
+                found = [] if key in seen else _epilogue_jobs(Lm, L, dt, m, n, k, sms)
+            elif s.match.kernel == "linear":
                 if w[1] != k:  # a plain mm(x, b): the wrapper takes b.T
                     n = w[1]
                 bias = len(a) > 2 and a[2] is not None
