@@ -168,6 +168,16 @@ def measure(name, model, ids_by_shape, compile_kwargs, args):
             for k, v in q.time_shares().items():
                 shares[k] = shares.get(k, 0.0) + v / len(pprogs)
         row["time_share"] = {k: round(v, 3) for k, v in shares.items()}
+        if not args.skip_decode:  # and of the decode graph (batch 1): a few profiled steps
+            n = len(pprogs)
+            scratch: dict = {}
+            with torch.no_grad():
+                decode(scratch, name + " (profiled)", pf, model, 1, args.prompt, 4, args.vocab)
+            dec = [q for q in pprogs[n:] if any(s.label == "cache_write" for s in q.steps)]
+            if dec:
+                row["time_share decode b1"] = {k: round(v, 3) for k, v in dec[-1].time_shares().items()}
+                top = sorted(dec[-1].steps, key=lambda s: -s.seconds)[:8]
+                row["top_steps decode b1"] = [(s.label, round(1e3 * s.seconds / max(1, s.calls), 4)) for s in top]
     return row
 
 
