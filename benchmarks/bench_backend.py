@@ -7,7 +7,8 @@ A Qwen2-shaped model built from a config with random weights (no network), for e
   compile time: the first call of each shape (cold in this process: Dynamo, lowering, kernel builds; the
   kernel disk cache may be warm from an earlier run) and again after torch._dynamo.reset() (warm: the
   kernels are in memory and on disk, only tracing and lowering remain),
-  peak memory per shape, the tilex programs' build statistics (generated steps, distinct kernels,
+  peak memory per shape, the host time to enqueue one forward (host_ms: near the ms per forward means
+  host-bound), the tilex programs' build statistics (generated steps, distinct kernels,
   seconds), the share of profiled time in generated vs library kernels, and the eager fallbacks.
 `tilex-cg` is the tilex backend with options={"cuda_graphs": True}, to compare with Inductor's
 mode="reduce-overhead" (`inductor-ro`).
@@ -61,6 +62,19 @@ def timed(fn, warmup=3, rep=10):
     return start.elapsed_time(end) / rep
 
 
+def host_ms(fn, rep=5) -> float:
+    """Median host time of one call from an idle GPU to its return, not waiting for the GPU: the time to
+    enqueue the forward. Close to the ms per forward means the forward is host-bound."""
+    times = []
+    for _ in range(rep):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append(1e3 * (time.perf_counter() - t0))
+    torch.cuda.synchronize()
+    return sorted(times)[len(times) // 2]
+
+
 class Budget(Exception):
     pass
 
@@ -89,7 +103,8 @@ def prefill(row, name, fn, ids_by_shape):
         say(f"{name}: prefill {shape}: first call {row[f'first_call_s {shape}']} s; timing ...")
         row[f"ms {shape}"] = round(timed(lambda: fn(ids, use_cache=False)), 3)
         row[f"peak_MiB {shape}"] = round(torch.cuda.max_memory_allocated() / 2 ** 20, 1)
-        say(f"{name}: prefill {shape}: {row[f'ms {shape}']} ms")
+        row[f"host_ms {shape}"] = round(host_ms(lambda: fn(ids, use_cache=False)), 3)
+        say(f"{name}: prefill {shape}: {row[f'ms {shape}']} ms (host {row[f'host_ms {shape}']} ms to enqueue)")
 
 
 def decode(row, name, fn, model, batch: int, prompt: int, steps: int, vocab: int):
