@@ -323,19 +323,14 @@ def _sm_count() -> int:
 
 
 def _eager(node: Node, env: dict):
-    args = map_arg(node.args, lambda n: env[n])
-    kwargs = map_arg(node.kwargs, lambda n: env[n])
-    if node.target is aten.view.default and not _viewable(args[0], args[1]):
-        return aten.reshape.default(*args)  # a kernel's output laid out unlike eager's: copy
+    args = map_arg(node.args, env.__getitem__)
+    kwargs = map_arg(node.kwargs, env.__getitem__) if node.kwargs else {}
+    if node.target is aten.view.default:
+        try:
+            return args[0].view(args[1])
+        except RuntimeError:  # a kernel's output laid out unlike eager's: copy
+            return aten.reshape.default(*args)
     return node.target(*args, **kwargs)
-
-
-def _viewable(t, shape) -> bool:
-    try:
-        t.view(shape)
-        return True
-    except RuntimeError:
-        return False
 
 
 def _eager_match(m: Match, env: dict):
