@@ -1,15 +1,24 @@
 """torch.compile(model, backend="tilex") vs eager and Inductor on one GPU (issue 19, item 5).
 
-A Qwen2-shaped model built from a config with random weights (no network): prefill at 1x512
-and 16x512 (ms per forward), compile time (first call) for each backend, peak memory, the
-share of steps in generated vs library kernels, and the eager fallbacks tilex listed.
+A Qwen2-shaped model built from a config with random weights (no network), for each backend:
+  prefill at 1x512 and 16x512 (ms per forward, use_cache=False),
+  decode tok/s at batch 1 and 16 with a static KV cache (a --prompt-token prefill, then --steps greedy
+  decode forwards, each one token per sequence; tok/s = batch * steps / time),
+  compile time: the first call of each shape (cold in this process: Dynamo, lowering, kernel builds; the
+  kernel disk cache may be warm from an earlier run) and again after torch._dynamo.reset() (warm: the
+  kernels are in memory and on disk, only tracing and lowering remain),
+  peak memory per shape, the host time to enqueue one forward (host_ms: near the ms per forward means
+  host-bound), the tilex programs' build statistics (generated steps, distinct kernels,
+  seconds), the share of profiled time in generated vs library kernels, and the eager fallbacks.
 `tilex-cg` is the tilex backend with options={"cuda_graphs": True}, to compare with Inductor's
-mode="reduce-overhead" (`inductor-ro`). Decode
-with a static KV cache is NOT measured yet: the backend does not lower attention against a
-cache (docs/backend.md, "Not done").
+mode="reduce-overhead" (`inductor-ro`).
+
+Every backend row has a time budget (--budget seconds, SIGALRM): a row that runs over is reported as
+timed out and the next row starts, so one slow backend cannot eat the run. Progress goes to stderr
+(one line per step, with its time; tilex's own kernel-build progress with --verbose).
 
     python benchmarks/bench_backend.py --layers 4 [--hidden 3584 --heads 28 --kv-heads 4
-        --inter 18944 --dtype bf16] [--json out.json]
+        --inter 18944 --dtype bf16] [--only eager,tilex] [--skip-decode] [--json out.json]
 
 The defaults are Qwen2.5-7B's shapes with 4 layers (one run fits a device call).
 """
@@ -17,9 +26,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
 import time
 
 import torch
+
+
+def say(*parts):
+    print(f"[bench {time.strftime('%H:%M:%S')}]", *parts, file=sys.stderr, flush=True)
 
 
 def build(args):
@@ -47,45 +62,137 @@ def timed(fn, warmup=3, rep=10):
     return start.elapsed_time(end) / rep
 
 
-def measure(name, model, ids_by_shape, compile_kwargs):
+def host_ms(fn, rep=5) -> float:
+    """Median host time of one call from an idle GPU to its return, not waiting for the GPU: the time to
+    enqueue the forward. Close to the ms per forward means the forward is host-bound."""
+    times = []
+    for _ in range(rep):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append(1e3 * (time.perf_counter() - t0))
+    torch.cuda.synchronize()
+    return sorted(times)[len(times) // 2]
+
+
+class Budget(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise Budget()
+
+
+def compiled(model, compile_kwargs, progs, verbose):
+    if compile_kwargs is None:
+        return model
+    kw = dict(compile_kwargs)
+    if kw.get("backend") == "tilex":
+        kw["options"] = {"programs": progs, "verbose": verbose, **kw.get("options", {})}
+    return torch.compile(model, **kw)
+
+
+def prefill(row, name, fn, ids_by_shape):
+    for shape, ids in ids_by_shape.items():
+        torch.cuda.reset_peak_memory_stats()
+        say(f"{name}: prefill {shape}: first call (compile) ...")
+        t0 = time.perf_counter()
+        fn(ids, use_cache=False)
+        torch.cuda.synchronize()
+        row[f"first_call_s {shape}"] = round(time.perf_counter() - t0, 2)
+        say(f"{name}: prefill {shape}: first call {row[f'first_call_s {shape}']} s; timing ...")
+        row[f"ms {shape}"] = round(timed(lambda: fn(ids, use_cache=False)), 3)
+        row[f"peak_MiB {shape}"] = round(torch.cuda.max_memory_allocated() / 2 ** 20, 1)
+        row[f"host_ms {shape}"] = round(host_ms(lambda: fn(ids, use_cache=False)), 3)
+        say(f"{name}: prefill {shape}: {row[f'ms {shape}']} ms (host {row[f'host_ms {shape}']} ms to enqueue)")
+
+
+def decode(row, name, fn, model, batch: int, prompt: int, steps: int, vocab: int):
+    """Greedy decode forwards against a StaticCache: (first decode call s, tok/s over `steps` calls)."""
+    import transformers
+
+    g = torch.Generator("cuda").manual_seed(2)
+    ids = torch.randint(0, vocab, (batch, prompt), device="cuda", generator=g)
+    cache = transformers.StaticCache(config=model.config, max_cache_len=prompt + steps + 16)
+    key = f"decode b{batch}"
+    say(f"{name}: {key}: prefill {batch}x{prompt} and the first decode call (compile) ...")
+    t0 = time.perf_counter()
+    out = fn(ids, past_key_values=cache, cache_position=torch.arange(prompt, device="cuda"), use_cache=True)
+    tok = out.logits[:, -1:].argmax(-1)
+    pos = torch.tensor([prompt], device="cuda")
+    for _ in range(3):  # compile, warm up (a CUDA-graph runner captures on its second call)
+        out = fn(tok, past_key_values=cache, cache_position=pos, use_cache=True)
+        tok = out.logits[:, -1:].argmax(-1)
+        pos = pos + 1
+    torch.cuda.synchronize()
+    row[f"first_call_s {key}"] = round(time.perf_counter() - t0, 2)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        out = fn(tok, past_key_values=cache, cache_position=pos, use_cache=True)
+        tok = out.logits[:, -1:].argmax(-1)
+        pos = pos + 1
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    row[f"tok_s {key}"] = round(batch * steps / dt, 1)
+    row[f"ms_per_step {key}"] = round(1e3 * dt / steps, 3)
+    say(f"{name}: {key}: {row[f'tok_s {key}']} tok/s ({row[f'ms_per_step {key}']} ms a step)")
+
+
+def measure(name, model, ids_by_shape, compile_kwargs, args):
     import tilex.backend  # noqa: F401
 
     torch._dynamo.reset()
-    progs = []
-    kw = {}
-    if compile_kwargs is None:
-        fn = model
-    else:
-        kw = dict(compile_kwargs)
-        if kw.get("backend") == "tilex":
-            kw["options"] = {"programs": progs, **kw.get("options", {})}
-        fn = torch.compile(model, **kw)
+    progs: list = []
     row = {"name": name}
     with torch.no_grad():
-        for shape, ids in ids_by_shape.items():
-            torch.cuda.reset_peak_memory_stats()
-            t0 = time.perf_counter()
-            fn(ids, use_cache=False)
-            torch.cuda.synchronize()
-            row[f"first_call_s {shape}"] = round(time.perf_counter() - t0, 2)
-            row[f"ms {shape}"] = round(timed(lambda: fn(ids, use_cache=False)), 3)
-            row[f"peak_MiB {shape}"] = round(torch.cuda.max_memory_allocated() / 2 ** 20, 1)
-    if progs and kw.get("backend") == "tilex":
-        torch._dynamo.reset()  # one profiled run (synchronized per step) for the time shares
-        pprogs = []
-        pf = torch.compile(model, backend="tilex", options={"programs": pprogs, "profile": True})
-        with torch.no_grad():
-            for ids in ids_by_shape.values():
-                pf(ids, use_cache=False)
-        row["time_share"] = {k: round(v, 3) for k, v in pprogs[-1].time_shares().items()}
+        fn = compiled(model, compile_kwargs, progs, args.verbose)
+        prefill(row, name, fn, ids_by_shape)
+        if not args.skip_decode:
+            for b in (1, 16):
+                decode(row, name, fn, model, b, args.prompt, args.steps, args.vocab)
+        if compile_kwargs is not None:  # warm compile: the same shapes after a Dynamo reset
+            torch._dynamo.reset()
+            fn = compiled(model, compile_kwargs, [], args.verbose)
+            for shape, ids in ids_by_shape.items():
+                t0 = time.perf_counter()
+                fn(ids, use_cache=False)
+                torch.cuda.synchronize()
+                row[f"warm_first_call_s {shape}"] = round(time.perf_counter() - t0, 2)
+                say(f"{name}: warm compile {shape}: {row[f'warm_first_call_s {shape}']} s")
     if progs:
-        p = progs[-1]
+        row["build"] = [dict(p.build_stats) for p in progs]
+        p = max(progs, key=lambda p: len(p.steps))
         kinds = {}
         for s in p.steps:
             kinds[s.kind] = kinds.get(s.kind, 0) + 1
         row["steps"] = kinds
-        row["eager_fallbacks"] = sorted({t for _, t in p.fallbacks()})
-        row["library_kernels"] = sorted({s.label for s in p.steps if s.kind == "library"})
+        row["eager_fallbacks"] = sorted({t for q in progs for _, t in q.fallbacks()})
+        row["library_kernels"] = sorted({s.label for q in progs for s in q.steps if s.kind == "library"})
+        row["copies"] = sum(s.copies for q in progs for s in q.steps)
+    if progs and compile_kwargs.get("backend") == "tilex":
+        say(f"{name}: one profiled forward per shape (synchronized per step) for the time shares ...")
+        torch._dynamo.reset()
+        pprogs: list = []
+        pf = torch.compile(model, backend="tilex", options={"programs": pprogs, "profile": True})
+        with torch.no_grad():
+            for ids in ids_by_shape.values():
+                pf(ids, use_cache=False)
+        shares: dict = {}
+        for q in pprogs:
+            for k, v in q.time_shares().items():
+                shares[k] = shares.get(k, 0.0) + v / len(pprogs)
+        row["time_share"] = {k: round(v, 3) for k, v in shares.items()}
+        if not args.skip_decode:  # and of the decode graph (batch 1): a few profiled steps
+            n = len(pprogs)
+            scratch: dict = {}
+            with torch.no_grad():
+                decode(scratch, name + " (profiled)", pf, model, 1, args.prompt, 4, args.vocab)
+            dec = [q for q in pprogs[n:] if any(s.label == "cache_write" for s in q.steps)]
+            if dec:
+                row["time_share decode b1"] = {k: round(v, 3) for k, v in dec[-1].time_shares().items()}
+                top = sorted(dec[-1].steps, key=lambda s: -s.seconds)[:8]
+                row["top_steps decode b1"] = [(s.label, round(1e3 * s.seconds / max(1, s.calls), 4)) for s in top]
     return row
 
 
@@ -99,8 +206,14 @@ def main():
     ap.add_argument("--vocab", type=int, default=152064)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
     ap.add_argument("--only", default="eager,inductor,inductor-ro,tilex,tilex-cg")
+    ap.add_argument("--budget", type=float, default=150.0, help="seconds per backend row (default 150)")
+    ap.add_argument("--prompt", type=int, default=128, help="prompt tokens before decode (default 128)")
+    ap.add_argument("--steps", type=int, default=32, help="timed decode steps (default 32)")
+    ap.add_argument("--skip-decode", action="store_true")
+    ap.add_argument("--verbose", action="store_true", help="tilex's kernel-build progress on stderr")
     ap.add_argument("--json")
     args = ap.parse_args()
+    say(f"building the model ({args.layers} layers, hidden {args.hidden}, {args.dtype}) ...")
     model = build(args)
     g = torch.Generator("cuda").manual_seed(1)
     ids = {f"{b}x512": torch.randint(0, args.vocab, (b, 512), device="cuda", generator=g) for b in (1, 16)}
@@ -109,12 +222,23 @@ def main():
                "tilex": {"backend": "tilex"},
                "tilex-cg": {"backend": "tilex", "options": {"cuda_graphs": True}}}
     rows = []
+    signal.signal(signal.SIGALRM, _alarm)
     for name in args.only.split(","):
+        say(f"{name}: start (budget {args.budget:.0f} s)")
+        t0 = time.perf_counter()
+        signal.setitimer(signal.ITIMER_REAL, args.budget)
         try:
-            rows.append(measure(name, model, ids, configs[name]))
+            rows.append(measure(name, model, ids, configs[name], args))
+        except Budget:
+            rows.append({"name": name, "error": f"over its budget of {args.budget:.0f} s"})
         except Exception as e:  # report and go on: one backend failing must not hide the others
             rows.append({"name": name, "error": f"{type(e).__name__}: {str(e)[:400]}"})
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        rows[-1]["row_s"] = round(time.perf_counter() - t0, 1)
+        say(f"{name}: done in {rows[-1]['row_s']} s")
         print(json.dumps(rows[-1]), flush=True)
+        torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "rows": rows}, f, indent=1)

@@ -375,3 +375,46 @@ def test_graph_cache_second_compile_hits(tmp_cache_dir):
     torch._dynamo.reset()
     _, (p3,) = compiled(f, torch.randn(6, 40))     # another shape: another fingerprint
     assert p3.cache["hit"] is False and p3.cache["fingerprint"] != p.cache["fingerprint"]
+
+
+def test_prepare_builds_each_distinct_kernel_once_and_prewarm_resolves_library_gemms():
+    """Program.prepare: the same generated group twice is one build; prewarm replays the stdlib's choice
+    for a static linear (translated here; on CUDA its binary compiles in the build pool)."""
+    from tilex.backend import prewarm
+
+    g = torch.Generator().manual_seed(31)
+    x, w, b = torch.randn(512, 64, generator=g), torch.randn(128, 64, generator=g), torch.randn(128, generator=g)
+
+    def f(x, w, b):
+        y, y2 = F.linear(x, w, b), F.linear(x * 0.5, w, b)
+        return torch.sigmoid(y) * 2.0 + 1.0, torch.sigmoid(y2) * 2.0 + 1.0
+    out, (p,) = compiled(f, x, w, b)
+    ref = f(x, w, b)
+    for o, r in zip(out, ref):
+        close(o, r, rtol=1e-4, atol=1e-4)
+    st = p.build_stats
+    gen = [s for s in p.steps if s.kind == "generated"]
+    tails = [s for s in gen if "aten.sigmoid.default" in s.kernel.members]
+    assert len(tails) == 2 and tails[0].kernel.source == tails[1].kernel.source   # one text, one name
+    assert st["generated_steps"] == len(gen) and st["builds"] == len(gen) - 1
+    jobs = prewarm.library_jobs(p.steps, 132)
+    assert [label for label, _ in jobs] == ["linear_bias 512x128x64"]   # the two linears: one shape, one job
+    kern = jobs[0][1]()
+    assert kern.spec.name == "linear_bias" and hasattr(kern, "cubin_for")
+
+
+def test_gemm_epilogue_residual_add_and_norm():
+    """rms_norm(residual + x @ w.T) with the sum read again later (HF's o_proj / down_proj, residual add,
+    next norm): one linear_add_rms_norm step with two outputs, no generated add."""
+    g = torch.Generator().manual_seed(32)
+    norm = HFRMSNorm(48)
+    x, w, res = torch.randn(2, 5, 32, generator=g), torch.randn(48, 32, generator=g), torch.randn(2, 5, 48, generator=g)
+
+    def f(x, w, res):
+        h = res + F.linear(x, w)
+        return norm(h), h * 2.0
+    out, (p,) = compiled(f, x, w, res)
+    for o, r in zip(out, f(x, w, res)):
+        close(o, r, rtol=1e-4, atol=1e-4)
+    assert labels(p, "library") == ["linear_add_rms_norm"] and p.fallbacks() == []
+    assert [s.kernel.members for s in p.steps if s.kind == "generated"] == [("aten.mul.Tensor",)]

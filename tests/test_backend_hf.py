@@ -54,8 +54,9 @@ def test_tiny_model_forward_matches_eager_on_cpu(arch):
     lib = [s.label for s in prog.steps if s.kind == "library"]
     # every projection, norm, attention and MLP is a library kernel; the rest is generated
     assert lib.count("attention_prefill") == 2 and lib.count("gated_mlp") == 2
-    assert lib.count("rms_norm") == 5 and lib.count("embedding") == 1
-    assert lib.count("linear") == 2 * 5 + 1   # q, k, v, o, down per layer; lm_head
+    # o_proj and down_proj with their residual add and the next norm: one GEMM-with-epilogue each
+    assert lib.count("linear_add_rms_norm") == 2 * 2 and lib.count("rms_norm") == 1 and lib.count("embedding") == 1
+    assert lib.count("linear") == 2 * 3 + 1   # q, k, v per layer; lm_head
     assert all(s.fallbacks == 0 for s in prog.steps)
     assert any(s.kind == "generated" for s in prog.steps)
     # nothing runs as torch eager (the mask is a folded constant); one input is copied per forward:
@@ -63,6 +64,13 @@ def test_tiny_model_forward_matches_eager_on_cpu(arch):
     assert prog.fallbacks() == []
     copied = [s for s in prog.steps if s.copies]
     assert len(copied) == 1 and copied[0].copies == 1 and "aten.cat.default" in copied[0].kernel.members
+    # the same group in every layer is one kernel (named by its text), built once before the first call:
+    # the rotary table, q/k rotary (one source at two tile configurations: q and k differ in heads);
+    # 5 generated steps in all (the residual adds are GEMM epilogues)
+    st = prog.build_stats
+    assert st["generated_steps"] == 5 and st["distinct_kernels"] == 2 and st["builds"] == 3
+    gen = [s.kernel.name for s in prog.steps if s.kind == "generated"]
+    assert len(set(gen)) == 2 and all(n.startswith("fused_") for n in gen)
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])
@@ -125,7 +133,7 @@ def test_dynamic_sequence_length_compiles_once():
     (prog,) = progs
     assert prog.fallbacks() == []  # the same patterns as with static shapes (eps, repeat_kv)
     lib = [s.label for s in prog.steps if s.kind == "library"]
-    assert lib.count("rms_norm") == 3 and lib.count("attention_prefill") == 1
+    assert lib.count("rms_norm") + lib.count("linear_add_rms_norm") == 3 and lib.count("attention_prefill") == 1
 
 
 @pytest.mark.gpu

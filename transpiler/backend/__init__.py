@@ -15,10 +15,13 @@ Options (torch.compile(..., options={...})):
   cuda_graphs: bool  capture static-shape CUDA calls in a CUDA graph and replay it (cudagraphs.py)
   profile: bool   time every step (Step.seconds, Program.time_shares(); synchronizes on CUDA)
   arena: bool     (default True) intermediates in one lifetime-planned allocation per call (arena.py)
+  verbose: bool   progress on stderr (the `tilex.backend` logger at INFO): lowering, kernel builds
 """
 from __future__ import annotations
 
 import logging
+import sys
+import time
 
 import torch
 
@@ -28,7 +31,7 @@ __all__ = ["tilex_backend", "Program", "StrictError", "OPTIONS"]
 
 log = logging.getLogger("tilex.backend")
 OPTIONS = {"strict": False, "programs": None, "memory": False, "report": None, "cuda_graphs": False,
-           "profile": False, "arena": True}
+           "profile": False, "arena": True, "verbose": False}
 _GRAPHS = [0]  # graphs lowered in this process (names the reports)
 aten = torch.ops.aten
 
@@ -45,6 +48,15 @@ def _decompositions():
 
 
 
+def _progress_to_stderr() -> None:
+    if not any(getattr(h, "_tilex_progress", False) for h in log.handlers):
+        h = logging.StreamHandler(sys.stderr)
+        h._tilex_progress = True
+        h.setFormatter(logging.Formatter("[tilex %(asctime)s] %(message)s", "%H:%M:%S"))
+        log.addHandler(h)
+    log.setLevel(logging.INFO)
+
+
 def _check_options(options: dict | None) -> dict:
     opts = dict(OPTIONS)
     for k, v in (options or {}).items():
@@ -59,8 +71,11 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
     from torch._dynamo.backends.common import aot_autograd
 
     opts = _check_options(options)
+    if opts["verbose"]:
+        _progress_to_stderr()
 
     def fw_compiler(fgm: torch.fx.GraphModule, inputs):
+        t0 = time.perf_counter()
         prog = Program.lower(fgm, strict=bool(opts["strict"]))
         prog.measure_memory = bool(opts["memory"])
         prog.profile = bool(opts["profile"])
@@ -69,6 +84,9 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
 
             prog.arena = Arena.for_program(prog)
         _use_cache(prog, fgm)
+        # every static generated kernel built now (distinct ones once, binaries in parallel)
+        prog.prepare(any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in inputs))
+        prog.build_stats["lower_s"] = round(time.perf_counter() - t0 - prog.build_stats["seconds"], 3)
         if opts["report"] is not None:
             from . import report
 
@@ -83,7 +101,7 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
         if opts["cuda_graphs"]:
             from .cudagraphs import GraphRunner
 
-            prog.graph_runner = GraphRunner(prog)
+            prog.graph_runner = GraphRunner(prog, _static_inputs(), prog.mutated_inputs())
             return _boxed(prog.graph_runner)
         return _boxed(prog)
 
@@ -91,8 +109,20 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
         raise NotImplementedError("tilex backend: training (a backward graph) is not supported; "
                                   "call the compiled model under torch.no_grad()")
 
-    return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
-                        decompositions=_decompositions())(gm, example_inputs)
+    # keep_inference_input_mutations: a mutated input (HF StaticCache's index_copy_) stays in the graph
+    # as copy_(input, new value), which the lowering turns into an in-place cache write (patterns.py)
+    return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler, decompositions=_decompositions(),
+                        keep_inference_input_mutations=True)(gm, example_inputs)
+
+
+def _static_inputs() -> list | None:
+    """AOTAutograd's static input indices (parameters, buffers, static addresses), or None."""
+    try:
+        ctx = torch._guards.TracingContext.try_get()
+        meta = ctx.fw_metadata if ctx is not None else None
+        return None if meta is None else list(meta.static_input_indices)
+    except Exception:  # noqa: BLE001 - another torch version: the runner's address rule
+        return None
 
 
 def _arch() -> str:

@@ -2,10 +2,14 @@
 replayed, so a call costs one graph launch instead of a launch per kernel (decode).
 
 Call 1 runs the program normally (kernels compile, constants fold, the SDPA mask check decides).
-Call 2 captures it: inputs whose storage is the same as in call 1 (the weights) are used in place,
-the others are copied into static buffers that later calls refill. Each replay's outputs are cloned
-out of the graph's memory, so results stay valid after the next call. Inputs with symbolic sizes,
-CPU tensors, or a weight that moved since capture run the program without a graph.
+Call 2 captures it. Used in place (their addresses baked into the graph): the inputs AOTAutograd calls
+static (parameters, buffers, tensors marked with mark_static_address: `static` indices) and the inputs
+the graph mutates (a KV cache written in place) when their storage is the one of call 1; without
+`static` indices, every input whose storage is the same as in call 1 (the old rule). The others
+(token ids, positions, masks) are copied into static buffers that later calls refill. Each replay's
+outputs are cloned out of the graph's memory, so results stay valid after the next call. Inputs with
+symbolic sizes, CPU tensors, a mutated input that is not used in place, or an in-place input that
+moved since capture run the program without a graph.
 """
 from __future__ import annotations
 
@@ -17,8 +21,11 @@ log = logging.getLogger("tilex.backend")
 
 
 class GraphRunner:
-    def __init__(self, prog):
+    def __init__(self, prog, static: list | None = None, mutated: set | None = None):
         self.prog = prog
+        self.static_idx = None if static is None else set(static)
+        self.mutated = set(mutated or ())
+        self.disabled = False
         self.calls = 0
         self.warm_ptrs = None
         self.graph = None
@@ -34,8 +41,12 @@ class GraphRunner:
         if self.calls == 1:
             self.warm_ptrs = [a.data_ptr() for a in args]
             return self.prog(*args)
+        if self.disabled:
+            return self.prog(*args)
         if self.graph is None:
             self._capture(args)
+            if self.graph is None:
+                return self.prog(*args)
         for a, s, b in zip(args, self.static, self.borrowed):
             if b:
                 if a.data_ptr() != s.data_ptr():
@@ -48,7 +59,12 @@ class GraphRunner:
         return _clone(self.out)
 
     def _capture(self, args):
-        self.borrowed = [a.data_ptr() == p for a, p in zip(args, self.warm_ptrs)]
+        same = [a.data_ptr() == p for a, p in zip(args, self.warm_ptrs)]
+        self.borrowed = in_place(same, self.static_idx, self.mutated)
+        if self.borrowed is None:
+            log.info("tilex backend: a mutated input moved between calls 1 and 2; running without a CUDA graph")
+            self.disabled = True
+            return
         self.static = [a if b else a.clone() for a, b in zip(args, self.borrowed)]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -58,6 +74,20 @@ class GraphRunner:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.out = self.prog(*self.static)
+
+
+def in_place(same: list, static: set | None, mutated: set) -> list | None:
+    """Which inputs the captured graph uses in place (same[i]: input i has call 1's storage at call 2):
+    static inputs and mutated ones with their storage unchanged (without static indices: every input
+    with its storage unchanged). None when a mutated input cannot be used in place (no graph then: its
+    writes would land in a copy)."""
+    if static is None:
+        out = list(same)
+    else:
+        out = [bool(s) and (i in static or i in mutated) for i, s in enumerate(same)]
+    if any(i < len(out) and not out[i] for i in mutated):
+        return None
+    return out
 
 
 def _clone(v):

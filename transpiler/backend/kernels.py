@@ -8,11 +8,15 @@ else in the backend knows how a kernel is launched.
 from __future__ import annotations
 
 import functools
+import logging
+import os
+import time
 
 import numpy as np
 import torch
 
 _BF16_VIEW = {torch.bfloat16: torch.int16}
+log = logging.getLogger("tilex.backend")
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -70,3 +74,50 @@ def launch_generated(source: str, kernel: str, defines: dict, arrays: list, scal
         mod.kernel(kernel)(*arrays, **scalars)
         return
     mod.interp(kernel, *[to_numpy(a) for a in arrays], **scalars)
+
+
+def _compile(kern) -> float:
+    """Compile a runtime Kernel's binary (through the cubin cache); seconds taken."""
+    from ..runtime.nvrtc import default_arch
+
+    t0 = time.perf_counter()
+    kern.cubin_for(kern.arch or default_arch())
+    return time.perf_counter() - t0
+
+
+def build_all(todo: list, cuda: bool, workers: int | None = None, library: list = ()) -> dict:
+    """Translate each generated (source, kernel, defines items) of `todo` once and resolve each library
+    job ((label, resolve() -> runtime Kernel), prewarm.py), serially (Python); then on CUDA compile all
+    their binaries with a thread pool (NVRTC runs outside the GIL). Logs progress at INFO. Returns
+    {"translate_s", "compile_s", "library_builds", "slowest": [(kernel, s), ...]}."""
+    t0 = time.perf_counter()
+    jobs = []
+    for i, (source, kernel, items) in enumerate(todo):
+        k = module(source, items).kernel(kernel)
+        jobs.append((kernel, getattr(k, "base", k)))  # generated kernels want no launch facts
+        if (i + 1) % 16 == 0:
+            log.info("tilex backend: translated %d/%d generated kernels", i + 1, len(todo))
+    n_lib = 0
+    if cuda:
+        for label, resolve in library:
+            try:
+                jobs.append((label, resolve()))
+                n_lib += 1
+            except Exception as e:  # noqa: BLE001 - prewarming is an optimization: the launch decides
+                log.debug("tilex backend: no prewarm for %s: %s", label, e)
+    translate_s = time.perf_counter() - t0
+    times: list = []
+    compile_s = 0.0
+    if cuda and jobs:
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+
+        n = workers or max(1, min(8, os.cpu_count() or 1))
+        t1 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            futs = {pool.submit(_compile, kern): label for label, kern in jobs}
+            for i, f in enumerate(as_completed(futs)):
+                times.append((futs[f], round(f.result(), 3)))
+                log.info("tilex backend: built %d/%d %s (%.2f s)", i + 1, len(jobs), futs[f], times[-1][1])
+        compile_s = time.perf_counter() - t1
+    return {"translate_s": round(translate_s, 3), "compile_s": round(compile_s, 3), "library_builds": n_lib,
+            "slowest": sorted(times, key=lambda x: -x[1])[:5]}

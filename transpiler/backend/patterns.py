@@ -8,6 +8,7 @@ claim their parts before smaller ones (linear) do.
 """
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, field
 from typing import Callable
@@ -31,6 +32,9 @@ class Match:
     call: Callable              # call(*arg values) -> root value
     interior: set = field(default_factory=set)  # nodes computed inside the kernel
     check: Callable | None = None  # check(*arg values) -> bool: use the kernel (else eager)
+    native: bool = False        # call takes torch tensors itself (CPU included): no NumPy conversion
+    extra: list = field(default_factory=list)  # more nodes the kernel computes that others read: call then
+    #                                            returns (root value, *their values)
 
 
 def _stdlib():
@@ -268,6 +272,84 @@ def match_sdpa(node: Node):
     return Match("attention_prefill", node, [q, k, v, mask], call, {sd, *k_chain, *v_chain}, check)
 
 
+def match_sdpa_masked(node: Node):
+    """getitem(sdpa(q, k, v, attn_mask), 0) with no dropout and query length != key length (decode
+    against a static KV cache): the generated masked attention (cachegen.py), k/v read through
+    HF's repeat_kv as grouped-query heads. The mask is read as data (any mask: padding, causal)."""
+    if not (node.op == "call_function" and node.target is operator.getitem and node.args[1] == 0):
+        return None
+    sd = node.args[0]
+    if not _is(sd, *_SDPA):
+        return None
+    kind, _ = _SDPA[sd.target]
+    q, k, v = sd.args[:3]
+    names = {"cpu_flash": ["dropout_p", "is_causal"], "flash": ["dropout_p", "is_causal", "return_debug_mask"],
+             "efficient": ["attn_bias", "compute_log_sumexp", "dropout_p", "is_causal"],
+             "cudnn": ["attn_bias", "compute_log_sumexp", "dropout_p", "is_causal", "return_debug_mask"]}[kind]
+    params = dict(zip(names, sd.args[3:]))
+    params.update(sd.kwargs)
+    mask = params.get("attn_mask", params.get("attn_bias"))
+    if mask is None or params.get("dropout_p", 0.0) != 0.0 or params.get("return_debug_mask", False) or \
+            params.get("is_causal", False):
+        return None
+    qm, km, mm = tensor_meta(q), tensor_meta(k), tensor_meta(mask)
+    if qm is None or km is None or mm is None or qm.dim() != 4 or km.dim() != 4 or not _float(q) or mm.dim() > 4:
+        return None
+    if str(qm.shape[2]) == str(km.shape[2]) or str(mm.shape[-1]) != str(km.shape[-2]):
+        return None  # equal lengths: attention_prefill's pattern
+    if not isinstance(qm.shape[-1], int) or qm.shape[-1] > 256:
+        return None
+    k, k_chain = _unrepeat_kv(k)
+    v, v_chain = _unrepeat_kv(v)
+    if str(tensor_meta(k).shape[1]) != str(tensor_meta(v).shape[1]):
+        return None
+    scale = params.get("scale")
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(qm.shape[-1])
+    from . import cachegen
+
+    def call(q, k, v, mask):
+        return cachegen.masked_attention(q, k, v, mask, scale)
+    return Match("masked_attention", node, [q, k, v, mask], call, {sd, *k_chain, *v_chain}, native=True)
+
+
+def _cache_copies(a: Node, root: Node) -> list:
+    """The copy_(a, root) nodes (AOTAutograd's write-back of a mutated input), when every other user of
+    a is root itself; None when something else reads a (it would see the cache before the write)."""
+    copies = [u for u in a.users if u is not root]
+    if not all(_is(u, aten.copy_.default) and u.args[0] is a and u.args[1] is root for u in copies):
+        return None
+    return copies
+
+
+def match_cache_write(node: Node):
+    """index_copy(cache, 2, idx, src) of a 4-D cache (HF StaticCache's index_copy_): the generated
+    scatter (cachegen.py). A cache that is a graph input written back by copy_ is updated in place
+    (the copy_ then does nothing); any other cache (one created inside the graph) is cloned first."""
+    if not _is(node, aten.index_copy.default):
+        return None
+    a, dim, idx, src = node.args[:4]
+    am, sm, im = tensor_meta(a), tensor_meta(src), tensor_meta(idx)
+    if am is None or sm is None or im is None or am.dim() != 4 or sm.dim() != 4 or int(dim) % 4 != 2:
+        return None
+    if am.dtype != sm.dtype or am.dtype not in (torch.float32, torch.float16, torch.bfloat16) or \
+            im.dtype not in (torch.int32, torch.int64) or im.dim() != 1:
+        return None
+    from . import cachegen
+
+    in_place = a.op == "placeholder" and _cache_copies(a, node) is not None and am.is_contiguous()
+
+    def call(a, idx, src):
+        return cachegen.cache_write(a if in_place else a.contiguous().clone(), idx, src)
+    return Match("cache_write" if in_place else "cache_write (on a copy)", node, [a, idx, src], call,
+                 native=True)
+
+
+def is_inplace_copy_back(node: Node, roots: set) -> bool:
+    """copy_(a, x) where x is an in-place cache write of a (match_cache_write): a is already updated."""
+    return _is(node, aten.copy_.default) and node.args[1] in roots and node.args[1].args[0] is node.args[0] \
+        and node.args[0].op == "placeholder" and _cache_copies(node.args[0], node.args[1]) is not None
+
+
 def match_softmax(node: Node):
     if not _is(node, aten._softmax.default) or not _float(node.args[0]) or node.args[2]:
         return None
@@ -363,6 +445,47 @@ def match_rms_norm(node: Node):
     return None
 
 
+def match_linear_add_rms_norm(node: Node):
+    """rms_norm(residual + view(x @ w.T)) -> linear_add_rms_norm(x, w, residual, norm_w, eps): the GEMM
+    with its epilogue (the residual add, and the next norm) after o_proj / down_proj. The sum h is a
+    second output (the next layer's residual reads it)."""
+    norm = match_rms_norm(node)
+    if norm is None:
+        return None
+    h = norm.args[0]
+    if not _is(h, aten.add.Tensor) or len(h.args) < 2 or not all(isinstance(a, Node) for a in h.args[:2]) or \
+            h.kwargs.get("alpha", 1) != 1:
+        return None
+    hm = tensor_meta(h)
+    for res, y in (h.args[:2], h.args[1::-1]):
+        view = y if _is(y, *VIEW_OPS) else None
+        mm = _strip_views(y)
+        parts = _linear_parts(mm)
+        if parts is None or parts[2] is not None or parts[1] is None:
+            continue
+        x, w, _, t = parts
+        rm, xm = tensor_meta(res), tensor_meta(x)
+        if rm is None or tuple(map(str, rm.shape)) != tuple(map(str, hm.shape)) or rm.dtype != hm.dtype or \
+                xm.dim() != 2 or tensor_meta(mm).dtype != hm.dtype:
+            continue
+        interior = set(norm.interior) | {h, mm, t}
+        v = y
+        while view is not None and _is(v, *VIEW_OPS):
+            interior.add(v)
+            v = v.args[0]
+        S = _stdlib()
+        eps_arg = norm.args[2]
+
+        def call(x, w, res, nw, eps):
+            shape = tuple(res.shape)
+            n = shape[-1]
+            y, hv = S.linear_add_rms_norm(x, w, res.reshape(-1, n), nw, float(eps))
+            return y.reshape(shape), hv.reshape(shape)
+        return Match("linear_add_rms_norm", node, [x, w, res, norm.args[1], eps_arg], call, interior - {h},
+                     extra=[h])
+    return None
+
+
 def match_layer_norm(node: Node):
     if not (node.op == "call_function" and node.target is operator.getitem and node.args[1] == 0):
         return None
@@ -376,8 +499,27 @@ def match_layer_norm(node: Node):
     return Match("layer_norm", node, [x, w, b], lambda x, w, b: S.layer_norm(x, w, b, eps), {ln})
 
 
-MATCHERS = (match_gated_mlp, match_rms_norm, match_sdpa, match_layer_norm, match_softmax,
+MATCHERS = (match_gated_mlp, match_linear_add_rms_norm, match_rms_norm, match_sdpa, match_sdpa_masked, match_cache_write, match_layer_norm,
+            match_softmax,
             match_embedding, match_argmax, match_linear, match_bmm)
+
+
+def _extras_computed(m: Match) -> bool:
+    """Every node between the args and an extra output is inside the match (none was dropped by the
+    fixed point above): else the kernel's extra value would come from a node that is also computed alone."""
+    args = {a for a in m.args if isinstance(a, Node)}
+    stack = list(m.extra)
+    seen = set()
+    while stack:
+        n = stack.pop()
+        for a in n.all_input_nodes:
+            if a in args or a in seen:
+                continue
+            if a not in m.interior:
+                return False
+            seen.add(a)
+            stack.append(a)
+    return True
 
 
 def find_matches(graph: torch.fx.Graph, skip: set) -> list[Match]:
@@ -393,15 +535,19 @@ def find_matches(graph: torch.fx.Graph, skip: set) -> list[Match]:
             continue
         for matcher in MATCHERS:
             m = matcher(node)
-            if m is None or (m.interior & claimed):
+            if m is None or (m.interior & claimed) or (set(m.extra) & claimed):
                 continue
             while True:  # keep only nodes whose every user is inside the match (to a fixed point)
-                inside = m.interior | {node}
+                inside = m.interior | {node} | set(m.extra)
                 kept = {n for n in m.interior if all(u in inside for u in n.users)}
                 if kept == m.interior:
                     break
                 m.interior = kept
-            claimed |= m.interior | {node}
+            if m.extra and any(e in m.interior for e in m.extra):
+                continue
+            if m.extra and not _extras_computed(m):
+                continue  # the kernel computes its extra outputs from its interior: all of it must be kept
+            claimed |= m.interior | {node} | set(m.extra)
             found.append(m)
             break
     found.reverse()

@@ -25,7 +25,7 @@ from torch.fx.node import map_arg
 
 from . import kernels, memory
 from .fusion import absorbed_nodes, group_nodes, member_inputs, tensor_meta
-from .patterns import Match, find_matches
+from .patterns import Match, find_matches, is_inplace_copy_back
 from .tilegen import GeneratedKernel, generate, tile_config
 
 log = logging.getLogger("tilex.backend")
@@ -57,6 +57,7 @@ class Step:
     fallbacks: int = 0            # library steps whose check sent a call to eager
     copies: int = 0               # inputs a generated step copied (a layout it cannot read in place)
     seconds: float = 0.0          # time spent in this step, with profile=True (synchronized on CUDA)
+    alias: bool = False           # a view step that is copy_(cache, cache written in place): no work
 
     @property
     def label(self) -> str:
@@ -120,6 +121,8 @@ class Program:
     graph_runner: object = None                  # the CUDA graph runner with cuda_graphs=True
     profile: bool = False                        # time every step (Step.seconds); synchronizes
     arena: object = None                         # the memory arena (arena.Arena) with arena=True
+    build_stats: dict = field(default_factory=dict)  # prepare(): kernels built before the first call
+    _frees: list = field(default_factory=list)   # per step: the nodes dropped after it (from last_use)
 
     # ----------------------------------------------------------------- lowering
     @classmethod
@@ -128,7 +131,7 @@ class Program:
         folded = _folded_nodes(gm)
         matches = find_matches(graph, folded)
         by_root = {m.root: m for m in matches}
-        covered = set().union(*(m.interior for m in matches)) if matches else set()
+        covered = set().union(*(m.interior | set(m.extra) for m in matches)) if matches else set()
         absorbed = absorbed_nodes(graph, folded | covered | set(by_root))
         covered |= absorbed
         excluded = folded | covered | set(by_root)
@@ -138,6 +141,7 @@ class Program:
             for n in g.nodes:
                 owner[n] = g
         steps, done = [], set()
+        in_place = {m.root for m in matches if m.kernel == "cache_write"}
         for node in graph.nodes:
             if node.op in ("placeholder", "output") or node in covered:
                 continue
@@ -152,10 +156,12 @@ class Program:
 
                 def used_outside(n, members=members):
                     return any(u not in members for u in n.users)
-                k = generate(g, f"fused_{g.id}", used_outside)
+                k = generate(g, None, used_outside)  # named by its text: one kernel per distinct group
                 steps.append(Step("generated", list(g.nodes), kernel=k))
             elif node in folded:
                 steps.append(Step("folded", [node]))
+            elif is_inplace_copy_back(node, in_place):
+                steps.append(Step("view", [node], alias=True))
             elif _is_metadata(node):
                 steps.append(Step("view", [node]))
             else:
@@ -172,6 +178,12 @@ class Program:
         for n, t in eager:
             log.info("tilex backend: %s (%s) runs as torch eager", n, t)
         return prog
+
+    def mutated_inputs(self) -> set:
+        """Indices of the placeholders the graph writes (copy_ into an input: AOTAutograd's kept mutations)."""
+        index = {p: i for i, p in enumerate(self.placeholders)}
+        return {index[n.args[0]] for n in self.gm.graph.nodes
+                if n.op == "call_function" and n.target is aten.copy_.default and n.args[0] in index}
 
     def summary(self) -> str:
         counts: dict = {}
@@ -190,6 +202,43 @@ class Program:
     def fallbacks(self) -> list:
         return [(s.nodes[0].name, str(s.nodes[0].target)) for s in self.steps if s.kind == "eager"]
 
+    # ---------------------------------------------------------------- building
+    def kernel_launches(self) -> dict:
+        """(source, name, defines) -> generated steps, for every generated step whose launch is static:
+        what prepare() builds (the same group in every layer is one entry)."""
+        out: dict = {}
+        for s in self.steps:
+            if s.kind != "generated":
+                continue
+            mn = s.kernel.static_launch()
+            if mn is None:
+                continue
+            cfg = tuple(sorted(tile_config(mn[0], mn[1], s.kernel.has_reduction).items()))
+            out.setdefault((s.kernel.source, s.kernel.name, cfg), []).append(s)
+        return out
+
+    def prepare(self, cuda: bool, workers: int | None = None) -> dict:
+        """Build every static generated kernel before the first call: each distinct (source, config)
+        translated once, then (on CUDA) their binaries compiled by a thread pool over NVRTC.
+        Progress at INFO on the `tilex.backend` logger; returns (and keeps) the build statistics."""
+        t0 = time.perf_counter()
+        todo = self.kernel_launches()
+        steps = sum(s.kind == "generated" for s in self.steps)
+        library = []
+        if cuda:
+            from . import prewarm
+
+            try:
+                library = prewarm.library_jobs(self.steps, _sm_count())
+            except Exception as e:  # noqa: BLE001 - an optimization only
+                log.debug("tilex backend: library prewarm skipped: %s", e)
+        stats = kernels.build_all(list(todo), cuda, workers, library)
+        self.build_stats = {"generated_steps": steps, "distinct_kernels": len({k[0] for k in todo}),
+                            "builds": len(todo), "seconds": round(time.perf_counter() - t0, 3), **stats}
+        log.info("tilex backend: built %d generated kernel(s) for %d generated step(s) in %.1f s",
+                 len(todo), steps, self.build_stats["seconds"])
+        return self.build_stats
+
     # ---------------------------------------------------------------- execution
     def __call__(self, *args):
         env: dict = {}
@@ -202,6 +251,16 @@ class Program:
             if len(self.folded_cache) >= 16:
                 self.folded_cache.clear()
             self.folded_cache[sizes] = folded
+        if not (self.profile or self.measure_memory):  # the flat executor: one call per step
+            if len(self._frees) != len(self.steps):
+                self._frees = [tuple(self.last_use.get(i, ())) for i in range(len(self.steps))]
+            run = self._run
+            arena = self.arena.begin(args) if self.arena is not None else None
+            for step, frees in zip(self.steps, self._frees):
+                run(step, env, folded, arena)
+                for n in frees:
+                    env.pop(n, None)
+            return self._finish(env)
         exclude = memory.storage_keys(args) if self.measure_memory else None
         trace = [] if exclude is not None and not self.live_trace else None
         cuda = self.profile and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
@@ -225,6 +284,9 @@ class Program:
                 env.pop(n, None)
         if trace is not None:
             self.live_trace = trace
+        return self._finish(env)
+
+    def _finish(self, env: dict):
         result = map_arg(self.output_args, lambda n: env[n])
         if self.after_first_call is not None:
             callback, self.after_first_call = self.after_first_call, None
@@ -238,6 +300,8 @@ class Program:
             if node not in folded:
                 folded[node] = _eager(node, env)
             env[node] = folded[node]
+        elif step.alias:
+            env[node] = env[node.args[0]]  # the cache was written in place by its cache_write step
         elif step.kind in ("view", "eager"):
             env[node] = _eager(node, env)
         elif step.kind == "library":
@@ -247,30 +311,38 @@ class Program:
                 step.fallbacks += 1
                 env[node] = _eager_match(m, env)
                 return
-            if arena is None:
-                env[node] = kernels.call_library(m.call, *vals)
-                return
-            with arena.providing(node):
-                env[node] = kernels.call_library(m.call, *vals)
-            arena.check(node, env[node])
+            # the arena serves the call's first output of node's planned size and dtype: a kernel with more
+            # outputs (Match.extra) could be served another of them, so those run outside the arena
+            use_arena = arena is not None and not m.extra
+            if use_arena:
+                with arena.providing(node):
+                    out = m.call(*vals) if m.native else kernels.call_library(m.call, *vals)
+            else:
+                out = m.call(*vals) if m.native else kernels.call_library(m.call, *vals)
+            if m.extra:  # a kernel with more outputs: (root, *extra)
+                out, *more = out
+                for e, v in zip(m.extra, more):
+                    env[e] = v
+            env[node] = out
+            if use_arena:
+                arena.check(node, out)
         else:
             step.copies += _run_generated(step.kernel, env, self.launched, arena)
 
 
+def _sm_count() -> int:
+    return int(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
+
+
 def _eager(node: Node, env: dict):
-    args = map_arg(node.args, lambda n: env[n])
-    kwargs = map_arg(node.kwargs, lambda n: env[n])
-    if node.target is aten.view.default and not _viewable(args[0], args[1]):
-        return aten.reshape.default(*args)  # a kernel's output laid out unlike eager's: copy
+    args = map_arg(node.args, env.__getitem__)
+    kwargs = map_arg(node.kwargs, env.__getitem__) if node.kwargs else {}
+    if node.target is aten.view.default:
+        try:
+            return args[0].view(args[1])
+        except RuntimeError:  # a kernel's output laid out unlike eager's: copy
+            return aten.reshape.default(*args)
     return node.target(*args, **kwargs)
-
-
-def _viewable(t, shape) -> bool:
-    try:
-        t.view(shape)
-        return True
-    except RuntimeError:
-        return False
 
 
 def _eager_match(m: Match, env: dict):
@@ -373,6 +445,8 @@ def _order(steps: list) -> list:
             producer[n] = i
         if s.kind == "library":
             producer[s.match.root] = i
+            for e in s.match.extra:
+                producer[e] = i
     deps = []
     for i, s in enumerate(steps):
         nodes = [s.match.root] if s.kind == "library" else s.nodes
