@@ -92,40 +92,41 @@ class CallArena:
         return r.view(shape)
 
     @contextlib.contextmanager
-    def providing(self, node):
-        """During a library call: its first stdlib output of node's planned bytes and dtype is node's region."""
+    def providing(self, nodes):
+        """During a library call: each stdlib output of a planned size and dtype of one of `nodes` (a node, or a
+        kernel's several output nodes, planned with one lifetime) is that node's region, in allocation order."""
         from ..stdlib import _launch as L
 
-        meta = node.meta.get("val")
-        b = self.plan.by_value.get(node)
-        if b is None or not isinstance(meta, torch.Tensor):
+        nodes = nodes if isinstance(nodes, tuple) else (nodes,)
+        todo = [n for n in nodes if self.plan.by_value.get(n) is not None
+                and isinstance(n.meta.get("val"), torch.Tensor)]
+        if not todo:
             yield
             return
-        want = meta.dtype
-        served = []
 
         def provide(kind, shape, name):
-            if served or kind not in ("torch", "numpy"):
+            if kind not in ("torch", "numpy"):
                 return None
-            if L._torch_dtypes().get(name) != want:
-                return None
-            n = _itemsize(want)
-            for d in shape:
-                n *= int(d)
-            r = self.region(node, n, want)
-            if r is None:
-                return None
-            if kind == "torch":
-                if r.device.type == "cpu":
+            dt = L._torch_dtypes().get(name)
+            for node in todo:
+                want = node.meta["val"].dtype
+                if dt != want:
+                    continue
+                n = _itemsize(want)
+                for d in shape:
+                    n *= int(d)
+                r = self.region(node, n, want)
+                if r is None:
+                    continue
+                if (kind == "torch") != (r.device.type != "cpu"):
                     return None  # CPU torch callers get NumPy arrays (the interpreter path)
-                served.append(True)
-                return r.view(tuple(shape))
-            if r.device.type != "cpu":
-                return None
-            from .kernels import to_numpy
+                todo.remove(node)
+                if kind == "torch":
+                    return r.view(tuple(shape))
+                from .kernels import to_numpy
 
-            served.append(True)
-            return to_numpy(r).reshape(tuple(shape))
+                return to_numpy(r).reshape(tuple(shape))
+            return None
         prev = L.OUTPUT.fn
         L.OUTPUT.fn = provide
         try:
@@ -133,23 +134,27 @@ class CallArena:
         finally:
             L.OUTPUT.fn = prev
 
-    def check(self, node, value) -> None:
-        """After a step: `value` (node's) may lie in the arena only at node's planned bytes."""
-        if not isinstance(value, torch.Tensor) or value.device != self.storage.device or value.numel() == 0:
-            return
-        ptr = value.untyped_storage().data_ptr()
-        if not self.base <= ptr < self.base + self.plan.arena_bytes and not (
-                self.base <= value.data_ptr() < self.base + self.plan.arena_bytes):
-            if node in self.plan.by_value:
-                self.owner.unplaced.add(node)
-            return
-        b = self.plan.by_value.get(node)
-        lo = self.base + (b.offset if b else 0)
-        if b is None or not lo <= value.data_ptr() < lo + b.nbytes:
-            raise RuntimeError(f"tilex backend: {node.name} lies in the memory arena where the plan did not put "
-                               "it (an alias the plan does not know); run with options={'arena': False} and "
-                               "report this")
-        self.owner.placed.add(node)
+    def check(self, nodes, values) -> None:
+        """After a step: each of `values` (of `nodes`, one node or a tuple planned together) may lie in the arena
+        only at the planned bytes of one of `nodes`."""
+        nodes = nodes if isinstance(nodes, tuple) else (nodes,)
+        values = values if isinstance(values, tuple) else (values,)
+        regions = [(n, self.plan.by_value.get(n)) for n in nodes]
+        for node, value in zip(nodes, values):
+            if not isinstance(value, torch.Tensor) or value.device != self.storage.device or value.numel() == 0:
+                continue
+            ptr = value.untyped_storage().data_ptr()
+            if not self.base <= ptr < self.base + self.plan.arena_bytes and not (
+                    self.base <= value.data_ptr() < self.base + self.plan.arena_bytes):
+                if node in self.plan.by_value:
+                    self.owner.unplaced.add(node)
+                continue
+            if not any(b is not None and self.base + b.offset <= value.data_ptr() < self.base + b.offset + b.nbytes
+                       for _, b in regions):
+                raise RuntimeError(f"tilex backend: {node.name} lies in the memory arena where the plan did not "
+                                   "put it (an alias the plan does not know); run with options={'arena': False} "
+                                   "and report this")
+            self.owner.placed.add(node)
 
 
 def _itemsize(dtype: torch.dtype) -> int:

@@ -31,6 +31,8 @@ class StepIO:
     placeable: tuple = ()        # the produced values the executor can put in the arena (fresh, dense)
     aliases: bool = False        # a produced value may share memory with the values read (a view)
     inplace: tuple = ()          # values read that this step also writes in place
+    together: bool = False       # the placeable values share one lifetime (a kernel with several outputs:
+                                 # the arena may serve its allocations to them in any order of equal sizes)
 
 
 @dataclass
@@ -106,10 +108,11 @@ def lifetimes(io: list, nbytes: dict, keep: set = frozenset()) -> list:
                     kept.add(b)
     out = []
     for i, s in enumerate(io):
+        end = max((last[v] for v in s.placeable), default=i) if s.together else None
         for v in s.placeable:
             if v in kept or v not in nbytes or nbytes[v] <= 0:
                 continue
-            out.append(Buffer(v, int(nbytes[v]), i, last[v]))
+            out.append(Buffer(v, int(nbytes[v]), i, end if end is not None else last[v]))
     return out
 
 

@@ -311,21 +311,20 @@ class Program:
                 step.fallbacks += 1
                 env[node] = _eager_match(m, env)
                 return
-            # the arena serves the call's first output of node's planned size and dtype: a kernel with more
-            # outputs (Match.extra) could be served another of them, so those run outside the arena
-            use_arena = arena is not None and not m.extra
-            if use_arena:
-                with arena.providing(node):
+            if arena is not None:  # outputs of the planned sizes land in the arena (several: in any order)
+                with arena.providing((node, *m.extra)):
                     out = m.call(*vals) if m.native else kernels.call_library(m.call, *vals)
             else:
                 out = m.call(*vals) if m.native else kernels.call_library(m.call, *vals)
+            outs = (out,)
             if m.extra:  # a kernel with more outputs: (root, *extra)
                 out, *more = out
+                outs = (out, *more)
                 for e, v in zip(m.extra, more):
                     env[e] = v
             env[node] = out
-            if use_arena:
-                arena.check(node, out)
+            if arena is not None:
+                arena.check((node, *m.extra), outs)
         else:
             step.copies += _run_generated(step.kernel, env, self.launched, arena)
 
@@ -484,6 +483,9 @@ def step_io(step: Step) -> memory.StepIO:
     (by its schema), and an op that writes an input in place says which."""
     if step.kind == "library":
         reads = tuple(a for a in step.match.args if isinstance(a, Node))
+        if step.match.extra:  # a kernel with more outputs: their regions share one lifetime (Program._run)
+            outs = (step.match.root, *step.match.extra)
+            return memory.StepIO(reads, outs, placeable=outs, together=True)
         return memory.StepIO(reads, (step.match.root,), placeable=(step.match.root,))
     if step.kind == "generated":
         members = set(step.nodes)
