@@ -153,7 +153,7 @@ def render_mma(em, s, plan: MatmulPlan) -> dict:
         bm_ = operand_matrix(em, b)
         decl += bm_["decl"]
         products.append(dict(acc=p.acc, b=b.tensor, ptr=bm_["ptr"], brows=brows, bcols=bcols, r0=r0, c0=c0,
-                             nrows=bm_["nrows"], ncols=bm_["ncols"]))
+                             nrows=bm_["nrows"], ncols=bm_["ncols"], shift=b.tensor in plan.shifted))
     wm, wn = plan.bm // plan.warps_m, plan.bn // plan.warps_n
     ctx = dict(text=_text(s), stages=plan.stages, bm=plan.bm, bn=plan.bn, bk=plan.bk, S=plan.dtype.ctype,
                warps_m=plan.warps_m, warps_n=plan.warps_n, wm=wm, wn=wn, rm=wm // 16, rn=wn // 8,
@@ -161,8 +161,11 @@ def render_mma(em, s, plan: MatmulPlan) -> dict:
                threads=plan.consumers, products=products, var=s.var, smem=em.smem, decl=decl,
                start=em.scalar(s.start), stop=em.scalar(s.stop), step=em.scalar(s.step),
                a=dict(tensor=a.tensor, ptr=am["ptr"], rows=em.scalar(a.rows), k=em.scalar(a.k),
-                      nrows=am["nrows"], ncols=am["ncols"]))
+                      nrows=am["nrows"], ncols=am["ncols"], shift=a.tensor in plan.shifted),
+               shifted=bool(plan.shifted))
     em.helpers.add("tilex_mma.cuh")
+    if plan.shifted:
+        em.helpers.add("tilex_shift.cuh")
     return ctx
 
 
