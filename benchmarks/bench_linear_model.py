@@ -22,7 +22,10 @@ import tilex.stdlib as S
 LN = importlib.import_module("tilex.stdlib.linear")
 SHAPES = [(256, 5120, 5120), (128, 14336, 4096), (512, 6144, 4096), (4096, 4864, 896), (1024, 896, 896),
           (4096, 13824, 5120), (8192, 8192, 8192), (2048, 5120, 5120), (100, 5120, 5120), (1, 5120, 5120),
-          (16, 13824, 5120), (64, 5120, 5120), (3000, 4096, 4096)]
+          (16, 13824, 5120), (64, 5120, 5120), (3000, 4096, 4096),
+          # (M, N, K) of issue 17's misses: the model's path choice (persistent, split-K) at each
+          (4096, 2304, 2048), (4096, 2560, 2048), (511, 5120, 13824), (100, 9728, 896), (100, 3584, 14336),
+          (256, 55296, 5120), (511, 151936, 1536), (16384, 896, 4864)]
 
 
 def main() -> int:
@@ -40,16 +43,19 @@ def main() -> int:
         for mode in (True, False):
             LN._MODEL = mode
             LN._CHOSEN.clear()
+            LN._PATHS.clear()
             y = S.linear(x, w)
             torch.cuda.synchronize()
             err = float((y.float() - ref).norm() / ref.norm())
             t = do_bench_cudagraph(lambda: S.linear(x, w), rep=200, return_mode="median")
-            tiles = LN._CHOSEN.get(("linear", "bf16", M, N, K))
+            got = LN._PATHS.get(("linear", "bf16", M, N, K)) if mode else None  # (path, tiles, S, predictions)
+            tiles = dict(got[1], path=got[0], S=got[2]) if got else LN._CHOSEN.get(("linear", "bf16", M, N, K))
             tag = "model" if mode else "table"
             r.update({f"{tag}_ms": t, f"{tag}_ratio": t_cb / t, f"{tag}_tiles": tiles, f"{tag}_rel_err": err})
         LN._MODEL = True
         rows.append(r)
-        fmt = lambda d: "decode path" if d is None else f"{d['BM']}x{d['BN']}x{d['BK']} s{d['STAGES']}"  # noqa: E731
+        fmt = lambda d: "decode path" if d is None else (f"{d.get('path', '')} {d['BM']}x{d['BN']}x{d['BK']} "  # noqa: E731
+                                                          f"s{d['STAGES']}" + (f" S={d['S']}" if d.get("S", 1) > 1 else ""))
         print(f"{f'{M}x{N}x{K}':>18} {fmt(r['model_tiles']):>22} {fmt(r['table_tiles']):>22} "
               f"{r['model_ratio']:12.2f} {r['table_ratio']:12.2f}")
     if args.json:

@@ -26,5 +26,17 @@ for m, n, k in [(1, 8, 70), (37, 45, 33)]:
     linear(torch.randn(m, k, **bf), torch.randn(n, k, **bf))
 a, bb = torch.randn(37, 72, **bf), torch.randn(72, 136, **bf)
 tilex.compile("examples/matmul.tile").matmul(a, bb, torch.empty(37, 136, **bf))
+# the guarded matmul (shifted cp.async rings): odd pitches, unaligned views, edge tiles; split-K at any M
+mm = tilex.compile("examples/matmul.tile")
+for (m, n, k), (oa, ob) in [((203, 999, 1001), (0, 0)), ((37, 45, 33), (1, 3)), ((130, 257, 129), (5, 0))]:
+    a = torch.randn(m * k + oa, **bf)[oa:].view(m, k)
+    bb = torch.randn(k * n + ob, **bf)[ob:].view(k, n)
+    for cfg in (dict(BM=64, BN=128, BK=32, STAGES=3), dict(BM=16, BN=64, BK=64, STAGES=2)):
+        mm.variant("matmul", cfg, ())(a, bb, torch.empty(m, n, **bf))
+    mm.matmul(a, bb, torch.empty(m, n, **bf))
+sk = tilex.compile("stdlib_kernels/linear.tile", BM=128, BN=128, BK=64, STAGES=4)
+for m, n, k, s in [(100, 300, 1000, 3), (37, 45, 72, 5)]:
+    sk.linear_splitk_tiles(torch.randn(m, k, **bf), torch.randn(n, k, **bf),
+                           torch.empty(s, m, n, device="cuda", dtype=torch.float32))
 torch.cuda.synchronize()
 print("sanitize_matmul: done")

@@ -28,16 +28,20 @@ SMS = 132  # streaming multiprocessors
 PEAK_SM = 989e12 / SMS  # tensor-core FLOP/s per SM
 L2_BW_SM = 100e9  # bytes/s one SM reads from L2 (achieved, TMA or cp.async)
 DRAM_BW = 4.0e12  # bytes/s from HBM (achieved copy bandwidth)
-LATENCY_BYTES = 96 << 10  # bytes one SM must have in flight to cover memory latency under load (~1 us x L2_BW_SM)
-WAVE_US = 1.0  # fixed cost of one wave of programs (pipeline fill, epilogue, tail), microseconds
+LATENCY_BYTES = 64 << 10  # bytes one SM must have in flight to cover memory latency under load (H200 sweep, 2026-12-01)
+WAVE_US = 3.0  # fixed cost of one wave of programs (pipeline fill, epilogue, tail), microseconds (H200 sweep, 2026-12-01)
 SMEM_SM = 228 << 10  # shared memory per SM
 THREADS_SM = 2048
 REGS_SM = 65536
 BLOCKS_SM = 32
 FMA_PEAK_SM = 67e12 / SMS  # f32 FMA FLOP/s per SM (a product not on tensor cores)
+# bytes/s one warp moves with cp.async (the mma path's ring: the compute warps issue every 16-byte chunk themselves,
+# where TMA is one engine per SM). H200, matmul.tile at M=16 K=N=5120 with 16x16x128 tiles (one warp a block, 2.4
+# blocks an SM): 21 GB/s an SM, ~9 GB/s a warp
+CP_ASYNC_WARP_BW = 9e9
 # fraction of the tensor-core peak a main loop reaches, per strategy; a wgmma warpgroup's k-step also pays a
 # fixed ~WGMMA_STEP_CYCLES (barrier waits, fences) against 2*64*N*BK / (PEAK_SM / CLOCK) cycles of math
-STRATEGY_EFF = {"wgmma": 0.85, "mma": 0.45, "generic": None}
+STRATEGY_EFF = {"wgmma": 0.95, "mma": 0.45, "generic": None}
 CLOCK = 1.83e9
 WGMMA_STEP_CYCLES = 32
 
@@ -174,6 +178,8 @@ def value(e: A.Expr, env: Mapping[str, int]) -> int | None:
         args = [value(a, env) for a in e.args]
         if e.func == "program_id":
             return 0
+        if e.func == "num_programs" and len(e.args) == 1 and isinstance(e.args[0], A.IntLit):
+            return env.get(f"num_programs({e.args[0].value})")  # the grid, when program_work was given it
         if None in args:
             return None
         if e.func == "cdiv" and len(args) == 2 and args[1]:
@@ -195,18 +201,34 @@ class Work:
     ring_bytes: int = 0  # bytes of one stage of the main loop's ring (or a streamed loop's)
 
 
-def program_work(k: A.Kernel, symbols: Mapping[str, int]) -> Work:
+def program_work(k: A.Kernel, symbols: Mapping[str, int], grid: Sequence[int] = ()) -> Work:
     """Count what one program does: every global load and store of a tile (its elements x the dtype size) and
-    every `@` (2 m n k), times the trip counts of the loops around it (bounds evaluated with `symbols`)."""
+    every `@` (2 m n k), times the trip counts of the loops around it (bounds evaluated with `symbols`, scalar
+    locals, `program_id` as 0 and `num_programs` from `grid`: a persistent kernel's tile loop counts its trips)."""
     env = dict(symbols)
+    env.update({f"num_programs({i})": int(g) for i, g in enumerate(grid)})
     env.update({n: v for n, v in k.defines if isinstance(v, int) and not isinstance(v, bool)})
-    tensors = {p.name for p in k.params if p.type.dims is not None}
+    dims = {p.name: p.type.dims for p in k.params if p.type.dims is not None}
     w = Work()
+
+    def elements(x: A.Index) -> float:
+        """Elements of a tile access inside the tensor, on average over the programs: a tile axis sliced from a
+        tensor axis of size D covers D / cdiv(D, T) of its T (an M = 1 product reads one row of its 64-row tile;
+        TMA and masked loads move nothing for the rest)."""
+        shape = x.ty.shape or (1,)
+        axes = [d for d, item in zip(dims[x.base.id], x.items) if isinstance(item, A.Slice)]
+        if len(axes) != len(shape):
+            return float(math.prod(shape))
+        out = 1.0
+        for d, t in zip(axes, shape):
+            size = d.value if isinstance(d, A.IntLit) else env.get(d.id) if isinstance(d, A.Name) else None
+            out *= size / -(-size // t) if isinstance(size, int) and 0 < size and t > 0 else t
+        return out
 
     def count(e, mult):
         for x in _walk(e):
-            if isinstance(x, A.Index) and isinstance(x.base, A.Name) and x.base.id in tensors and x.ty is not None:
-                w.bytes += math.prod(x.ty.shape or (1,)) * x.ty.dtype.itemsize * mult
+            if isinstance(x, A.Index) and isinstance(x.base, A.Name) and x.base.id in dims and x.ty is not None:
+                w.bytes += elements(x) * x.ty.dtype.itemsize * mult
             elif isinstance(x, A.BinOp) and x.op is A.BinOpKind.MATMUL and x.lhs.ty is not None:
                 (m, kk), (_, n) = x.lhs.ty.shape, x.rhs.ty.shape
                 w.flops += 2.0 * m * n * kk * mult
@@ -236,6 +258,12 @@ def program_work(k: A.Kernel, symbols: Mapping[str, int]) -> Work:
                 if s.orelse is not None:
                     block(s.orelse, mult)
             else:
+                if isinstance(s, A.Assign) and s.op is None and not (s.value.ty is not None and s.value.ty.shape):
+                    got = value(s.value, env)  # a scalar local (a K share's bounds): loop bounds may use it
+                    if got is not None:
+                        env[s.name] = got
+                    else:
+                        env.pop(s.name, None)
                 for e in _stmt_exprs(s):
                     count(e, mult)
     block(k.body, 1)
@@ -279,7 +307,7 @@ def _regs(k: A.Kernel, threads: int, work: Work) -> int:
 def estimate(k: A.Kernel, threads: int, smem_bytes: int, grid: Sequence[int], symbols: Mapping[str, int],
              total_bytes: float) -> Estimate:
     """Predicted microseconds of one launch (see docs/language.md, "Compile-time parameters tilex chooses")."""
-    work = program_work(k, symbols)
+    work = program_work(k, symbols, grid)
     programs = max(1, math.prod(grid))
     regs = _regs(k, threads, work)
     per_sm = max(1, min(SMEM_SM // max(smem_bytes, 1), THREADS_SM // max(threads, 1),
@@ -306,7 +334,8 @@ def estimate(k: A.Kernel, threads: int, smem_bytes: int, grid: Sequence[int], sy
     def wave(c: int) -> tuple[float, str]:  # c programs sharing one SM
         hide = min(1.0, c * ahead / LATENCY_BYTES)
         comp = c * work.flops / peak if work.flops else 0.0
-        mem = c * work.bytes / (L2_BW_SM * hide)
+        bw = L2_BW_SM if work.strategy != "mma" else min(L2_BW_SM, c * max(1, threads // 32) * CP_ASYNC_WARP_BW)
+        mem = c * work.bytes / (bw * hide)
         return (max(comp, mem) * 1e6 + WAVE_US), ("compute" if comp >= mem else "L2")
 
     slots = SMS * per_sm
@@ -400,10 +429,13 @@ def choose(source: str, file: str, kernel: str, shapes: Mapping[str, int], arch:
     for values in itertools.product(*(space[n] for n in names)):
         cfg = dict(zip(names, values))
         cands.append(_evaluate(source, file, kernel, {**fixed, **cfg}, cfg, bucket, arch, assume, src_digest))
-    # fastest first; among equals (within 0.1%) the one with more slack under the DRAM floor, then fewer resources
+    # fastest first; among equals (within 0.1%) the one with more slack under the DRAM floor, then the least work
+    # (FLOPs of all programs: a 128-row tile over 64 rows ties in time where memory binds, but wastes half its math),
+    # then fewer resources
     ok = sorted((c for c in cands if c.estimate is not None),
                 key=lambda c: (round(math.log(max(c.estimate.time_us, 1e-6)) * 1000),
-                               c.estimate.work_us, c.estimate.smem_bytes, c.estimate.threads))
+                               round(c.estimate.work_us, 3), c.estimate.work.flops * c.estimate.programs,
+                               c.estimate.smem_bytes, c.estimate.threads))
     bad = [c for c in cands if c.estimate is None]
     if not ok:
         reasons = "; ".join(f"{_cfg_text(c.defines)}: {c.reason}" for c in bad[:4])

@@ -27,8 +27,8 @@ extern "C" cudaError_t tilex_launch_matmul(const tilex_bf16* __restrict__ a, con
   if (tilex_div_by_zero) return cudaErrorInvalidValue;  // a grid divisor is 0
   if (gx == 0 || gy == 0 || gz == 0) return cudaSuccess;  // nothing to do
   if (gx < 0 || gx > 2147483647LL || gy < 0 || gy > 65535 || gz < 0 || gz > 65535) return cudaErrorInvalidValue;
-  cudaError_t err = cudaFuncSetAttribute((const void*)matmul, cudaFuncAttributeMaxDynamicSharedMemorySize, 53248);
+  cudaError_t err = cudaFuncSetAttribute((const void*)matmul, cudaFuncAttributeMaxDynamicSharedMemorySize, 55296);
   if (err != cudaSuccess) return err;
-  matmul<<<dim3((unsigned)gx, (unsigned)gy, (unsigned)gz), 128, 53248, stream>>>(a, b, c, (int)M, (int)K, (int)N);
+  matmul<<<dim3((unsigned)gx, (unsigned)gy, (unsigned)gz), 128, 55296, stream>>>(a, b, c, (int)M, (int)K, (int)N);
   return cudaGetLastError();
 }

@@ -100,7 +100,7 @@ def render_mma(em, s, plan: MatmulPlan) -> dict:
         bm_ = operand_matrix(em, b)
         decl += bm_["decl"]
         products.append(dict(acc=p.acc, b=b.tensor, ptr=bm_["ptr"], brows=brows, bcols=bcols, r0=r0, c0=c0,
-                             nrows=bm_["nrows"], ncols=bm_["ncols"]))
+                             nrows=bm_["nrows"], ncols=bm_["ncols"], shift=b.tensor in plan.shifted))
     wm, wn = plan.bm // plan.warps_m, plan.bn // plan.warps_n
     ctx = dict(text=_text(s), stages=plan.stages, bm=plan.bm, bn=plan.bn, bk=plan.bk, S=plan.dtype.ctype,
                warps_m=plan.warps_m, warps_n=plan.warps_n, wm=wm, wn=wn, rm=wm // 16, rn=wn // 8,
@@ -108,8 +108,11 @@ def render_mma(em, s, plan: MatmulPlan) -> dict:
                threads=plan.consumers, products=products, var=s.var, smem=em.facts.smem, decl=decl,
                start=em.expr.scalar(s.start), stop=em.expr.scalar(s.stop), step=em.expr.scalar(s.step),
                a=dict(tensor=a.tensor, ptr=am["ptr"], rows=em.expr.scalar(a.rows), k=em.expr.scalar(a.k),
-                      nrows=am["nrows"], ncols=am["ncols"]))
+                      nrows=am["nrows"], ncols=am["ncols"], shift=a.tensor in plan.shifted),
+               shifted=bool(plan.shifted))
     em.out.need("tilex_mma.cuh")
+    if plan.shifted:
+        em.out.need("tilex_shift.cuh")
     return ctx
 
 

@@ -103,4 +103,5 @@ def shallower_persistent_ring(k: A.Kernel) -> A.Kernel | None:
 def ring_what(p) -> str:
     what = "TMA ring" if p.strategy == MmaStrategy.WGMMA else "cp.async ring"
     bs = f"{p.bk}x{p.bn}" if p.nb == 1 else f"{p.nb} of {p.bk}x{p.bn}"
-    return f"the {p.stages}-stage {what} of the '@' operands ({p.bm}x{p.bk} and {bs} per stage)"
+    extra = ", and a re-aligned stage for rows not known to be 16-byte aligned" if getattr(p, "shifted", ()) else ""
+    return f"the {p.stages}-stage {what} of the '@' operands ({p.bm}x{p.bk} and {bs} per stage{extra})"

@@ -94,6 +94,10 @@ class MatmulPlan:
     smem_bytes: int
     why: str = ""  # why the faster strategy was not taken (for `tilex explain`)
     persistent: bool = False  # wgmma loop inside a top-level tile loop: the producer runs that loop too
+    # mma path: the operands whose row pitch is not known to be a multiple of 16 bytes. Where their rows turn out
+    # unaligned at run time, the ring copies each row's 16-byte-aligned window by cp.async (async, zero-filled past
+    # the row's end) and one extra stage-sized buffer receives the rows re-aligned for ldmatrix (`shifted` rings)
+    shifted: tuple[str, ...] = ()
 
     @property
     def nb(self) -> int:
@@ -334,10 +338,14 @@ class _Planner(Rewriter):
             return "the products' right operands mix [K, N] and [N, K] tensors (one ring layout per loop)"
         _, _, a_stage, b_stage = mma_stage(bm, bn, bk, products[0].b.kmajor)
         per_stage = (a_stage + len(products) * b_stage) * dt.itemsize
-        fit = _deepest_ring(stages, lambda n: n * per_stage, limit)
+        shifted = tuple(t for t in dict.fromkeys([products[0].a.tensor] + [p.b.tensor for p in products])
+                        if not self.pitch_known_aligned(t)) if dt.itemsize == 2 else ()
+        extra = 1 if shifted else 0  # the re-aligned stage of a shifted ring
+        fit = _deepest_ring(stages, lambda n: (n + extra) * per_stage, limit)
         if fit != stages:
             why = (why + "; " if why else "") + f"{stages} stages do not fit in shared memory on {self.arch}: using {fit}"
-        return MatmulPlan("mma", bm, bn, bk, fit, dt, products, wm, wn, 32 * wm * wn, 0, fit * per_stage, why or "")
+        return MatmulPlan("mma", bm, bn, bk, fit, dt, products, wm, wn, 32 * wm * wn, 0, (fit + extra) * per_stage,
+                          why or "", shifted=shifted)
 
     def wgmma_obstacle(self, s, products, bm, bn, bk) -> str | None:
         if self.arch not in WGMMA_ARCHS:
@@ -423,6 +431,15 @@ class _Planner(Rewriter):
                 return (f"'{st.name}' reads a tensor the kernel writes (the producer warps run a tile ahead of "
                         "the stores)")
         return None
+
+    def pitch_known_aligned(self, tensor: str) -> bool:
+        """The row pitch of `tensor` is a known multiple of 16 bytes (a constant or a `where` fact; no wish recorded)."""
+        p = self.tensors[tensor]
+        last = p.type.dims[-1]
+        per = 16 // DType(p.type.dtype).itemsize
+        if isinstance(last, A.IntLit):
+            return last.value % per == 0
+        return self.k.facts is not None and self.k.facts.divisor(last.id) % per == 0
 
     def tma_pitch(self, tensor: str) -> str | None:
         """TMA reads rows whose pitch is a multiple of 16 bytes: prove it from the constant or a `where` fact."""

@@ -1,15 +1,15 @@
 """linear (torch.nn.functional.linear) and the fused gated MLP, on stdlib_kernels/linear.tile.
 
-The wrapper picks the kernel and tile sizes: `linear` (TMA + wgmma on sm_90a; needs K % 8 == 0)
-with 128x256 tiles for large M (as `linear_persistent`, one block per SM walking the tiles, when
-there is no bias) and 64-row tiles for M <= 64; for decode (M <= 16) on the GPU `linear_swap(_bias)`,
+The wrapper picks the kernel and tile sizes: for decode (M <= 16) on the GPU `linear_swap(_bias)`,
 which puts the weight rows on the tensor cores' 64-row side (y.T = w @ x.T) and streams the weights
 in one pass; for 16 < M <= 64 `linear_splitk` + `splitk_sum(_bias)` where too few column tiles would
 leave SMs idle; `linear_any` for other K (16-row mma.sync tiles at M <= 16 there and in the
-interpreter). Outside the decode paths, `linear`, `linear_bias` and `gated_mlp` take their tiles from
-tilex.autoconfig's resource model (`_model_config`: BM, BN and the pipeline depth over `_SPACE`, chosen per model
-bucket, memoized per shape); `linear_persistent` / `gated_mlp_persistent` when the model picks the 128x256
-(gated: 128x128) 4-stage tile. A configuration stored by `tilex tune` for the shape's bucket overrides these.
+interpreter). Everywhere else (`path_choice`) tilex.autoconfig's resource model predicts, from each kernel's IR,
+the one-pass `linear` / `linear_bias` over `_SPACE` (BM, BN, stages), `linear_persistent` (one block per SM walking
+the tiles; no bias) and `linear_splitk_tiles` + `splitk_sum(_bias)` (K split S ways, any M) and takes the fastest
+(split-K only when predicted SPLIT_MARGIN faster), memoized per shape; `gated_mlp` takes its tiles from the same
+model (`_model_config`), `gated_mlp_persistent` for its 128x128 4-stage tile. A configuration stored by
+`tilex tune` for the shape's bucket overrides the one-pass tiles.
 """
 from __future__ import annotations
 
@@ -108,6 +108,69 @@ def _model_config(kernel: str, dt: str, m: int, n: int, k: int, space: dict, tab
     return dict(hit)
 
 
+# split-K at any M (linear_splitk_tiles + splitk_sum): the model weighs it against the one-pass tiles
+_SPLIT_SPACE = dict(BM=(64, 128), BN=(128, 256), BK=(64,), STAGES=(4,))
+_PERSISTENT_SPACE = dict(BM=(128,), BN=(128, 256), BK=(64,), STAGES=(4,))
+_SPLIT_S = (2, 4, 8)  # powers of two: the model buckets S <= 16 that way
+_PATHS: dict = {}  # (kernel, dtype, m, n, k) -> (path, tiles, S, {path: predicted us})
+
+
+def _estimate_us(kernel: str, dt: str, shapes: dict, space: dict) -> tuple[dict, float]:
+    """(the model's tiles over `space`, its predicted microseconds) for `kernel` of linear.tile at `shapes`."""
+    from ..autoconfig import choose
+
+    ch = choose(L.source("linear", (("T", dt),)), "linear.tile", kernel, shapes, "sm_90a", space=space, tuned=False)
+    return dict(ch.defines), ch.candidates[0].estimate.time_us
+
+
+def _split_shares(m: int, n: int, k: int) -> tuple[int, ...]:
+    """The K splits worth predicting: each share at least 4 steps of 64, at most 8 waves of the largest tiles, and
+    the f32 partials' traffic (written and read back: 8 S M N bytes) below the weights' (2 N K bytes): split-K
+    serves shapes whose operand streaming dominates, not ones whose output does."""
+    tiles = -(-m // max(_SPLIT_SPACE["BM"])) * -(-n // max(_SPLIT_SPACE["BN"]))
+    return tuple(s for s in _SPLIT_S if k // s >= 256 and tiles * s <= 8 * SMS and 8 * s * m * n < 2 * n * k)
+
+
+def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict, int, dict]:
+    """How `linear` (kernel "linear" or "linear_bias") runs M x K x N with K % 8 == 0 outside the decode paths:
+    (path, tiles, S, {candidate: predicted us}). "tc": one pass of `kernel` with the model's tiles over `_SPACE`;
+    "splitk": linear_splitk_tiles over K shares (S) + splitk_sum(_bias), each predicted by the same model from
+    its IR (the partials' bytes included), when that is predicted faster. Memoized per shape."""
+    key = (kernel, dt, m, n, k)
+    hit = _PATHS.get(key)
+    if hit is not None:
+        return hit
+    tc, t_tc = _estimate_us(kernel, dt, dict(M=m, N=n, K=k), _SPACE)
+    times = {"tc": t_tc}
+    best = ("tc", tc, 1, t_tc)
+    if kernel == "linear" and _PERSISTENT:
+        per, t_per = _estimate_us("linear_persistent", dt, dict(M=m, N=n, K=k), dict(_PERSISTENT_SPACE, PROGRAMS=(SMS,)))
+        times["persistent"] = t_per
+        if t_per < best[3]:
+            best = ("persistent", {n_: v for n_, v in per.items() if n_ != "PROGRAMS"}, 1, t_per)
+    summer = "splitk_sum_bias" if kernel == "linear_bias" else "splitk_sum"
+    split = None
+    for s in _split_shares(m, n, k):
+        cfg, t_part = _estimate_us("linear_splitk_tiles", dt, dict(M=m, N=n, K=k, S=s), _SPLIT_SPACE)
+        _, t_sum = _estimate_us(summer, dt, dict(M=m, N=n, S=s), {})
+        t = t_part + t_sum + SPLIT_LAUNCH_US
+        times[f"splitk S={s}"] = t
+        if split is None or t < split[3]:
+            split = ("splitk", cfg, s, t)
+    if split is not None and split[3] < best[3] * SPLIT_MARGIN:
+        best = split
+    hit = (best[0], best[1], best[2], times)
+    if len(_PATHS) >= _MAX_CHOSEN:
+        _PATHS.clear()
+    _PATHS[key] = hit
+    return hit
+
+
+SPLIT_LAUNCH_US = 2.0  # the second launch (splitk_sum) and the dependency between the two, in a CUDA graph
+SPLIT_MARGIN = 0.93  # split only when predicted 7% faster (H200 sweep, 2026-12-01: M=511 K=13824 N=5120 split predicted
+# 6% faster, measured slower than one pass; M=100 K=14336 N=3584 predicted 8% faster, measured 25% faster)
+
+
 def _config(m: int, skinny: dict, medium: dict, large: dict) -> dict:
     """Tile sizes by the number of rows: decode (<= 16), small batches (<= 64), the rest."""
     return skinny if m <= 16 else medium if m <= 64 else large
@@ -196,9 +259,22 @@ def linear(x, weight, bias=None):
             cfg = _tuned(kernel, dt, m, n, k, _swap_config(n))
         elif k % 8 == 0:
             kernel = "linear_bias" if bias is not None else "linear"
-            cfg = _tuned(kernel, dt, m, n, k,
-                         _model_config(kernel, dt, m, n, k, _SPACE, _config(m, _SKINNY, _MEDIUM, _LARGE)))
-            if kernel == "linear" and gpu and cfg == _LARGE and m > 64 and _PERSISTENT:
+            path, tiles, splits, _ = path_choice(kernel, dt, m, n, k) if _MODEL else ("tc", None, 1, None)
+            if path == "splitk" and gpu:
+                part = L.empty(x2, (splits, m, n), "f32")
+                L.run(L.load("linear", kernel="linear_splitk_tiles", T=dt, **tiles), "linear_splitk_tiles", x2,
+                      weight, part)
+                mod = L.load("linear", kernel="splitk_sum_bias" if bias is not None else "splitk_sum", T=dt)
+                if bias is None:
+                    L.run(mod, "splitk_sum", part, y)
+                else:
+                    L.run(mod, "splitk_sum_bias", part, bias, y)
+                return L.reshape(y, tuple(x.shape[:-1]) + (n,))
+            if tiles is None:  # _MODEL off: the measured table (A/B)
+                tiles = _config(m, _SKINNY, _MEDIUM, _LARGE)
+                path = "persistent" if tiles == _LARGE and m > 64 and _PERSISTENT and kernel == "linear" else "tc"
+            cfg = _tuned(kernel, dt, m, n, k, tiles)
+            if path == "persistent" and gpu and cfg == tiles:
                 kernel, cfg = "linear_persistent", dict(cfg, PROGRAMS=L.sm_count(x2))
         else:
             kernel, cfg = "linear_any", dict(BM=64 if m > 16 else 16, BN=128 if m > 16 else 64, BK=32, STAGES=4)
