@@ -1,13 +1,24 @@
-"""Sweep attention_prefill / attention_decode configurations at the shapes where the defaults lose (H200).
+"""Sweep attention_prefill / attention_decode kernels and configurations at the grid's attention shapes (H200).
 
-    python benchmarks/sweep_attention.py [--only prefill|decode] [--jobs 12] [--json OUT.json]
+    python benchmarks/sweep_attention.py [--only prefill|decode] [--jobs 14] [--budget-s 420] [--rep 20]
+                                         [--json OUT.json]
 
-The shape grid (bench_shapes.py, 2026-12-01) found prefill at 0.23x cuDNN for head size 256 (Gemma-2), 0.53x at
-short sequences (B=128 S=128) and 0.79x at S=1000, and decode at 0.23x SDPA for D=256 and 0.60x at B=1 ctx=128.
-This times every configuration in `PREFILL_SPACE` / `DECODE_SPACE` at those shapes and at the tuned ones (B4 Hq40
-Hkv8 S4096 D128; decode B16 ctx4096), checks each against SDPA first, and prints a table per shape with the
-default's rank. Kernels are compiled first in `--jobs` worker processes (NVRTC is CPU-bound; the cubins land in
-the cache directory the timing process reads), so a cold cache costs seconds, not minutes.
+The shapes are bench_shapes.py's attention rows (2026-12-01, main dc00841: prefill B128 S128 Hq32 Hkv8 0.50x cuDNN,
+B32 S512 D256 0.54x, B16 S1000 Hq28 Hkv4 0.79x, B2 S8192 Hq64 0.91x, B4 S4096 Hq12 0.95x; decode B1 ctx128 0.77x
+SDPA, B256 ctx128 0.88x, B16 ctx32768 0.88x, B4 ctx1000 0.96x, B1 ctx4096 D256 0.97x) and the tuned ones.
+Prefill times two kernels: KERNEL="flash" (attention_prefill.tile: one query head per program) and KERNEL="gqa"
+(attention_prefill_gqa.tile: the G query heads of a KV head packed into the rows of one tile, so K/V are read
+once per group and a causal program walks only the keys its BM / G queries see). Decode times the streamed split
+kernel's BN / WARPS / STAGES and the split count.
+
+Every configuration is checked against SDPA in float32 (max |err| / max |ref| <= 2e-2) before it is timed; a
+wrong one is reported, never timed. Kernels are compiled first in `--jobs` worker processes (NVRTC is CPU-bound;
+the cubins land in the cache directory the timing process reads). `--budget-s` bounds the timing phase: each
+shape gets an equal share of what is left, the default configuration and the new kernel's configurations are
+timed first, and configurations past a shape's share are listed as skipped. Timings are CUDA-graph replay medians
+(triton's do_bench_cudagraph). Prints one table per shape (best six, the default's rank) and, at the end, one line
+per shape: default, best, best SDPA, ratios. `--json` (default $OUT/sweep_attention.json when $OUT is set) holds
+every result, error and skip.
 """
 from __future__ import annotations
 
@@ -16,19 +27,31 @@ import itertools
 import json
 import os
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 
-PREFILL = [  # B, Hq, Hkv, S, D
-    (128, 32, 8, 128, 128), (16, 28, 4, 1000, 128), (32, 8, 4, 512, 256), (1, 8, 4, 4096, 256),
-    (4, 40, 8, 4096, 128), (8, 14, 2, 2048, 64),
+PREFILL = [  # B, Hq, Hkv, S, D: the grid's losing shapes first
+    (128, 32, 8, 128, 128), (32, 8, 4, 512, 256), (16, 28, 4, 1000, 128), (2, 64, 8, 8192, 128),
+    (4, 12, 2, 4096, 128), (1, 8, 4, 4096, 256), (4, 40, 8, 4096, 128), (8, 14, 2, 2048, 64),
 ]
-PREFILL_SPACE = [dict(BM=bm, BN=bn, WARPS=w, STAGES=st) for bm, bn, w, st in
-                 itertools.product((64, 128), (32, 64, 128), (4, 8), (1, 2, 3)) if not (bm == 128 and w == 4)]
+# the new kernel first (what this sweep is for), then the former one's space
+PREFILL_SPACE = (
+    [dict(KERNEL="gqa", BM=bm, BN=bn, WARPS=bm // 16, STAGES=st)
+     for bm, bn, st in itertools.product((64, 128), (32, 64, 128), (1, 2, 3))]
+    + [dict(KERNEL="flash", BM=bm, BN=bn, WARPS=w, STAGES=st)
+       for bm, bn, w, st in itertools.product((64, 128), (32, 64, 128), (4, 8), (1, 2, 3)) if not (bm == 128 and w == 4)]
+)
 DECODE = [  # B, Hq, Hkv, ctx, D
-    (1, 8, 4, 4096, 256), (1, 32, 8, 128, 128), (4, 28, 4, 1000, 128), (16, 40, 8, 4096, 128), (1, 40, 8, 4096, 128),
+    (1, 32, 8, 128, 128), (256, 64, 8, 128, 128), (16, 12, 2, 32768, 128), (4, 28, 4, 1000, 128),
+    (1, 8, 4, 4096, 256), (16, 40, 8, 4096, 128), (1, 40, 8, 4096, 128),
 ]
-DECODE_SPACE = [dict(BN=bn, WARPS=w, STAGES=st) for bn, w, st in itertools.product((16, 32, 64), (4, 8), (1, 2))]
-DECODE_SPLITS = (None, 1, 4, 16)
+DECODE_SPACE = [dict(BN=bn, WARPS=w, STAGES=st) for bn, w, st in itertools.product((32, 64, 128), (4, 8), (1, 2, 3, 4))]
+DECODE_SPLITS = (None, 1, 2, 4, 8, 16, 32)
+
+
+def _group_rows(hq: int, hkv: int) -> int:
+    """attention_decode's GP: the group's query heads rounded up to a power of two, at least 16."""
+    return max(16, 1 << max(0, hq // hkv - 1).bit_length())
 
 
 def _compile(job):
@@ -44,35 +67,68 @@ def _compile(job):
         return f"{name} {defines}: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
 
 
-def precompile(jobs, workers: int) -> None:
-    with ProcessPoolExecutor(workers) as ex:
-        errs = [e for e in ex.map(_compile, jobs) if e]
-    print(f"compiled {len(jobs)} kernels ({len(errs)} refused: shared memory or registers)", flush=True)
+def compile_jobs(only: str | None) -> list:
+    """Every (file, kernel, defines) the timing phase loads, each once."""
+    from tilex.stdlib.attention import PREFILL_KERNELS
 
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", choices=("prefill", "decode"))
-    ap.add_argument("--jobs", type=int, default=12)
-    ap.add_argument("--json")
-    args = ap.parse_args()
     jobs = []
-    if args.only != "decode":
-        for (_, _, _, _, d), cfg in itertools.product(PREFILL, PREFILL_SPACE):
-            jobs.append(("attention_prefill", "attention_prefill", dict(T="bf16", D=d, CAUSAL=True, **cfg)))
-    if args.only != "prefill":
+    if only != "decode":
+        for (_, hq, hkv, _, d), cfg in itertools.product(PREFILL, PREFILL_SPACE):
+            cfg = dict(cfg)
+            name = PREFILL_KERNELS[cfg.pop("KERNEL")]
+            if name.endswith("_gqa"):
+                cfg["G"] = hq // hkv
+            jobs.append((name, name, dict(T="bf16", D=d, CAUSAL=True, **cfg)))
+    if only != "prefill":
         for (_, hq, hkv, _, d), cfg in itertools.product(DECODE, DECODE_SPACE):
-            g = max(16, 1 << max(0, hq // hkv - 1).bit_length())
             for direct in (True, False):
                 jobs.append(("attention_decode", "attention_decode_split",
-                             dict(T="bf16", BS=16, D=d, GP=g, DIRECT=direct, **cfg)))
+                             dict(T="bf16", BS=16, D=d, GP=_group_rows(hq, hkv), DIRECT=direct, **cfg)))
     seen, uniq = set(), []
     for j in jobs:
         key = (j[0], j[1], tuple(sorted(j[2].items())))
         if key not in seen:
             seen.add(key)
             uniq.append(j)
-    precompile(uniq, args.jobs)
+    return uniq
+
+
+def precompile(jobs, workers: int) -> None:
+    t0 = time.time()
+    with ProcessPoolExecutor(workers) as ex:
+        errs = [e for e in ex.map(_compile, jobs) if e]
+    print(f"compiled {len(jobs)} kernels in {time.time() - t0:.0f} s ({len(errs)} refused: shared memory or "
+          f"registers)", flush=True)
+    for e in errs[:20]:
+        print("   refused:", e, flush=True)
+
+
+class Budget:
+    """Seconds left for timing, shared out equally over the shapes still to run."""
+
+    def __init__(self, seconds: float | None, shapes: int):
+        self.end = None if seconds is None else time.time() + seconds
+        self.shapes = shapes
+
+    def shape_deadline(self) -> float | None:
+        if self.end is None:
+            return None
+        now = time.time()
+        share = max(0.0, self.end - now) / max(1, self.shapes)
+        self.shapes -= 1
+        return now + share
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", choices=("prefill", "decode"))
+    ap.add_argument("--jobs", type=int, default=12, help="compile worker processes")
+    ap.add_argument("--budget-s", type=float, default=None, help="seconds for the timing phase (default: no bound)")
+    ap.add_argument("--rep", type=int, default=20, help="milliseconds of replays per timing")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    t_start = time.time()
+    precompile(compile_jobs(args.only), args.jobs)
 
     import torch
     import torch.nn.functional as F
@@ -84,15 +140,54 @@ def main() -> int:
         fn()
         with torch.cuda.stream(torch.cuda.Stream()):
             fn()
-            return float(do_bench_cudagraph(fn, rep=40, return_mode="median"))
+            return float(do_bench_cudagraph(fn, rep=args.rep, return_mode="median"))
 
     def rel(a, b):
         return float((a.double() - b.double()).abs().max() / b.double().abs().max())
 
-    rows = []
+    def sweep(label, cands, run, ref, deadline):
+        """[(cand, ms or None, error or None)] for every candidate: checked, then timed, until the deadline."""
+        res = []
+        for i, cand in enumerate(cands):
+            if deadline is not None and i > 0 and time.time() > deadline:
+                res.extend((c, None, "skipped (budget)") for c in cands[i:])
+                break
+            try:
+                err = rel(run(cand), ref)
+                if not err <= 2e-2:
+                    res.append((cand, None, f"rel err {err:.2e}"))
+                    continue
+                res.append((cand, ms_of(lambda c=cand: run(c)), None))
+            except Exception as e:  # noqa: BLE001 - reported per candidate
+                res.append((cand, None, f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"))
+        return res
+
+    def report(label, base, res, fmt):
+        ok = sorted((r for r in res if r[1]), key=lambda r: r[1])
+        best_base = min(base.values()) if base else float("nan")
+        dflt = res[0]
+        rank = next((i for i, r in enumerate(ok) if r[0] is dflt[0]), None)
+        skipped = sum(1 for r in res if r[2] == "skipped (budget)")
+        bad = [r for r in res if r[2] and r[2] != "skipped (budget)"]
+        print(f"{label}: sdpa {', '.join(f'{k} {v:.4f}' for k, v in base.items())}  default "
+              f"{dflt[1] if dflt[1] is None else round(dflt[1], 4)} {dflt[2] or ''} (rank {rank}); "
+              f"{len(ok)} timed, {skipped} skipped, {len(bad)} failed  [{time.time() - t_start:.0f} s]", flush=True)
+        for cand, ms, _ in ok[:6]:
+            print(f"   {ms:.4f} ms  x{best_base / ms:.3f}  {fmt(cand)}", flush=True)
+        for cand, _, e in bad[:4]:
+            print(f"   FAILED {fmt(cand)}: {e}", flush=True)
+        best = ok[0] if ok else (None, None, None)
+        return dict(label=label, sdpa_best=best_base, default_ms=dflt[1], best_ms=best[1], best=fmt(best[0]))
+
+    rows, summary = [], []
+    shapes = (0 if args.only == "decode" else len(PREFILL)) + (0 if args.only == "prefill" else len(DECODE))
+    budget = Budget(args.budget_s, shapes)
+    n = 0
     if args.only != "decode":
         from torch.nn.attention import SDPBackend, sdpa_kernel
         for b, hq, hkv, s, d in PREFILL:
+            n += 1
+            label = f"[{n}/{shapes}] prefill B{b} Hq{hq} Hkv{hkv} S{s} D{d}"
             torch.manual_seed(0)
             q = torch.randn(b, hq, s, d, device="cuda", dtype=torch.bfloat16)
             k, v = (torch.randn(b, hkv, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -104,30 +199,19 @@ def main() -> int:
                         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
                 try:
                     base[nm] = ms_of(f)
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - a backend that does not take the shape
                     pass
-            res = []
-            for cfg in [None] + PREFILL_SPACE:
-                fn = lambda cfg=cfg: S.attention_prefill(q, k, v, causal=True, config=cfg)  # noqa: E731
-                try:
-                    err = rel(fn(), ref)
-                    if err > 2e-2:
-                        res.append((cfg, None, f"rel err {err:.2e}"))
-                        continue
-                    res.append((cfg, ms_of(fn), None))
-                except Exception as e:  # noqa: BLE001
-                    res.append((cfg, None, f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"))
-            ok = sorted((r for r in res if r[1]), key=lambda r: r[1])
-            best_base = min(base.values()) if base else float("nan")
-            dflt = next(r for r in res if r[0] is None)
-            print(f"prefill B{b} Hq{hq} Hkv{hkv} S{s} D{d}: sdpa {base}  default {dflt[1]}  "
-                  f"({dflt[2] or ''})", flush=True)
-            for cfg, ms, _ in ok[:6]:
-                print(f"   {ms:.4f} ms  x{best_base / ms:.3f}  {cfg}", flush=True)
+            cands = [None] + PREFILL_SPACE
+            res = sweep(label, cands, lambda c: S.attention_prefill(q, k, v, causal=True, config=c), ref,
+                        budget.shape_deadline())
+            summary.append(report(label, base, res, lambda c: "default" if c is None else str(c)))
             rows.append(dict(kind="prefill", shape=[b, hq, hkv, s, d], sdpa=base,
                              results=[dict(config=c, ms=m, error=e) for c, m, e in res]))
+            del q, k, v, ref
     if args.only != "prefill":
         for b, hq, hkv, ctx, d in DECODE:
+            n += 1
+            label = f"[{n}/{shapes}] decode B{b} Hq{hq} Hkv{hkv} ctx{ctx} D{d}"
             torch.manual_seed(0)
             bs, nblk = 16, -(-ctx // 16)
             q = torch.randn(b, hq, d, device="cuda", dtype=torch.bfloat16)
@@ -137,30 +221,30 @@ def main() -> int:
             kk = kc[table.long()].reshape(b, nblk * bs, hkv, d)[:, :ctx].transpose(1, 2).contiguous()
             vv = vc[table.long()].reshape(b, nblk * bs, hkv, d)[:, :ctx].transpose(1, 2).contiguous()
             ref = F.scaled_dot_product_attention(q[:, :, None].float(), kk.float(), vv.float(), enable_gqa=True)[:, :, 0]
-            base = ms_of(lambda: F.scaled_dot_product_attention(q[:, :, None], kk, vv, enable_gqa=True))
-            res = []
-            for cfg, ns in [(None, None)] + list(itertools.product(DECODE_SPACE, DECODE_SPLITS)):
-                fn = lambda cfg=cfg, ns=ns: S.attention_decode(q, kc, vc, table, lens, num_splits=ns, config=cfg)  # noqa: E731,E501
-                try:
-                    err = rel(fn(), ref)
-                    if err > 2e-2:
-                        res.append((cfg, ns, None, f"rel err {err:.2e}"))
-                        continue
-                    res.append((cfg, ns, ms_of(fn), None))
-                except Exception as e:  # noqa: BLE001
-                    res.append((cfg, ns, None, f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"))
-            ok = sorted((r for r in res if r[2]), key=lambda r: r[2])
-            dflt = res[0]
-            print(f"decode B{b} Hq{hq} Hkv{hkv} ctx{ctx} D{d}: sdpa {base:.4f}  default {dflt[2]} ({dflt[3] or ''})",
-                  flush=True)
-            for cfg, ns, ms, _ in ok[:6]:
-                print(f"   {ms:.4f} ms  x{base / ms:.3f}  {cfg} splits={ns}", flush=True)
-            rows.append(dict(kind="decode", shape=[b, hq, hkv, ctx, d], sdpa=base,
-                             results=[dict(config=c, splits=n, ms=m, error=e) for c, n, m, e in res]))
+            base = {"sdpa": ms_of(lambda: F.scaled_dot_product_attention(q[:, :, None], kk, vv, enable_gqa=True))}
+            cands = [None] + [(c, ns) for ns, c in itertools.product(DECODE_SPLITS, DECODE_SPACE)]
+
+            def run(c):
+                cfg, ns = c if c is not None else (None, None)
+                return S.attention_decode(q, kc, vc, table, lens, num_splits=ns, config=cfg)
+
+            res = sweep(label, cands, run, ref, budget.shape_deadline())
+            summary.append(report(label, base, res,
+                                  lambda c: "default" if c is None else f"{c[0]} splits={c[1]}"))
+            rows.append(dict(kind="decode", shape=[b, hq, hkv, ctx, d], sdpa=base["sdpa"],
+                             results=[dict(config=None if c is None else c[0], splits=None if c is None else c[1],
+                                           ms=m, error=e) for c, m, e in res]))
+            del q, kc, vc, kk, vv, ref
+    print("\nsummary (ratio = best SDPA / tilex):", flush=True)
+    for r in summary:
+        d, bst, sd = r["default_ms"], r["best_ms"], r["sdpa_best"]
+        print(f"{r['label']:<44} default {d or float('nan'):.4f} x{sd / d if d else float('nan'):.3f}  best "
+              f"{bst or float('nan'):.4f} x{sd / bst if bst else float('nan'):.3f}  {r['best']}", flush=True)
     path = args.json or (os.path.join(os.environ["OUT"], "sweep_attention.json") if os.environ.get("OUT") else None)
     if path:
         with open(path, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump(dict(rows=rows, summary=summary, seconds=time.time() - t_start), f, indent=1)
+        print("wrote", path, flush=True)
     return 0
 
 

@@ -121,6 +121,52 @@ def test_prefill_token_major_layout(case):
         stdlib.attention_prefill(q, k, v, layout="sbhd")
 
 
+GQA_CASES = [
+    # B, Hq, Hkv, S, D, config: the packed kernel (KERNEL="gqa"), G = Hq / Hkv query heads per tile
+    (1, 1, 1, 9, 16, dict(BM=16, BN=16, WARPS=4)),       # G = 1, S < BM
+    (2, 4, 1, 37, 16, dict(BM=16, BN=16, WARPS=4)),      # G = 4, BM / G = 4 queries a tile, tail
+    (1, 7, 1, 23, 32, dict(BM=32, BN=16, WARPS=4)),      # G = 7: tiles that end inside a query's heads
+    (1, 16, 2, 45, 16, dict(BM=32, BN=32, WARPS=4)),     # G = 8, two KV heads
+    (2, 6, 2, 50, 16, dict(BM=16, BN=32, WARPS=4)),      # G = 3, BN > BM
+    (1, 8, 2, 70, 64, dict(BM=64, BN=32, WARPS=4)),      # D = 64, G = 4
+    (1, 4, 1, 33, 128, dict(BM=64, BN=64, WARPS=4)),     # D = 128
+    (1, 2, 1, 19, 256, dict(BM=64, BN=64, WARPS=4)),     # D = 256, G = 2
+]
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("case", GQA_CASES, ids=lambda c: "B{}_Hq{}_Hkv{}_S{}_D{}".format(*c[:5]))
+def test_prefill_gqa_kernel(case, causal, layout):
+    """attention_prefill_gqa (rows = (query, head) pairs of one KV head, gathered and scattered) against
+    float64 NumPy, in both layouts (its head-of-row rule differs: batch rows in bhsd, heads in bshd)."""
+    b, hq, hkv, s, d, cfg = case
+    rng = np.random.default_rng()
+    q, k, v = _rand(rng, (b, hq, s, d), "bf16"), _rand(rng, (b, hkv, s, d), "bf16"), _rand(rng, (b, hkv, s, d), "bf16")
+    ref = ref_attention(q, k, v, causal, d ** -0.5)
+    cfg = dict(cfg, KERNEL="gqa")
+    if layout == "bshd":
+        tok = lambda t: np.ascontiguousarray(t.transpose(0, 2, 1, 3))  # noqa: E731
+        o = tok(stdlib.attention_prefill(tok(q), tok(k), tok(v), causal=causal, config=cfg, layout="bshd"))
+    else:
+        o = stdlib.attention_prefill(q, k, v, causal=causal, config=cfg)
+    assert o.shape == (b, hq, s, d)
+    assert _rel(o, ref) <= TOL["bf16"]
+
+
+def test_prefill_gqa_out_is_written_only_inside():
+    """Rows past S (query index S) are not stored: out= around a bigger buffer keeps its sentinel."""
+    rng = np.random.default_rng()
+    b, hq, hkv, s, d = 1, 4, 1, 13, 16
+    q, k, v = (_rand(rng, sh, "f32") for sh in ((b, hq, s, d), (b, hkv, s, d), (b, hkv, s, d)))
+    out = np.full((b, hq, s, d), np.nan, np.float32)
+    o = stdlib.attention_prefill(q, k, v, causal=True, out=out, config=dict(KERNEL="gqa", BM=32, BN=16, WARPS=4))
+    assert o is out
+    assert _rel(out, ref_attention(q, k, v, True, d ** -0.5)) <= 1e-5
+    with pytest.raises(ValueError, match="KERNEL"):
+        stdlib.attention_prefill(q, k, v, config=dict(KERNEL="nope"))
+
+
 def test_prefill_scale_out_and_large_logits():
     """A given scale; large scores (a wide softmax range) stay finite; out= is written in place."""
     rng = np.random.default_rng()
@@ -293,6 +339,10 @@ NVCC_VARIANTS = [
     ("attention_decode", dict(T="f16", D=64, BS=32, GP=16, BN=64, DIRECT=True, NSP=16, WARPS=4)),
     ("attention_decode", dict(T="f16", D=128, BS=32, GP=4, DIRECT=True, NSP=64, WARPS=8)),
     ("attention_decode", dict(T="f32", D=64, BS=16, GP=1, DIRECT=False, NSP=2, WARPS=4)),
+    # the packed-heads prefill: G = 4 (TMA + wgmma at BM 128), G = 7 at BM 64, D = 256 with G = 2
+    ("attention_prefill_gqa", dict(T="bf16", D=128, G=4, BM=128, BN=64, WARPS=8)),
+    ("attention_prefill_gqa", dict(T="bf16", D=128, G=7, BM=64, BN=64, WARPS=4, STAGES=3)),
+    ("attention_prefill_gqa", dict(T="bf16", D=256, G=2, BM=128, BN=64, WARPS=8, CAUSAL=False)),
 ]
 
 
@@ -332,7 +382,7 @@ def test_prefill_steps_down_where_shared_memory_is_smaller(monkeypatch):
         q, k, v = (_rand(rng, sh, "bf16") for sh in ((b, hq, s, d), (b, hkv, s, d), (b, hkv, s, d)))
         o = stdlib.attention_prefill(q, k, v, causal=True)
         assert _rel(o, ref_attention(q, k, v, True, 1 / np.sqrt(d))) <= 1e-2
-        mod = stdlib.attention._prefill_module(stdlib.attention.prefill_config(d, s), {}, T="bf16", D=d, CAUSAL=True)
+        _, mod = stdlib.attention._prefill_module(stdlib.attention.prefill_config(d, s), {}, T="bf16", D=d, CAUSAL=True)
         assert "BM=64" in mod.cuda and "BN=32" in mod.cuda
     finally:
         L._load.cache_clear()

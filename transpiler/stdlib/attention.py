@@ -41,19 +41,29 @@ def prefill_config(d: int, s: int) -> dict:
 _PREFILL_SMALLER = (dict(BM=64, BN=64, WARPS=4), dict(BM=64, BN=32, WARPS=4), dict(BM=32, BN=32, WARPS=2))
 
 
+# the prefill kernels: config["KERNEL"] -> the .tile file (and kernel) that computes it
+PREFILL_KERNELS = {"flash": "attention_prefill", "gqa": "attention_prefill_gqa"}
+
+
 def _prefill_module(cfg: dict, pinned: dict, **kw):
-    """attention_prefill compiled with `cfg`, or with the first of _PREFILL_SMALLER that fits the target's shared
-    memory when `cfg` does not (tile sizes the caller pinned in `pinned` are never changed)."""
+    """The prefill kernel cfg["KERNEL"] (default "flash") compiled with the rest of `cfg`, or with the first of
+    _PREFILL_SMALLER that fits the target's shared memory when `cfg` does not (tile sizes the caller pinned in
+    `pinned` are never changed)."""
     from ..diagnostics import CompileError
 
+    cfg = dict(cfg)
+    kind = cfg.pop("KERNEL", "flash")
+    if kind not in PREFILL_KERNELS:
+        raise ValueError(f"config: KERNEL must be one of {sorted(PREFILL_KERNELS)}, got {kind!r}")
+    name = PREFILL_KERNELS[kind]
     *tries, last = [cfg] + [dict(cfg, **c) for c in _PREFILL_SMALLER if not set(c) & set(pinned)]
     for c in tries:
         try:
-            return L.load("attention_prefill", **kw, **c)
+            return name, L.load(name, **kw, **c)
         except CompileError as e:
             if "shared memory" not in str(e):
                 raise
-    return L.load("attention_prefill", **kw, **last)
+    return name, L.load(name, **kw, **last)
 
 
 def _out(out, like, shape, dt):
@@ -82,7 +92,8 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     causal: query i attends keys j <= i (top-left aligned). scale defaults to 1/sqrt(D).
     Returns o in q's layout, kind and dtype (written into `out` when given). NumPy
     arrays run in the interpreter.
-    `config` overrides the compile-time parameters (BM, BN, WARPS), for benchmarks.
+    `config` overrides the compile-time parameters (BM, BN, WARPS, STAGES), for benchmarks, and may name the
+    kernel: KERNEL="flash" (one query head per program) or "gqa" (the query heads of a KV head in one tile).
     """
     if layout not in ("bhsd", "bshd"):
         raise ValueError(M.bad_layout(layout))
@@ -112,8 +123,10 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     if not tokens:  # [B, H, S, D] is [B * H, S, 1, D] token-major: one head per batch row
         q4, k4, v4, o4 = (L.reshape(x, (int(x.shape[0]) * int(x.shape[1]), s, 1, d)) for x in (q4, k4, v4, o4))
     cfg = dict(prefill_config(d, s), **(config or {}))
-    mod = _prefill_module(cfg, config or {}, T=dt, D=d, CAUSAL=bool(causal))
-    L.run(mod, "attention_prefill", q4, k4, v4, o4, scale=_scale(scale, d))
+    if cfg.get("KERNEL") == "gqa":  # the query heads of one KV head in one tile (a compile-time G)
+        cfg["G"] = hq // hkv
+    name, mod = _prefill_module(cfg, config or {}, T=dt, D=d, CAUSAL=bool(causal))
+    L.run(mod, name, q4, k4, v4, o4, scale=_scale(scale, d))
     return o
 
 
