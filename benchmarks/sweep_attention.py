@@ -1,7 +1,7 @@
 """Sweep attention_prefill / attention_decode kernels and configurations at the grid's attention shapes (H200).
 
     python benchmarks/sweep_attention.py [--only prefill|decode] [--jobs 14] [--budget-s 420] [--rep 20]
-                                         [--json OUT.json]
+                                         [--probes] [--json OUT.json]
 
 The shapes are bench_shapes.py's attention rows (2026-12-01, main dc00841: prefill B128 S128 Hq32 Hkv8 0.50x cuDNN,
 B32 S512 D256 0.54x, B16 S1000 Hq28 Hkv4 0.79x, B2 S8192 Hq64 0.91x, B4 S4096 Hq12 0.95x; decode B1 ctx128 0.77x
@@ -19,6 +19,10 @@ timed first, and configurations past a shape's share are listed as skipped. Timi
 (triton's do_bench_cudagraph). Prints one table per shape (best six, the default's rank) and, at the end, one line
 per shape: default, best, best SDPA, ratios. `--json` (default $OUT/sweep_attention.json when $OUT is set) holds
 every result, error and skip.
+
+`--probes` first times pieces of attention_prefill's program at the prefill shapes (benchmarks/attention_probe.tile:
+Q read and O written alone; the key loop without the softmax) against torch's copy of the same bytes, to show where
+a short sequence's time goes. The probes compute no attention and are not checked.
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ PREFILL = [  # B, Hq, Hkv, S, D: the grid's losing shapes first
     (128, 32, 8, 128, 128), (32, 8, 4, 512, 256), (16, 28, 4, 1000, 128), (2, 64, 8, 8192, 128),
     (4, 12, 2, 4096, 128), (1, 8, 4, 4096, 256), (4, 40, 8, 4096, 128), (8, 14, 2, 2048, 64),
 ]
+PROBED = PREFILL[:3] + PREFILL[4:5]  # --probes: the short sequences that lose, and a long one for scale
 # the new kernel first (what this sweep is for), then the former one's space
 PREFILL_SPACE = (
     [dict(KERNEL="gqa", BM=bm, BN=bn, WARPS=bm // 16, STAGES=st)
@@ -119,12 +124,53 @@ class Budget:
         return now + share
 
 
+def probes(ms_of) -> list:
+    """Time attention_probe.tile's kernels and attention_prefill's default at the PROBED shapes, with torch's
+    copy of Q into O (the same bytes as probe_qo) and the megabytes each tensor pair moves."""
+    import pathlib
+
+    import torch
+
+    import tilex
+    import tilex.stdlib as S
+
+    path = str(pathlib.Path(__file__).with_name("attention_probe.tile"))
+    out = []
+    for b, hq, hkv, s, d in PROBED:
+        torch.manual_seed(0)
+        q = torch.randn(b * hq, s, 1, d, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(b * hkv, s, 1, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        o = torch.empty_like(q)
+        qo_mb = 2 * q.numel() * 2 / 1e6
+        row = dict(shape=[b, hq, hkv, s, d], qo_mb=qo_mb, kv_mb=2 * k.numel() * 2 / 1e6)
+        row["torch_copy"] = ms_of(lambda: o.copy_(q))
+        for bm in (64, 128):
+            try:
+                mod = tilex.compile(path, BM=bm, D=d, WARPS=bm // 16)
+                row[f"probe_qo BM{bm}"] = ms_of(lambda mod=mod: mod.probe_qo(q, o))
+            except Exception as e:  # noqa: BLE001 - reported
+                row[f"probe_qo BM{bm}"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+        try:
+            mod = tilex.compile(path, BM=128, BN=64, D=d, WARPS=8)
+            row["probe_nosoftmax"] = ms_of(lambda: mod.probe_nosoftmax(q, k, v, o))
+        except Exception as e:  # noqa: BLE001 - reported
+            row["probe_nosoftmax"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+        q4, k4, v4 = (x.view(b, -1, s, d) for x in (q, k, v))
+        row["attention_prefill"] = ms_of(lambda: S.attention_prefill(q4, k4, v4, causal=True))
+        print("probe", " ".join(f"{key}={val:.4f}" if isinstance(val, float) else f"{key}={val}"
+                                for key, val in row.items()), flush=True)
+        out.append(row)
+        del q, k, v, o
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=("prefill", "decode"))
     ap.add_argument("--jobs", type=int, default=12, help="compile worker processes")
     ap.add_argument("--budget-s", type=float, default=None, help="seconds for the timing phase (default: no bound)")
     ap.add_argument("--rep", type=int, default=20, help="milliseconds of replays per timing")
+    ap.add_argument("--probes", action="store_true", help="time attention_probe.tile's pieces first")
     ap.add_argument("--json")
     args = ap.parse_args()
     t_start = time.time()
@@ -180,6 +226,8 @@ def main() -> int:
         return dict(label=label, sdpa_best=best_base, default_ms=dflt[1], best_ms=best[1], best=fmt(best[0]))
 
     rows, summary = [], []
+    if args.probes and args.only != "decode":
+        rows.append(dict(kind="probes", results=probes(ms_of)))
     shapes = (0 if args.only == "decode" else len(PREFILL)) + (0 if args.only == "prefill" else len(DECODE))
     budget = Budget(args.budget_s, shapes)
     n = 0
