@@ -9,7 +9,8 @@ SDPA, B256 ctx128 0.88x, B16 ctx32768 0.88x, B4 ctx1000 0.96x, B1 ctx4096 D256 0
 Prefill times two kernels: KERNEL="flash" (attention_prefill.tile: one query head per program) and KERNEL="gqa"
 (attention_prefill_gqa.tile: the G query heads of a KV head packed into the rows of one tile, so K/V are read
 once per group and a causal program walks only the keys its BM / G queries see). Decode times the streamed split
-kernel's BN / WARPS / STAGES and the split count.
+kernel's BN / WARPS / STAGES and the split count (DECODE_SPLITS and the counts that fill 1-4 program slots per SM),
+in a fixed shuffled order.
 
 Every configuration is checked against SDPA in float32 (max |err| / max |ref| <= 2e-2) before it is timed; a
 wrong one is reported, never timed. Kernels are compiled first in `--jobs` worker processes (NVRTC is CPU-bound;
@@ -52,6 +53,23 @@ DECODE = [  # B, Hq, Hkv, ctx, D
 ]
 DECODE_SPACE = [dict(BN=bn, WARPS=w, STAGES=st) for bn, w, st in itertools.product((32, 64, 128), (4, 8), (1, 2, 3, 4))]
 DECODE_SPLITS = (None, 1, 2, 4, 8, 16, 32)
+
+
+def decode_splits_for(b: int, hkv: int, ctx: int, sms: int = 132) -> list:
+    """DECODE_SPLITS and the counts that fill k = 1..4 program slots per SM (ceil(k * sms / (b * hkv))), each at
+    most the context's 16-token blocks."""
+    blocks = -(-ctx // 16)
+    fill = {-(-k * sms // (b * hkv)) for k in (1, 2, 3, 4)}
+    return [None] + sorted({n for n in set(DECODE_SPLITS[1:]) | fill if 1 <= n <= min(64, blocks)})
+
+
+def decode_candidates(b: int, hkv: int, ctx: int) -> list:
+    """(config, splits) pairs in a fixed shuffled order, so a budget cut samples the space evenly."""
+    import random
+
+    cands = [(c, ns) for ns, c in itertools.product(decode_splits_for(b, hkv, ctx), DECODE_SPACE)]
+    random.Random(0).shuffle(cands)
+    return cands
 
 
 def _group_rows(hq: int, hkv: int) -> int:
@@ -270,7 +288,7 @@ def main() -> int:
             vv = vc[table.long()].reshape(b, nblk * bs, hkv, d)[:, :ctx].transpose(1, 2).contiguous()
             ref = F.scaled_dot_product_attention(q[:, :, None].float(), kk.float(), vv.float(), enable_gqa=True)[:, :, 0]
             base = {"sdpa": ms_of(lambda: F.scaled_dot_product_attention(q[:, :, None], kk, vv, enable_gqa=True))}
-            cands = [None] + [(c, ns) for ns, c in itertools.product(DECODE_SPLITS, DECODE_SPACE)]
+            cands = [None] + decode_candidates(b, hkv, ctx)
 
             def run(c):
                 cfg, ns = c if c is not None else (None, None)
