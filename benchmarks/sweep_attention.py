@@ -6,9 +6,11 @@
 The shapes are bench_shapes.py's attention rows (2026-12-01, main dc00841: prefill B128 S128 Hq32 Hkv8 0.50x cuDNN,
 B32 S512 D256 0.54x, B16 S1000 Hq28 Hkv4 0.79x, B2 S8192 Hq64 0.91x, B4 S4096 Hq12 0.95x; decode B1 ctx128 0.77x
 SDPA, B256 ctx128 0.88x, B16 ctx32768 0.88x, B4 ctx1000 0.96x, B1 ctx4096 D256 0.97x) and the tuned ones.
-Prefill times two kernels: KERNEL="flash" (attention_prefill.tile: one query head per program) and KERNEL="gqa"
+Prefill times three kernels: KERNEL="flash" (attention_prefill.tile: one query head per program), "gqa"
 (attention_prefill_gqa.tile: the G query heads of a KV head packed into the rows of one tile, so K/V are read
-once per group and a causal program walks only the keys its BM / G queries see). Decode times the streamed split
+once per group and a causal program walks only the keys its BM / G queries see) and, where S <= BN, "short"
+(attention_prefill_short.tile: persistent, the scores one TMA + wgmma main loop over the head size whose producer
+streams the next tile's Q and K while the consumers run this tile's softmax and P @ V). Decode times the streamed split
 kernel's BN / WARPS / STAGES and the split count (DECODE_SPLITS and the counts that fill 1-4 program slots per SM),
 in a fixed shuffled order.
 
@@ -36,13 +38,15 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 PREFILL = [  # B, Hq, Hkv, S, D: the grid's losing shapes first
-    (128, 32, 8, 128, 128), (32, 8, 4, 512, 256), (16, 28, 4, 1000, 128), (2, 64, 8, 8192, 128),
+    (128, 32, 8, 128, 128), (64, 28, 4, 100, 128), (32, 8, 4, 512, 256), (16, 28, 4, 1000, 128), (2, 64, 8, 8192, 128),
     (4, 12, 2, 4096, 128), (1, 8, 4, 4096, 256), (4, 40, 8, 4096, 128), (8, 14, 2, 2048, 64),
 ]
 PROBED = PREFILL[:3] + PREFILL[4:5]  # --probes: the short sequences that lose, and a long one for scale
-# the new kernel first (what this sweep is for), then the former one's space
+# the new kernels first (what this sweep is for), then the former one's space; "short" only where S <= BN
 PREFILL_SPACE = (
-    [dict(KERNEL="gqa", BM=bm, BN=bn, WARPS=bm // 16, STAGES=st)
+    [dict(KERNEL="short", BM=bm, BN=bn, BK=bk, STAGES=st, PROGRAMS=p)
+     for bm, bn, bk, st, p in itertools.product((64, 128), (64, 128), (32, 64), (1, 2, 3), (132, 264))]
+    + [dict(KERNEL="gqa", BM=bm, BN=bn, WARPS=bm // 16, STAGES=st)
      for bm, bn, st in itertools.product((64, 128), (32, 64, 128), (1, 2, 3))]
     + [dict(KERNEL="flash", BM=bm, BN=bn, WARPS=w, STAGES=st)
        for bm, bn, w, st in itertools.product((64, 128), (32, 64, 128), (4, 8), (1, 2, 3)) if not (bm == 128 and w == 4)]
@@ -72,6 +76,11 @@ def decode_candidates(b: int, hkv: int, ctx: int) -> list:
     return cands
 
 
+def prefill_candidates(s: int) -> list:
+    """PREFILL_SPACE's configurations that take sequence length s (the short kernel's key block holds S)."""
+    return [c for c in PREFILL_SPACE if c["KERNEL"] != "short" or s <= c["BN"]]
+
+
 def _group_rows(hq: int, hkv: int) -> int:
     """attention_decode's GP: the group's query heads rounded up to a power of two, at least 16."""
     return max(16, 1 << max(0, hq // hkv - 1).bit_length())
@@ -96,12 +105,12 @@ def compile_jobs(only: str | None) -> list:
 
     jobs = []
     if only != "decode":
-        for (_, hq, hkv, _, d), cfg in itertools.product(PREFILL, PREFILL_SPACE):
-            cfg = dict(cfg)
-            name = PREFILL_KERNELS[cfg.pop("KERNEL")]
-            if name.endswith("_gqa"):
-                cfg["G"] = hq // hkv
-            jobs.append((name, name, dict(T="bf16", D=d, CAUSAL=True, **cfg)))
+        for (_, hq, hkv, s, d) in PREFILL:
+            for cfg in map(dict, prefill_candidates(s)):
+                name = PREFILL_KERNELS[cfg.pop("KERNEL")]
+                if name.endswith("_gqa"):
+                    cfg["G"] = hq // hkv
+                jobs.append((name, name, dict(T="bf16", D=d, CAUSAL=True, **cfg)))
     if only != "prefill":
         for (_, hq, hkv, _, d), cfg in itertools.product(DECODE, DECODE_SPACE):
             for direct in (True, False):
@@ -267,7 +276,7 @@ def main() -> int:
                     base[nm] = ms_of(f)
                 except Exception:  # noqa: BLE001 - a backend that does not take the shape
                     pass
-            cands = [None] + PREFILL_SPACE
+            cands = [None] + prefill_candidates(s)
             res = sweep(label, cands, lambda c: S.attention_prefill(q, k, v, causal=True, config=c), ref,
                         budget.shape_deadline())
             summary.append(report(label, base, res, lambda c: "default" if c is None else str(c)))

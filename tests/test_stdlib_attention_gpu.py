@@ -190,6 +190,26 @@ def test_prefill_gqa_kernel_vs_float64(case, cfg, causal, layout):
     assert rel(o, ref) <= TOL["bf16"]
 
 
+# the persistent short-sequence kernel (KERNEL="short", S <= BN): GQA 1/4/7/8, D 64/128/256, S not a multiple of 16,
+# more tiles than programs, and out= that is not written past the heads' rows
+SHORT_SHAPES = [(3, 32, 8, 128, 128), (5, 28, 4, 100, 128), (2, 8, 8, 77, 64), (4, 16, 2, 1, 128), (2, 8, 4, 61, 256),
+                (1, 7, 1, 128, 128)]
+SHORT_CONFIGS = [None, dict(BM=64), dict(BK=32, STAGES=3), dict(PROGRAMS=7)]
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("cfg", SHORT_CONFIGS, ids=lambda c: "default" if c is None else ",".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize("case", SHORT_SHAPES, ids=lambda c: "B{}_Hq{}_Hkv{}_S{}_D{}".format(*c))
+def test_prefill_short_kernel_vs_float64(case, cfg, causal):
+    b, hq, hkv, s, d = case
+    gen = torch.Generator(device="cuda").manual_seed(s * 13 + d + hq)
+    q, k, v = rnd((b, hq, s, d), "bf16", gen), rnd((b, hkv, s, d), "bf16", gen), rnd((b, hkv, s, d), "bf16", gen)
+    out = torch.full_like(q, float("nan"))
+    o = S.attention_prefill(q, k, v, causal=causal, out=out, config=dict(cfg or {}, KERNEL="short"))
+    assert o is out
+    assert rel(o, f64_ref(q, k, v, causal)) <= TOL["bf16"]
+
+
 def test_prefill_gqa_kernel_f16_and_interpreter_agree():
     """f16 on the GPU and the same call in the interpreter (NumPy inputs) give the same numbers."""
     gen = torch.Generator(device="cuda").manual_seed(12)

@@ -37,18 +37,28 @@ def prefill_config(d: int, s: int) -> dict:
     return dict(BM=bm, BN=64, WARPS=8 if bm == 128 else 4)
 
 
-# smaller tiles, tried in order when the target's shared memory (e.g. sm_86/89: 99 KB) cannot hold the chosen ones
-_PREFILL_SMALLER = (dict(BM=64, BN=64, WARPS=4), dict(BM=64, BN=32, WARPS=4), dict(BM=32, BN=32, WARPS=2))
+def short_config(s: int) -> dict:
+    """Compile-time parameters of attention_prefill_short for sequence length s (<= 128): one key block of
+    64 or 128 keys, 128 rows per tile, Q and K streamed in 64-wide slices of the head size."""
+    return dict(BM=128, BN=64 if s <= 64 else 128, BK=64, STAGES=2)
 
 
 # the prefill kernels: config["KERNEL"] -> the .tile file (and kernel) that computes it
-PREFILL_KERNELS = {"flash": "attention_prefill", "gqa": "attention_prefill_gqa"}
+PREFILL_KERNELS = {"flash": "attention_prefill", "gqa": "attention_prefill_gqa", "short": "attention_prefill_short"}
+
+# smaller tiles of each kernel, tried in order when the target's shared memory (e.g. sm_86/89: 99 KB) cannot hold
+# the chosen ones
+_PREFILL_SMALLER = {
+    "flash": (dict(BM=64, BN=64, WARPS=4), dict(BM=64, BN=32, WARPS=4), dict(BM=32, BN=32, WARPS=2)),
+    "gqa": (dict(BM=64, BN=64, WARPS=4), dict(BM=64, BN=32, WARPS=4), dict(BM=32, BN=32, WARPS=2)),
+    "short": (dict(BM=64, STAGES=1), dict(BM=64, BK=32, STAGES=1)),
+}
 
 
 def _prefill_module(cfg: dict, pinned: dict, **kw):
-    """The prefill kernel cfg["KERNEL"] (default "flash") compiled with the rest of `cfg`, or with the first of
-    _PREFILL_SMALLER that fits the target's shared memory when `cfg` does not (tile sizes the caller pinned in
-    `pinned` are never changed)."""
+    """(kernel name, module): the prefill kernel cfg["KERNEL"] (default "flash") compiled with the rest of `cfg`,
+    or with the first of its _PREFILL_SMALLER tilings that fits the target's shared memory when `cfg` does not
+    (tile sizes the caller pinned in `pinned` are never changed)."""
     from ..diagnostics import CompileError
 
     cfg = dict(cfg)
@@ -56,7 +66,7 @@ def _prefill_module(cfg: dict, pinned: dict, **kw):
     if kind not in PREFILL_KERNELS:
         raise ValueError(f"config: KERNEL must be one of {sorted(PREFILL_KERNELS)}, got {kind!r}")
     name = PREFILL_KERNELS[kind]
-    *tries, last = [cfg] + [dict(cfg, **c) for c in _PREFILL_SMALLER if not set(c) & set(pinned)]
+    *tries, last = [cfg] + [dict(cfg, **c) for c in _PREFILL_SMALLER[kind] if not set(c) & set(pinned)]
     for c in tries:
         try:
             return name, L.load(name, **kw, **c)
@@ -93,7 +103,8 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     Returns o in q's layout, kind and dtype (written into `out` when given). NumPy
     arrays run in the interpreter.
     `config` overrides the compile-time parameters (BM, BN, WARPS, STAGES), for benchmarks, and may name the
-    kernel: KERNEL="flash" (one query head per program) or "gqa" (the query heads of a KV head in one tile).
+    kernel: KERNEL="flash" (one query head per program), "gqa" (the query heads of a KV head in one tile) or
+    "short" (S <= BN, layout="bhsd": a persistent kernel whose scores are one tensor-core main loop).
     """
     if layout not in ("bhsd", "bshd"):
         raise ValueError(M.bad_layout(layout))
@@ -119,12 +130,23 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     o = _out(out, q, tuple(int(n) for n in q.shape), dt)
     if b * hq * s == 0:
         return o
-    q4, k4, v4, o4 = L.contiguous(q), _aligned16(L.contiguous(k)), _aligned16(L.contiguous(v)), o
-    if not tokens:  # [B, H, S, D] is [B * H, S, 1, D] token-major: one head per batch row
-        q4, k4, v4, o4 = (L.reshape(x, (int(x.shape[0]) * int(x.shape[1]), s, 1, d)) for x in (q4, k4, v4, o4))
-    cfg = dict(prefill_config(d, s), **(config or {}))
-    if cfg.get("KERNEL") == "gqa":  # the query heads of one KV head in one tile (a compile-time G)
-        cfg["G"] = hq // hkv
+    kind = (config or {}).get("KERNEL", "flash")
+    cfg = dict(short_config(s) if kind == "short" else prefill_config(d, s), **(config or {}))
+    if kind == "short":  # per KV head: q, o [B * Hkv, G * S, D], k, v [B * Hkv, S, D] (TMA reads q and k)
+        if tokens or s > cfg["BN"]:
+            raise ValueError(f"config: KERNEL='short' takes layout='bhsd' and S <= BN ({cfg['BN']}), "
+                             f"got layout={layout!r}, S={s}")
+        cfg.setdefault("PROGRAMS", L.sm_count(q))
+        g = hq // hkv
+        q4, k4, v4, o4 = (L.reshape(x, (b * hkv, n, d)) for x, n in
+                          ((_aligned16(L.contiguous(q)), g * s), (_aligned16(L.contiguous(k)), s),
+                           (L.contiguous(v), s), (o, g * s)))
+    else:
+        q4, k4, v4, o4 = L.contiguous(q), _aligned16(L.contiguous(k)), _aligned16(L.contiguous(v)), o
+        if not tokens:  # [B, H, S, D] is [B * H, S, 1, D] token-major: one head per batch row
+            q4, k4, v4, o4 = (L.reshape(x, (int(x.shape[0]) * int(x.shape[1]), s, 1, d)) for x in (q4, k4, v4, o4))
+        if kind == "gqa":  # the query heads of one KV head in one tile (a compile-time G)
+            cfg["G"] = hq // hkv
     name, mod = _prefill_module(cfg, config or {}, T=dt, D=d, CAUSAL=bool(causal))
     L.run(mod, name, q4, k4, v4, o4, scale=_scale(scale, d))
     return o
