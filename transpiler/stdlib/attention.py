@@ -9,6 +9,7 @@ import math
 
 from . import _launch as L
 from . import messages as M
+from .attention_plan import Shape, choose_prefill, prefill_config, short_config
 
 HEAD_DIMS = (16, 32, 64, 128, 256)   # power-of-two head sizes (64 and 128 are the tuned ones)
 MAX_SPLITS = 64
@@ -26,21 +27,6 @@ def _head_dim(name, x) -> int:
 
 def _scale(scale, d: int) -> float:
     return 1.0 / math.sqrt(d) if scale is None else float(scale)
-
-
-def prefill_config(d: int, s: int) -> dict:
-    """Compile-time parameters of attention_prefill for head size d and sequence length s (an H200's
-    shared memory; `_prefill_module` steps down where the target has less)."""
-    # D = 256 as D = 128 (H200, sweep_attention.py, 2026-12-01): B1 Hq8 Hkv4 S4096 0.638 -> 0.143 ms (1.15x cuDNN),
-    # B32 S512 0.449 -> 0.181 against the former BM=64 BN=32 (which was chosen when 128x64 spilled)
-    bm = 128 if s > 64 else 64
-    return dict(BM=bm, BN=64, WARPS=8 if bm == 128 else 4)
-
-
-def short_config(s: int) -> dict:
-    """Compile-time parameters of attention_prefill_short for sequence length s (<= 128): one key block of
-    64 or 128 keys, 128 rows per tile, Q and K streamed in 64-wide slices of the head size."""
-    return dict(BM=128, BN=64 if s <= 64 else 128, BK=64, STAGES=2)
 
 
 # the prefill kernels: config["KERNEL"] -> the .tile file (and kernel) that computes it
@@ -102,9 +88,11 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     causal: query i attends keys j <= i (top-left aligned). scale defaults to 1/sqrt(D).
     Returns o in q's layout, kind and dtype (written into `out` when given). NumPy
     arrays run in the interpreter.
-    `config` overrides the compile-time parameters (BM, BN, WARPS, STAGES), for benchmarks, and may name the
-    kernel: KERNEL="flash" (one query head per program), "gqa" (the query heads of a KV head in one tile) or
-    "short" (S <= BN, layout="bhsd": a persistent kernel whose scores are one tensor-core main loop).
+    The kernel and its tiling come from a cost model of the shape (attention_plan.choose_prefill). `config`
+    overrides them, for benchmarks: compile-time parameters (BM, BN, WARPS, STAGES, ...) of the kernel it names,
+    KERNEL="flash" (one query head per program; the default when config names none), "gqa" (the query heads of a
+    KV head in one tile) or "short" (S <= BN, layout="bhsd": a persistent kernel whose scores are one
+    tensor-core main loop).
     """
     if layout not in ("bhsd", "bshd"):
         raise ValueError(M.bad_layout(layout))
@@ -130,8 +118,12 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     o = _out(out, q, tuple(int(n) for n in q.shape), dt)
     if b * hq * s == 0:
         return o
-    kind = (config or {}).get("KERNEL", "flash")
-    cfg = dict(short_config(s) if kind == "short" else prefill_config(d, s), **(config or {}))
+    if config is None:  # the model's choice (attention_plan.py)
+        kind, cfg, _ = choose_prefill(Shape(b, hq, hkv, s, d, bool(causal), layout), L.sm_count(q), _arch())
+        cfg = dict(cfg, KERNEL=kind)
+    else:
+        kind = config.get("KERNEL", "flash")
+        cfg = dict(short_config(s, d) if kind == "short" else prefill_config(d, s), **config)
     if kind == "short":  # per KV head: q, o [B * Hkv, G * S, D], k, v [B * Hkv, S, D] (TMA reads q and k)
         if tokens or s > cfg["BN"]:
             raise ValueError(f"config: KERNEL='short' takes layout='bhsd' and S <= BN ({cfg['BN']}), "
@@ -150,6 +142,16 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     name, mod = _prefill_module(cfg, config or {}, T=dt, D=d, CAUSAL=bool(causal))
     L.run(mod, name, q4, k4, v4, o4, scale=_scale(scale, d))
     return o
+
+
+def _arch() -> str:
+    """The target the kernels compile for (sm_90a when no GPU is visible, as _launch.load does)."""
+    try:
+        from ..runtime.nvrtc import default_arch
+
+        return default_arch()
+    except Exception:  # noqa: BLE001 - no GPU: the interpreter runs whichever kernel
+        return "sm_90a"
 
 
 def _aligned16(x):
