@@ -23,6 +23,10 @@ timed first, and configurations past a shape's share are listed as skipped. Timi
 per shape: default, best, best SDPA, ratios. `--json` (default $OUT/sweep_attention.json when $OUT is set) holds
 every result, error and skip.
 
+Before timing, every run of the new kernels (each shape's default, which may be one, and each "short" / "gqa"
+configuration) is checked once in a child process (`--no-canary` skips it): a wrong result or a CUDA fault there
+is reported and that run left out of the sweep, so one bad configuration cannot end the whole run.
+
 `--probes` first times pieces of attention_prefill's program at the prefill shapes (benchmarks/attention_probe.tile:
 Q read and O written alone; the key loop without the softmax) against torch's copy of the same bytes, to show where
 a short sequence's time goes. The probes compute no attention and are not checked.
@@ -151,7 +155,7 @@ class Budget:
         return now + share
 
 
-def probes(ms_of) -> list:
+def probes(ms_of, faulty: dict) -> list:
     """Time attention_probe.tile's kernels and attention_prefill's default at the PROBED shapes, with torch's
     copy of Q into O (the same bytes as probe_qo) and the megabytes each tensor pair moves."""
     import pathlib
@@ -183,12 +187,94 @@ def probes(ms_of) -> list:
         except Exception as e:  # noqa: BLE001 - reported
             row["probe_nosoftmax"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
         q4, k4, v4 = (x.view(b, -1, s, d) for x in (q, k, v))
-        row["attention_prefill"] = ms_of(lambda: S.attention_prefill(q4, k4, v4, causal=True))
+        if (PREFILL.index((b, hq, hkv, s, d)), 0) not in faulty:  # the default passed the canary
+            row["attention_prefill"] = ms_of(lambda: S.attention_prefill(q4, k4, v4, causal=True))
         print("probe", " ".join(f"{key}={val:.4f}" if isinstance(val, float) else f"{key}={val}"
                                 for key, val in row.items()), flush=True)
         out.append(row)
         del q, k, v, o
     return out
+
+
+NEW_KERNELS = ("short", "gqa")  # checked in a child process first: a fault there cannot end the sweep
+
+
+def canary_list() -> list:
+    """(shape index, candidate index) of every prefill run the canary checks: each shape's default (which may
+    be a new kernel) and every configuration of a new kernel, in the order the sweep runs them."""
+    out = []
+    for i, (_, _, _, s, _) in enumerate(PREFILL):
+        for j, c in enumerate([None] + prefill_candidates(s)):
+            if c is None or c["KERNEL"] in NEW_KERNELS:
+                out.append((i, j))
+    return out
+
+
+def canary_child(start: int) -> int:
+    """Run canary_list()[start:] once each against SDPA, printing `CANARY i j ok|bad err` per run (flushed), so
+    the parent knows where a fault stopped it."""
+    import torch
+    import torch.nn.functional as F
+
+    import tilex.stdlib as S
+
+    todo = canary_list()[start:]
+    tensors = {}
+    for i, j in todo:
+        b, hq, hkv, s, d = PREFILL[i]
+        if i not in tensors:
+            tensors.clear()
+            torch.manual_seed(0)
+            q = torch.randn(b, hq, s, d, device="cuda", dtype=torch.bfloat16)
+            k, v = (torch.randn(b, hkv, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, enable_gqa=True)
+            tensors[i] = (q, k, v, ref)
+        q, k, v, ref = tensors[i]
+        cfg = ([None] + prefill_candidates(s))[j]
+        try:
+            o = S.attention_prefill(q, k, v, causal=True, config=cfg)
+            torch.cuda.synchronize()
+            err = float((o.double() - ref.double()).abs().max() / ref.double().abs().max())
+            print(f"CANARY {i} {j} {'ok' if err <= 2e-2 else 'bad'} {err:.3e}", flush=True)
+        except Exception as e:  # noqa: BLE001 - a refusal (shared memory) is reported, not a fault
+            print(f"CANARY {i} {j} bad {type(e).__name__}: {str(e).splitlines()[0][:100]}", flush=True)
+            if "CUDA" in str(e) or "illegal" in str(e):  # the context is lost: the parent restarts after it
+                return 3
+    return 0
+
+
+def canary(timeout_s: float = 240.0) -> dict:
+    """{(shape index, candidate index): why} for the canary runs that were wrong or faulted, each fault in a
+    fresh child process (the sweep then skips them)."""
+    import subprocess
+
+    todo = canary_list()
+    bad, start, t0, faults = {}, 0, time.time(), 0
+    while start < len(todo) and time.time() - t0 < timeout_s:
+        if faults >= 8:  # something is broken beyond one configuration: leave the rest out
+            bad.update((t, "canary stopped after 8 faults") for t in todo[start:])
+            break
+        proc = subprocess.run([sys.executable, __file__, "--canary-child", str(start)], capture_output=True,
+                              text=True, timeout=max(10.0, timeout_s - (time.time() - t0)))
+        done = [ln.split(maxsplit=4) for ln in proc.stdout.splitlines() if ln.startswith("CANARY ")]
+        for _, i, j, verdict, why in done:
+            if verdict != "ok":
+                bad[(int(i), int(j))] = why
+        start += len(done)
+        faults += proc.returncode != 0
+        if proc.returncode == 3:  # the last reported run faulted (reported bad): restart after it
+            continue
+        if proc.returncode != 0 and start < len(todo):  # the next run killed the child unreported: skip it
+            bad[todo[start]] = f"fault (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}"
+            start += 1
+        elif proc.returncode != 0:
+            break
+    bad.update((t, "canary ran out of time") for t in todo[start:] if t not in bad)
+    print(f"canary: {len(todo)} runs of the new kernels checked in {time.time() - t0:.0f} s, {len(bad)} wrong "
+          f"or faulted", flush=True)
+    for (i, j), why in list(bad.items())[:30]:
+        print(f"   canary: prefill {PREFILL[i]} {([None] + prefill_candidates(PREFILL[i][3]))[j]}: {why}", flush=True)
+    return bad
 
 
 def main() -> int:
@@ -198,10 +284,15 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=None, help="seconds for the timing phase (default: no bound)")
     ap.add_argument("--rep", type=int, default=20, help="milliseconds of replays per timing")
     ap.add_argument("--probes", action="store_true", help="time attention_probe.tile's pieces first")
+    ap.add_argument("--no-canary", action="store_true", help="skip the child-process check of the new kernels")
+    ap.add_argument("--canary-child", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.canary_child is not None:
+        return canary_child(args.canary_child)
     t_start = time.time()
     precompile(compile_jobs(args.only), args.jobs)
+    faulty = {} if args.no_canary or args.only == "decode" else canary()
 
     import torch
     import torch.nn.functional as F
@@ -254,7 +345,7 @@ def main() -> int:
 
     rows, summary = [], []
     if args.probes and args.only != "decode":
-        rows.append(dict(kind="probes", results=probes(ms_of)))
+        rows.append(dict(kind="probes", results=probes(ms_of, faulty)))
     shapes = (0 if args.only == "decode" else len(PREFILL)) + (0 if args.only == "prefill" else len(DECODE))
     budget = Budget(args.budget_s, shapes)
     n = 0
@@ -277,8 +368,15 @@ def main() -> int:
                 except Exception:  # noqa: BLE001 - a backend that does not take the shape
                     pass
             cands = [None] + prefill_candidates(s)
-            res = sweep(label, cands, lambda c: S.attention_prefill(q, k, v, causal=True, config=c), ref,
-                        budget.shape_deadline())
+            skip = {j for (i, j) in faulty if i == n - 1}
+            if 0 in skip:
+                print(f"{label}: the default faulted or was wrong in the canary ({faulty[(n - 1, 0)]}): shape "
+                      f"skipped", flush=True)
+                rows.append(dict(kind="prefill", shape=[b, hq, hkv, s, d], error=faulty[(n - 1, 0)]))
+                continue
+            res = sweep(label, [c for j, c in enumerate(cands) if j not in skip],
+                        lambda c: S.attention_prefill(q, k, v, causal=True, config=c), ref, budget.shape_deadline())
+            res += [(cands[j], None, f"canary: {faulty[(n - 1, j)]}") for j in sorted(skip)]
             summary.append(report(label, base, res, lambda c: "default" if c is None else str(c)))
             rows.append(dict(kind="prefill", shape=[b, hq, hkv, s, d], sdpa=base,
                              results=[dict(config=c, ms=m, error=e) for c, m, e in res]))
