@@ -1,7 +1,7 @@
 """Sweep attention_prefill / attention_decode kernels and configurations at the grid's attention shapes (H200).
 
-    python benchmarks/sweep_attention.py [--only prefill|decode] [--jobs 14] [--budget-s 420] [--rep 20]
-                                         [--probes] [--json OUT.json]
+    python benchmarks/sweep_attention.py [--only prefill|decode] [--jobs 14] [--total-s 540] [--budget-s S]
+                                         [--rep 20] [--probes] [--no-canary] [--json OUT.json]
 
 The shapes are bench_shapes.py's attention rows (2026-12-01, main dc00841: prefill B128 S128 Hq32 Hkv8 0.50x cuDNN,
 B32 S512 D256 0.54x, B16 S1000 Hq28 Hkv4 0.79x, B2 S8192 Hq64 0.91x, B4 S4096 Hq12 0.95x; decode B1 ctx128 0.77x
@@ -16,12 +16,12 @@ in a fixed shuffled order.
 
 Every configuration is checked against SDPA in float32 (max |err| / max |ref| <= 2e-2) before it is timed; a
 wrong one is reported, never timed. Kernels are compiled first in `--jobs` worker processes (NVRTC is CPU-bound;
-the cubins land in the cache directory the timing process reads). `--budget-s` bounds the timing phase: each
-shape gets an equal share of what is left, the default configuration and the new kernel's configurations are
-timed first, and configurations past a shape's share are listed as skipped. Timings are CUDA-graph replay medians
-(triton's do_bench_cudagraph). Prints one table per shape (best six, the default's rank) and, at the end, one line
+the cubins land in the cache directory the timing process reads). `--total-s` (default 540) bounds the whole run
+and `--budget-s` the timing phase: each shape gets an equal share of what is left, the default configuration and
+the new kernels' configurations are timed first, and configurations past a shape's share are listed as skipped.
+Timings are CUDA-graph replay medians (triton's do_bench_cudagraph). Prints one table per shape (best six, the default's rank) and, at the end, one line
 per shape: default, best, best SDPA, ratios. `--json` (default $OUT/sweep_attention.json when $OUT is set) holds
-every result, error and skip.
+every result, error and skip; it is rewritten after every shape.
 
 Before timing, every run of the new kernels (each shape's default, which may be one, and each "short" / "gqa"
 configuration) is checked once in a child process (`--no-canary` skips it): a wrong result or a CUDA fault there
@@ -281,7 +281,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=("prefill", "decode"))
     ap.add_argument("--jobs", type=int, default=12, help="compile worker processes")
-    ap.add_argument("--budget-s", type=float, default=None, help="seconds for the timing phase (default: no bound)")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="seconds for the timing phase (default: what --total-s leaves)")
+    ap.add_argument("--total-s", type=float, default=540.0,
+                    help="wall-clock seconds for the whole run, compiles included (default 540: a 600 s device call)")
     ap.add_argument("--rep", type=int, default=20, help="milliseconds of replays per timing")
     ap.add_argument("--probes", action="store_true", help="time attention_probe.tile's pieces first")
     ap.add_argument("--no-canary", action="store_true", help="skip the child-process check of the new kernels")
@@ -347,7 +350,16 @@ def main() -> int:
     if args.probes and args.only != "decode":
         rows.append(dict(kind="probes", results=probes(ms_of, faulty)))
     shapes = (0 if args.only == "decode" else len(PREFILL)) + (0 if args.only == "prefill" else len(DECODE))
-    budget = Budget(args.budget_s, shapes)
+    left = args.total_s - (time.time() - t_start) - 15.0
+    budget = Budget(left if args.budget_s is None else min(args.budget_s, left), shapes)
+    print(f"timing {shapes} shapes in {budget.end - time.time():.0f} s", flush=True)
+    path = args.json or (os.path.join(os.environ["OUT"], "sweep_attention.json") if os.environ.get("OUT") else None)
+
+    def save():  # after every shape: a run cut short still leaves what it measured
+        if path:
+            with open(path, "w") as f:
+                json.dump(dict(rows=rows, summary=summary, seconds=time.time() - t_start), f, indent=1)
+
     n = 0
     if args.only != "decode":
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -380,6 +392,7 @@ def main() -> int:
             summary.append(report(label, base, res, lambda c: "default" if c is None else str(c)))
             rows.append(dict(kind="prefill", shape=[b, hq, hkv, s, d], sdpa=base,
                              results=[dict(config=c, ms=m, error=e) for c, m, e in res]))
+            save()
             del q, k, v, ref
     if args.only != "prefill":
         for b, hq, hkv, ctx, d in DECODE:
@@ -407,16 +420,15 @@ def main() -> int:
             rows.append(dict(kind="decode", shape=[b, hq, hkv, ctx, d], sdpa=base["sdpa"],
                              results=[dict(config=None if c is None else c[0], splits=None if c is None else c[1],
                                            ms=m, error=e) for c, m, e in res]))
+            save()
             del q, kc, vc, kk, vv, ref
     print("\nsummary (ratio = best SDPA / tilex):", flush=True)
     for r in summary:
         d, bst, sd = r["default_ms"], r["best_ms"], r["sdpa_best"]
         print(f"{r['label']:<44} default {d or float('nan'):.4f} x{sd / d if d else float('nan'):.3f}  best "
               f"{bst or float('nan'):.4f} x{sd / bst if bst else float('nan'):.3f}  {r['best']}", flush=True)
-    path = args.json or (os.path.join(os.environ["OUT"], "sweep_attention.json") if os.environ.get("OUT") else None)
+    save()
     if path:
-        with open(path, "w") as f:
-            json.dump(dict(rows=rows, summary=summary, seconds=time.time() - t_start), f, indent=1)
         print("wrote", path, flush=True)
     return 0
 

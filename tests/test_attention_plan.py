@@ -62,7 +62,8 @@ def test_choice_follows_the_model():
     assert P.choose_prefill(P.Shape(16, 28, 4, 1000, 128))[0] == "flash"
     assert P.choose_prefill(P.Shape(32, 8, 4, 128, 256))[0] == "flash"
     sh = P.Shape(128, 32, 8, 128, 128)
-    assert P.prefill_cost("short", dict(P.short_config(128, 128), PROGRAMS=132), sh)["us"] >= sh.bytes() / P.BANDWIDTH * 1e6
+    short = P.prefill_cost("short", dict(P.short_config(128, 128), PROGRAMS=132), sh)
+    assert short["us"] >= sh.bytes() / P.BANDWIDTH * 1e6
     text = P.explain(sh)
     assert text.count("\n") == 2 and "* short" in text and "(not enabled)" in text
 

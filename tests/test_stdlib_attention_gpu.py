@@ -198,7 +198,8 @@ SHORT_CONFIGS = [None, dict(BM=64), dict(BK=32, STAGES=3), dict(PROGRAMS=7)]
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
-@pytest.mark.parametrize("cfg", SHORT_CONFIGS, ids=lambda c: "default" if c is None else ",".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize("cfg", SHORT_CONFIGS,
+                         ids=lambda c: "default" if c is None else ",".join(f"{k}={v}" for k, v in c.items()))
 @pytest.mark.parametrize("case", SHORT_SHAPES, ids=lambda c: "B{}_Hq{}_Hkv{}_S{}_D{}".format(*c))
 def test_prefill_short_kernel_vs_float64(case, cfg, causal):
     b, hq, hkv, s, d = case
