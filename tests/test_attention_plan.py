@@ -61,6 +61,8 @@ def test_choice_follows_the_model():
     assert P.choose_prefill(P.Shape(128, 32, 8, 128, 128), arch="sm_86")[0] == "flash"
     assert P.choose_prefill(P.Shape(16, 28, 4, 1000, 128))[0] == "flash"
     assert P.choose_prefill(P.Shape(32, 8, 4, 128, 256))[0] == "flash"
+    assert P.choose_prefill(P.Shape(4, 8, 4, 128, 128, True, "bhsd", "f16"))[0] == "short"
+    assert P.choose_prefill(P.Shape(4, 8, 4, 128, 128, True, "bhsd", "f32"))[0] == "flash"   # no f32 wgmma
     sh = P.Shape(128, 32, 8, 128, 128)
     short = P.prefill_cost("short", dict(P.short_config(128, 128), PROGRAMS=132), sh)
     assert short["us"] >= sh.bytes() / P.BANDWIDTH * 1e6
@@ -75,7 +77,8 @@ def test_the_wrapper_launches_the_models_choice(monkeypatch):
     real = L.run
     monkeypatch.setattr(L, "run", lambda mod, name, *a, **k: (seen.append(name), real(mod, name, *a, **k))[1])
     rng = np.random.default_rng()
-    q, k, v = (rng.standard_normal(sh, dtype=np.float32) for sh in ((1, 4, 40, 16), (1, 2, 40, 16), (1, 2, 40, 16)))
+    q, k, v = (rng.standard_normal(sh, dtype=np.float32).astype(np.float16)
+               for sh in ((1, 4, 40, 16), (1, 2, 40, 16), (1, 2, 40, 16)))
     stdlib.attention_prefill(q, k, v)                                      # S <= 128, head-major: short
     t = lambda x: np.ascontiguousarray(x.transpose(0, 2, 1, 3))  # noqa: E731
     stdlib.attention_prefill(t(q), t(k), t(v), layout="bshd")              # token-major: flash

@@ -119,7 +119,7 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     if b * hq * s == 0:
         return o
     if config is None:  # the model's choice (attention_plan.py)
-        kind, cfg, _ = choose_prefill(Shape(b, hq, hkv, s, d, bool(causal), layout), L.sm_count(q), _arch())
+        kind, cfg, _ = choose_prefill(Shape(b, hq, hkv, s, d, bool(causal), layout, dt), L.sm_count(q), _arch())
         cfg = dict(cfg, KERNEL=kind)
     else:
         kind = config.get("KERNEL", "flash")

@@ -2,7 +2,7 @@
 
 Candidates are kernels with a tiling: "flash" (attention_prefill.tile, one query head per program), "gqa"
 (attention_prefill_gqa.tile, the query heads of a KV head in one tile) and "short" (attention_prefill_short.tile,
-persistent, S <= BN, head-major only, sm_90a). `prefill_cost` predicts a candidate's time from the shape alone:
+persistent, S <= BN, head-major bf16/f16 only (f32 has no wgmma), sm_90a). `prefill_cost` predicts a candidate's time from the shape alone:
 
 * flash / gqa: programs of BM rows; an SM holds `resident` of them (shared memory: Q + STAGES K/V tiles;
   registers: the f32 accumulator and scores); each program costs a fixed chain (launch, Q load, first K/V,
@@ -34,7 +34,8 @@ SHORT_FILL_US = 4.0           # its first ring fill and last store
 
 @dataclass(frozen=True)
 class Shape:
-    """One attention_prefill call: batch, query heads, KV heads, sequence length, head size, causal, layout."""
+    """One attention_prefill call: batch, query heads, KV heads, sequence length, head size, causal, layout,
+    dtype."""
     b: int
     hq: int
     hkv: int
@@ -42,14 +43,15 @@ class Shape:
     d: int
     causal: bool = True
     layout: str = "bhsd"
+    dtype: str = "bf16"
 
     @property
     def g(self) -> int:
         return self.hq // self.hkv
 
-    def bytes(self, itemsize: int = 2) -> int:
+    def bytes(self) -> int:
         """Q, O, K and V once each."""
-        return itemsize * self.b * self.s * self.d * 2 * (self.hq + self.hkv)
+        return (4 if self.dtype == "f32" else 2) * self.b * self.s * self.d * 2 * (self.hq + self.hkv)
 
 
 def resident(smem: int, regs_per_thread: int, threads: int) -> int:
@@ -111,7 +113,7 @@ def candidates(sh: Shape, sms: int = 132, arch: str = "sm_90a") -> list:
     out = [("flash", prefill_config(sh.d, sh.s))]
     if sh.g > 1 and sh.d <= 128:
         out.append(("gqa", dict(BM=128, BN=64, WARPS=8)))
-    if arch == "sm_90a" and sh.layout == "bhsd" and sh.s <= 128 and sh.d <= 128:
+    if arch == "sm_90a" and sh.layout == "bhsd" and sh.s <= 128 and sh.d <= 128 and sh.dtype != "f32":
         out.append(("short", dict(short_config(sh.s, sh.d), PROGRAMS=sms)))
     return out
 
