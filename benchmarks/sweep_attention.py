@@ -12,7 +12,8 @@ once per group and a causal program walks only the keys its BM / G queries see) 
 (attention_prefill_short.tile: persistent, the scores one TMA + wgmma main loop over the head size whose producer
 streams the next tile's Q and K while the consumers run this tile's softmax and P @ V). Decode times the streamed split
 kernel's BN / WARPS / STAGES and the split count (DECODE_SPLITS and the counts that fill 1-4 program slots per SM),
-in a fixed shuffled order.
+and where one share walks the whole table by default (STATIC, tables <= 256 tokens) the walk to seq_len too, in a
+fixed shuffled order.
 
 Every configuration is checked against SDPA in float32 (max |err| / max |ref| <= 2e-2) before it is timed; a
 wrong one is reported, never timed. Kernels are compiled first in `--jobs` worker processes (NVRTC is CPU-bound;
@@ -61,6 +62,7 @@ DECODE = [  # B, Hq, Hkv, ctx, D
 ]
 DECODE_SPACE = [dict(BN=bn, WARPS=w, STAGES=st) for bn, w, st in itertools.product((32, 64, 128), (4, 8), (1, 2, 3, 4))]
 DECODE_SPLITS = (None, 1, 2, 4, 8, 16, 32)
+STATIC_TOKENS = 256  # tilex.stdlib.attention.STATIC_TOKENS: one-share tables this narrow are walked whole
 
 
 def decode_splits_for(b: int, hkv: int, ctx: int, sms: int = 132) -> list:
@@ -76,6 +78,8 @@ def decode_candidates(b: int, hkv: int, ctx: int) -> list:
     import random
 
     cands = [(c, ns) for ns, c in itertools.product(decode_splits_for(b, hkv, ctx), DECODE_SPACE)]
+    if -(-ctx // 16) * 16 <= STATIC_TOKENS:  # one share walks the whole table by default there: A/B it
+        cands += [(dict(c, STATIC=False), 1) for c in DECODE_SPACE]
     random.Random(0).shuffle(cands)
     return cands
 
@@ -116,10 +120,12 @@ def compile_jobs(only: str | None) -> list:
                     cfg["G"] = hq // hkv
                 jobs.append((name, name, dict(T="bf16", D=d, CAUSAL=True, **cfg)))
     if only != "prefill":
-        for (_, hq, hkv, _, d), cfg in itertools.product(DECODE, DECODE_SPACE):
-            for direct in (True, False):
+        for (_, hq, hkv, ctx, d), cfg in itertools.product(DECODE, DECODE_SPACE):
+            narrow = -(-ctx // 16) * 16 <= STATIC_TOKENS
+            for direct, static in ((True, False), (False, False)) + (((True, True),) if narrow else ()):
                 jobs.append(("attention_decode", "attention_decode_split",
-                             dict(T="bf16", BS=16, D=d, GP=_group_rows(hq, hkv), DIRECT=direct, **cfg)))
+                             dict(T="bf16", BS=16, D=d, GP=_group_rows(hq, hkv), DIRECT=direct, STATIC=static,
+                                  **cfg)))
     seen, uniq = set(), []
     for j in jobs:
         key = (j[0], j[1], tuple(sorted(j[2].items())))

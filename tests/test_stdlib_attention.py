@@ -292,6 +292,47 @@ def test_decode_config_override(warps):
     assert _rel(o, ref_decode(q, k_cache, v_cache, table, seq_lens, 0.25)) <= 1e-5
 
 
+@pytest.mark.parametrize("static", [True, False])
+@pytest.mark.parametrize("bs,lens", [(16, [0, 1, 16, 37, 64]), (32, [95, 0, 2]), (4, [9, 3, 0])],
+                         ids=["BS16", "BS32", "BS4"])
+def test_decode_static_walk(bs, lens, static, monkeypatch):
+    """STATIC (one share walking the table's whole width): the same result as the walk to seq_len, with every
+    cache block no sequence owns full of NaN and the table's junk entries past each sequence pointing at them
+    (and outside the cache), lengths 0 (zeros), 1, multiples of the block and not."""
+    from tilex.stdlib import _launch as L
+
+    rng = np.random.default_rng()
+    hq, hkv, d = 8, 2, 16
+    k_cache, v_cache, table, seq_lens = _paged(rng, "f32", len(lens), hkv, d, bs, lens, extra_blocks=4)
+    used = {int(x) for i, n in enumerate(lens) for x in table[i, :-(-n // bs)]}
+    junk = [j for j in range(k_cache.shape[0]) if j not in used]
+    k_cache[junk] = np.nan
+    v_cache[junk] = np.nan
+    for i, n in enumerate(lens):
+        past = table[i, -(-n // bs):]
+        table[i, -(-n // bs):] = np.where(np.arange(past.size) % 2, junk[0], -1 - np.arange(past.size))
+    q = _rand(rng, (len(lens), hq, d), "f32")
+    seen = []
+    real = L.load
+    monkeypatch.setattr(L, "load", lambda name, **kw: (seen.append(kw), real(name, **kw))[1])
+    o = stdlib.attention_decode(q, k_cache, v_cache, table, seq_lens, num_splits=1, config=dict(STATIC=static))
+    assert seen[0]["STATIC"] is static and seen[0]["DIRECT"] is True
+    ref = ref_decode(q, k_cache, v_cache, table, seq_lens, d ** -0.5)
+    assert _rel(o, ref) <= 1e-5
+    assert np.all(o[np.asarray(lens) == 0] == 0)
+    seen.clear()
+    stdlib.attention_decode(q, k_cache, v_cache, table, seq_lens)   # the default for a table this narrow
+    assert seen[0]["STATIC"] is (table.shape[1] * bs <= stdlib.attention.STATIC_TOKENS)
+
+
+def test_decode_static_needs_one_share():
+    rng = np.random.default_rng()
+    k_cache, v_cache, table, seq_lens = _paged(rng, "f32", 1, 1, 16, 16, [40])
+    q = _rand(rng, (1, 2, 16), "f32")
+    with pytest.raises(Exception, match=r"NS == 1 or not STATIC"):
+        stdlib.attention_decode(q, k_cache, v_cache, table, seq_lens, num_splits=2, config=dict(STATIC=True))
+
+
 def test_decode_int64_metadata_scale_out():
     rng = np.random.default_rng()
     lens = [19, 40]
@@ -373,6 +414,8 @@ NVCC_VARIANTS = [
     ("attention_decode", dict(T="f16", D=64, BS=32, GP=16, BN=64, DIRECT=True, NSP=16, WARPS=4)),
     ("attention_decode", dict(T="f16", D=128, BS=32, GP=4, DIRECT=True, NSP=64, WARPS=8)),
     ("attention_decode", dict(T="f32", D=64, BS=16, GP=1, DIRECT=False, NSP=2, WARPS=4)),
+    # one share walking the table's whole width (the wrapper's default for tables of <= 256 tokens)
+    ("attention_decode", dict(T="bf16", D=128, BS=16, GP=16, BN=64, DIRECT=True, STATIC=True, NSP=16, WARPS=4)),
     # the packed-heads prefill: G = 4 (TMA + wgmma at BM 128), G = 7 at BM 64, D = 256 with G = 2
     ("attention_prefill_gqa", dict(T="bf16", D=128, G=4, BM=128, BN=64, WARPS=8)),
     ("attention_prefill_gqa", dict(T="bf16", D=128, G=7, BM=64, BN=64, WARPS=4, STAGES=3)),

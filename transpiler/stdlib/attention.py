@@ -15,6 +15,7 @@ HEAD_DIMS = (16, 32, 64, 128, 256)   # power-of-two head sizes (64 and 128 are t
 MAX_SPLITS = 64
 MIN_SHARE_TOKENS = 32  # two 16-token blocks
 SINGLE_SHARE_TOKENS = 128  # contexts this short are not split
+STATIC_TOKENS = 256  # one-share tables at most this wide are walked whole (attention_decode_split's STATIC)
 RESIDENT_PER_SM = 2  # attention_decode blocks that fit on an SM (shared memory of the streamed K/V ring)
 
 
@@ -244,6 +245,9 @@ def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | 
     # iteration (bs1: 32-token shares) only pays the bigger shared-memory footprint (108.5 -> 105.9)
     cfg.setdefault("STAGES", 2 if 2 * maxb * bs >= 3 * cfg["BN"] * ns else 1)
     direct = ns == 1
+    # one share over a table of a few iterations: walk its whole width (STATIC), so the first block-table read
+    # does not wait for seq_lens (one dependent round trip fewer on a latency-bound call)
+    cfg.setdefault("STATIC", direct and maxb * bs <= STATIC_TOKENS)
     split = L.load("attention_decode", kernel="attention_decode_split", T=dt, BS=bs, D=d,
                    GP=max(16, L.next_pow2(g)), DIRECT=direct, **cfg)  # >= 16 rows: mma.sync products
     o_part = L.empty(q, (b, hkv, g, ns, d), "f32")
