@@ -316,6 +316,31 @@ def test_decode_vs_sdpa(case, splits):
     assert rel(o, decode_ref(q, k, v, seq_lens)) <= TOL["bf16"]
 
 
+@pytest.mark.parametrize("static", [True, False])
+@pytest.mark.parametrize("case", [([128], 32, 8, 16), ([1, 0, 77, 128] * 64, 64, 8, 16), ([200, 3, 0], 28, 4, 32)],
+                         ids=["B1_L128", "B256_L128", "B3_L200_BS32"])
+def test_decode_static_walk_vs_sdpa(case, static):
+    """One share walking the whole (narrow) table, the default at <= 256 tokens, with every cache block no
+    sequence owns full of NaN and junk table entries past each sequence pointing at them."""
+    lens, hq, hkv, bs = case
+    gen = torch.Generator(device="cuda").manual_seed(len(lens) + hq)
+    k, v, k_cache, v_cache, table, seq_lens = paged(lens, hkv, 128, bs, "bf16", gen)
+    need = [-(-n // bs) for n in lens]
+    used = {int(x) for i, n in enumerate(need) for x in table[i, :n].tolist()}
+    junk = [j for j in range(k_cache.shape[0]) if j not in used]
+    k_cache[junk] = float("nan")
+    v_cache[junk] = float("nan")
+    for i, n in enumerate(need):
+        table[i, n:] = junk[0] if junk else -1
+    q = rnd((len(lens), hq, 128), "bf16", gen)
+    out = torch.full_like(q, float("nan"))
+    S.attention_decode(q, k_cache, v_cache, table, seq_lens, num_splits=1, out=out, config=dict(STATIC=static))
+    ref = decode_ref(q, k, v, seq_lens)
+    ref[seq_lens == 0] = 0
+    assert rel(out, ref) <= TOL["bf16"]
+    assert (out[seq_lens == 0] == 0).all()
+
+
 def test_decode_f16_int64_cupy():
     cp = pytest.importorskip("cupy")
     gen = torch.Generator(device="cuda").manual_seed(11)
