@@ -46,7 +46,7 @@ PREFILL = [  # B, Hq, Hkv, S, D: the grid's losing shapes first
     (128, 32, 8, 128, 128), (64, 28, 4, 100, 128), (32, 8, 4, 512, 256), (16, 28, 4, 1000, 128), (2, 64, 8, 8192, 128),
     (4, 12, 2, 4096, 128), (1, 8, 4, 4096, 256), (4, 40, 8, 4096, 128), (8, 14, 2, 2048, 64),
 ]
-PROBED = PREFILL[:3] + PREFILL[4:5]  # --probes: the short sequences that lose, and a long one for scale
+PROBED = PREFILL[:4] + [(4, 12, 2, 4096, 128)]  # --probes: the shapes that lose, and a long one for scale
 # the new kernels first (what this sweep is for), then the former one's space; "short" only where S <= BN
 PREFILL_SPACE = (
     [dict(KERNEL="short", BM=bm, BN=bn, BK=bk, STAGES=st, PROGRAMS=p)
