@@ -155,13 +155,13 @@ def test_prefill_gqa_kernel(case, causal, layout):
 
 
 SHORT_CASES = [
-    # B, Hq, Hkv, S, D, config: the persistent short-sequence kernel (KERNEL="short"), S <= BN
-    (1, 1, 1, 1, 16, dict(BM=16, BN=16, BK=16)),          # one token
-    (2, 4, 1, 37, 16, dict(BM=16, BN=64, BK=16)),         # G = 4, tiles that hold parts of two heads
-    (1, 7, 1, 23, 32, dict(BM=32, BN=32, BK=16)),         # G = 7, D in two slices
-    (3, 16, 2, 45, 16, dict(BM=64, BN=64, BK=16, PROGRAMS=5)),   # G = 8, programs that walk several tiles
-    (1, 2, 2, 64, 64, dict(BM=32, BN=64, BK=32, STAGES=1)),      # G = 1, S = BN
-    (1, 4, 2, 19, 128, None),                              # the default configuration, D = 128
+    # B, Hq, Hkv, S, D, config: the persistent short-sequence kernel (KERNEL="short"), S <= BN, BK = 64
+    (1, 1, 1, 1, 64, dict(BM=16, BN=16)),                 # one token
+    (2, 4, 1, 37, 64, dict(BM=16, BN=64)),                # G = 4, tiles that hold parts of two heads
+    (1, 7, 1, 23, 128, dict(BM=32, BN=32)),               # G = 7, D in two slices
+    (3, 16, 2, 45, 64, dict(BM=64, BN=64, PROGRAMS=5)),   # G = 8, programs that walk several tiles
+    (1, 2, 2, 64, 64, dict(BM=32, BN=64, STAGES=1)),      # G = 1, S = BN
+    (1, 4, 2, 19, 128, None),                             # the default configuration, D = 128
 ]
 
 
@@ -180,9 +180,11 @@ def test_prefill_short_kernel(case, causal):
 
 def test_prefill_short_kernel_refuses_what_it_cannot_take():
     rng = np.random.default_rng()
-    q, k, v = _rand(rng, (1, 2, 70, 16), "f32"), _rand(rng, (1, 1, 70, 16), "f32"), _rand(rng, (1, 1, 70, 16), "f32")
-    with pytest.raises(ValueError, match=r"KERNEL='short' takes layout='bhsd' and S <= BN \(64\)"):
+    q, k, v = _rand(rng, (1, 2, 70, 64), "f32"), _rand(rng, (1, 1, 70, 64), "f32"), _rand(rng, (1, 1, 70, 64), "f32")
+    with pytest.raises(ValueError, match=r"KERNEL='short' takes layout='bhsd', S <= BN \(64\) and D 64 or 128"):
         stdlib.attention_prefill(q, k, v, config=dict(KERNEL="short", BN=64))
+    with pytest.raises(ValueError, match=r"D=32"):
+        stdlib.attention_prefill(q[..., :32], k[..., :32], v[..., :32], config=dict(KERNEL="short"))
     t = lambda x: np.ascontiguousarray(x.transpose(0, 2, 1, 3))  # noqa: E731
     with pytest.raises(ValueError, match="layout='bhsd'"):
         stdlib.attention_prefill(t(q), t(k), t(v), layout="bshd", config=dict(KERNEL="short"))
@@ -422,7 +424,7 @@ NVCC_VARIANTS = [
     ("attention_prefill_gqa", dict(T="bf16", D=256, G=2, BM=128, BN=64, WARPS=8, CAUSAL=False)),
     # the persistent short-sequence prefill (producer warpgroup + 2 consumers; BM=64: one consumer)
     ("attention_prefill_short", dict(T="bf16", D=128, BM=128, BN=128, BK=64)),
-    ("attention_prefill_short", dict(T="f16", D=64, BM=64, BN=64, BK=32, STAGES=3, CAUSAL=False)),
+    ("attention_prefill_short", dict(T="f16", D=64, BM=64, BN=64, BK=64, STAGES=3, CAUSAL=False)),
 ]
 
 

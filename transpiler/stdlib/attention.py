@@ -126,9 +126,11 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
         kind = config.get("KERNEL", "flash")
         cfg = dict(short_config(s, d) if kind == "short" else prefill_config(d, s), **config)
     if kind == "short":  # per KV head: q, o [B * Hkv, G * S, D], k, v [B * Hkv, S, D] (TMA reads q and k)
-        if tokens or s > cfg["BN"]:
-            raise ValueError(f"config: KERNEL='short' takes layout='bhsd' and S <= BN ({cfg['BN']}), "
-                             f"got layout={layout!r}, S={s}")
+        if tokens or s > cfg["BN"] or not 64 <= d <= 128:
+            raise ValueError(f"config: KERNEL='short' takes layout='bhsd', S <= BN ({cfg['BN']}) and D 64 or 128, "
+                             f"got layout={layout!r}, S={s}, D={d}")
+        if L.kind_of(q) != "numpy" and _arch() != "sm_90a":  # its cp.async main loop gave NaN (sweep canary)
+            raise ValueError(f"config: KERNEL='short' runs on sm_90a only (TMA + wgmma), this GPU is {_arch()}")
         cfg.setdefault("PROGRAMS", L.sm_count(q))
         g = hq // hkv
         q4, k4, v4, o4 = (L.reshape(x, (b * hkv, n, d)) for x, n in

@@ -15,7 +15,9 @@ persistent, S <= BN, head-major bf16/f16 only (f32 has no wgmma), sm_90a). `pref
 Fitted to H200 CUDA-graph medians of the flash kernel (benchmarks/RESULTS.md, session 16; bench_shapes at
 dc00841): B128 S128 Hq32 D128 0.205 ms (model 0.205), B4 S4096 Hq12 0.424 (0.424), B16 S1000 Hq28 0.357 (0.363),
 B2 S8192 Hq64 4.23 (4.22), B32 S512 D256 0.182 (0.184), B1 S4096 Hq8 D256 0.143 (0.152), B8 S2048 Hq14 D64
-0.188 (0.174). The short kernel's constants are a prediction (not yet measured): SHORT_* below.
+0.188 (0.174). The short kernel's per-tile cost is fitted to its two measurements (B128 S128 Hq32 Hkv8: 0.259 ms
+over 31 tiles a program; B64 S100 Hq28 Hkv4: 0.1005 over 12): 8.4 us a tile, where its products alone would take
+1.8 (the epilogue's V load, register-to-shared staging, barriers and store are the rest).
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ CHAIN_US = (4.6, 9.3 - 4.6)   # flash program's fixed chain: a + b * D / 128 (us
 STEP_FLOOR_US = 1.1           # one key step's latency when the SM is not the limit
 SM_TENSOR_FLOPS = 4.3e12      # one SM's rate through the synchronous QK^T -> softmax -> PV step
 SHORT_MMA_FLOPS = (7.0e12, 3.5e12)  # the short kernel's QK^T (wgmma main loop) and P@V (mma.sync) rates per SM
-SHORT_EXPOSED_US = 1.5        # the short kernel's exposed V load + store per tile at D=128 (scales with D)
+SHORT_EXPOSED_US = 6.6        # its per-tile rest (V load, staging, barriers, store) at D=128: measured 8.4 us a tile
 SHORT_FILL_US = 4.0           # its first ring fill and last store
 
 
@@ -104,8 +106,9 @@ def prefill_config(d: int, s: int) -> dict:
 
 def short_config(s: int, d: int) -> dict:
     """The short kernel's tiling for s <= 128: one key block of 64 or 128 keys, 128 rows a tile, Q and K
-    streamed in slices of 64 of the head size (ptxas: 168 registers, no spills at D <= 128)."""
-    return dict(BM=128, BN=64 if s <= 64 else 128, BK=min(64, d), STAGES=2)
+    streamed in slices of 64 of the head size (the TMA + wgmma main loop; ptxas: 168 registers, no spills at
+    D <= 128)."""
+    return dict(BM=128, BN=64 if s <= 64 else 128, BK=64, STAGES=2)
 
 
 def candidates(sh: Shape, sms: int = 132, arch: str = "sm_90a") -> list:
@@ -113,14 +116,17 @@ def candidates(sh: Shape, sms: int = 132, arch: str = "sm_90a") -> list:
     out = [("flash", prefill_config(sh.d, sh.s))]
     if sh.g > 1 and sh.d <= 128:
         out.append(("gqa", dict(BM=128, BN=64, WARPS=8)))
-    if arch == "sm_90a" and sh.layout == "bhsd" and sh.s <= 128 and sh.d <= 128 and sh.dtype != "f32":
+    if arch == "sm_90a" and sh.layout == "bhsd" and sh.s <= 128 and 64 <= sh.d <= 128 and sh.dtype != "f32":
         out.append(("short", dict(short_config(sh.s, sh.d), PROGRAMS=sms)))
     return out
 
 
 # the kernels the default choice may take: one joins once a sweep on the GPU has measured it winning where the
-# model says it wins (gqa: not measured yet)
-ENABLED = {"flash": True, "short": True, "gqa": False}
+# model says it wins. Measured (H200, sweep_attention.py at ccb34ea, /work/mail/attn/sweep_attn.log): short
+# 0.259 ms best at B128 S128 Hq32 Hkv8 (flash 0.205), 0.1005 at B64 S100 Hq28 Hkv4 (flash ~0.10); gqa slower than
+# flash at every shape timed (B16 S1000 Hq28: 0.536 vs 0.358; B2 S8192: 4.71 vs 4.21; B8 S2048 D64: 0.229 vs
+# 0.187). Neither is enabled.
+ENABLED = {"flash": True, "short": False, "gqa": False}
 
 
 def prefill_cost(kernel: str, cfg: dict, sh: Shape, sms: int = 132) -> dict:
