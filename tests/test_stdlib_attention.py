@@ -327,6 +327,37 @@ def test_decode_static_walk(bs, lens, static, monkeypatch):
     assert seen[0]["STATIC"] is (table.shape[1] * bs <= stdlib.attention.STATIC_TOKENS)
 
 
+def test_decode_config_model():
+    """128 keys by 8 warps in one iteration when every share fits it and the programs fit one per SM (measured
+    0.0054 -> 0.0046 ms at B1 Hq32 Hkv8 ctx128); 64 by 4 elsewhere, streamed when a share spans >= 1.5
+    iterations."""
+    dc = stdlib.attention.decode_config
+    assert dc(1, 8, 128, 8, 16, 1) == dict(BN=128, WARPS=8, STAGES=2)         # B1 ctx128: 8 programs
+    assert dc(256, 8, 128, 8, 16, 1) == dict(BN=64, WARPS=4, STAGES=2)        # 2048 programs share SMs
+    assert dc(1, 8, 256, 8, 16, 1) == dict(BN=64, WARPS=4, STAGES=2)          # D=256: a 128 KB ring stage
+    assert dc(1, 8, 128, 256, 16, 33) == dict(BN=64, WARPS=4, STAGES=2)       # 264 programs of 128 tokens
+    assert dc(4, 4, 128, 63, 16, 16) == dict(BN=64, WARPS=4, STAGES=1)        # 64-token shares, 256 programs
+    assert dc(2, 8, 128, 16, 16, 2) == dict(BN=128, WARPS=8, STAGES=2)        # 32 programs of 128 tokens
+    assert dc(3, 8, 64, 5, 32, 5) == dict(BN=64, WARPS=4, STAGES=1)           # 32-token shares: one 64-key step
+
+
+@pytest.mark.parametrize("lens", [[128], [1, 100, 0]])
+def test_decode_one_iteration_of_128_keys(lens, monkeypatch):
+    """The one-iteration configuration in the interpreter (with and without STATIC) against float64."""
+    from tilex.stdlib import _launch as L
+
+    rng = np.random.default_rng()
+    k_cache, v_cache, table, seq_lens = _paged(rng, "bf16", len(lens), 8, 64, 16, lens)
+    table = table[:, :8]
+    q = _rand(rng, (len(lens), 32, 64), "bf16")
+    seen = []
+    real = L.load
+    monkeypatch.setattr(L, "load", lambda name, **kw: (seen.append(kw), real(name, **kw))[1])
+    o = stdlib.attention_decode(q, k_cache, v_cache, table, seq_lens)
+    assert (seen[0]["BN"], seen[0]["WARPS"], seen[0]["STAGES"], seen[0]["STATIC"]) == (128, 8, 2, True)
+    assert _rel(o, ref_decode(q, k_cache, v_cache, table, seq_lens, 64 ** -0.5)) <= TOL["bf16"]
+
+
 def test_decode_static_needs_one_share():
     rng = np.random.default_rng()
     k_cache, v_cache, table, seq_lens = _paged(rng, "f32", 1, 1, 16, 16, [40])
@@ -418,6 +449,9 @@ NVCC_VARIANTS = [
     ("attention_decode", dict(T="f32", D=64, BS=16, GP=1, DIRECT=False, NSP=2, WARPS=4)),
     # one share walking the table's whole width (the wrapper's default for tables of <= 256 tokens)
     ("attention_decode", dict(T="bf16", D=128, BS=16, GP=16, BN=64, DIRECT=True, STATIC=True, NSP=16, WARPS=4)),
+    # one iteration of 128 keys by 8 warps (few programs, shares of <= 128 tokens)
+    ("attention_decode", dict(T="bf16", D=128, BS=16, GP=16, BN=128, DIRECT=True, STATIC=True, STAGES=2, NSP=16,
+                              WARPS=8)),
     # the packed-heads prefill: G = 4 (TMA + wgmma at BM 128), G = 7 at BM 64, D = 256 with G = 2
     ("attention_prefill_gqa", dict(T="bf16", D=128, G=4, BM=128, BN=64, WARPS=8)),
     ("attention_prefill_gqa", dict(T="bf16", D=128, G=7, BM=64, BN=64, WARPS=4, STAGES=3)),

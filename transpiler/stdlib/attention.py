@@ -189,6 +189,34 @@ def decode_splits(batch: int, kv_heads: int, max_blocks: int, block_size: int, s
     return max(1, min(want, most, MAX_SPLITS))
 
 
+def decode_config(batch: int, kv_heads: int, d: int, max_blocks: int, block_size: int, splits: int,
+                  sm_count: int = 132) -> dict:
+    """attention_decode_split's BN, WARPS and STAGES for a shape: keys per iteration and how K/V are read.
+
+    64 keys per iteration by 4 warps at every head size: at D = 256 (H200, sweep_attention.py, 2026-12-01) B1
+    Hq8 Hkv4 ctx4096 0.0511 ms with 32 keys (chosen when 64 spilled), 0.0124 with 64 (0.96x SDPA). When every
+    share fits one iteration of 128 keys and the programs (batch * kv_heads * splits) fit one per SM, the call
+    is one latency chain per program: 128 keys by 8 warps in one iteration (shares of 65-128 tokens; shorter ones
+    are one iteration of 64 already) (B1 Hq32 Hkv8 ctx128, H200 at
+    ccb34ea: 0.0054 -> 0.0046 ms, SDPA 0.0042; 4 warps 0.0051-0.0053); their K/V ring (64 KB a stage at
+    D = 128) is why this stops where programs would have to share SMs, and at D = 256 (128 KB).
+    K/V streamed into shared memory one iteration ahead (STAGES = 2) pays when a share spans more than one
+    iteration (H200: B16 Hq40 Hkv8 ctx4096 0.235 -> 0.147 ms in a CUDA graph; qwen2.5-14b decode bs16,
+    1024-token prompt, ~2 iterations a share: 1317 -> 1381 tok/s); a share of one 64-key iteration (bs1:
+    32-token shares) only pays the bigger shared-memory footprint (108.5 -> 105.9); at 128 keys STAGES = 2
+    measured 0.0046 ms against 0.0048 with 1.
+    """
+    share = -(-max_blocks // splits) * block_size          # tokens a share spans at most
+    if 64 < share <= 128 and batch * kv_heads * splits <= sm_count and d <= 128:
+        return dict(BN=128, WARPS=8, STAGES=2)
+    return dict(BN=64, WARPS=4, STAGES=decode_stages(64, max_blocks, block_size, splits))
+
+
+def decode_stages(bn: int, max_blocks: int, block_size: int, splits: int) -> int:
+    """2 (K/V streamed one iteration ahead) when a share spans at least 1.5 iterations of bn keys, else 1."""
+    return 2 if 2 * max_blocks * block_size >= 3 * bn * splits else 1
+
+
 def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | None = None,
                      num_splits: int | None = None, out=None, config: dict | None = None):
     """One query token per sequence against a paged KV cache, with grouped-query heads.
@@ -238,14 +266,9 @@ def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | 
     table = L.contiguous(L.astype(block_table, "i32"))
     lens = L.contiguous(L.astype(seq_lens, "i32"))
     q4 = L.reshape(L.contiguous(q), (b, hkv, g, d))
-    # 64 keys per iteration at every head size: at D = 256 (H200, sweep_attention.py, 2026-12-01) B1 Hq8 Hkv4
-    # ctx4096 0.0511 ms with 32 keys (chosen when 64 spilled), 0.0124 with 64 (0.96x SDPA)
-    cfg = {"WARPS": 4, "BN": 64, **(config or {})}
-    # K/V streamed into shared memory one iteration ahead pays when a share spans more than one
-    # iteration (H200: B16 Hq40 Hkv8 ctx4096 0.235 -> 0.147 ms in a CUDA graph; qwen2.5-14b decode
-    # bs16, 1024-token prompt, ~2 iterations a share: 1317 -> 1381 tok/s); a share of one
-    # iteration (bs1: 32-token shares) only pays the bigger shared-memory footprint (108.5 -> 105.9)
-    cfg.setdefault("STAGES", 2 if 2 * maxb * bs >= 3 * cfg["BN"] * ns else 1)
+    cfg = dict(decode_config(b, hkv, d, maxb, bs, ns, L.sm_count(q)), **(config or {}))
+    if "BN" in (config or {}) and "STAGES" not in config:  # a benchmark's BN: the streaming rule at that BN
+        cfg["STAGES"] = decode_stages(cfg["BN"], maxb, bs, ns)
     direct = ns == 1
     # one share over a table of a few iterations: walk its whole width (STATIC), so the first block-table read
     # does not wait for seq_lens (one dependent round trip fewer on a latency-bound call)
