@@ -14,6 +14,14 @@ from tilex.stdlib import attention_plan as P
 
 # (B, Hq, Hkv, S, D) -> ms measured on the H200 with the flash kernel's default tiling (CUDA-graph medians,
 # benchmarks/RESULTS.md session 16 and bench_shapes at dc00841)
+@pytest.fixture(autouse=True)
+def _fresh_choices():
+    """Tests change ENABLED and constants through monkeypatch: the memoized choices must not outlive them."""
+    P.reset()
+    yield
+    P.reset()
+
+
 MEASURED_FLASH = {
     (128, 32, 8, 128, 128): 0.205, (4, 12, 2, 4096, 128): 0.424, (16, 28, 4, 1000, 128): 0.357,
     (2, 64, 8, 8192, 128): 4.234, (32, 8, 4, 512, 256): 0.182, (1, 8, 4, 4096, 256): 0.143,
@@ -75,6 +83,7 @@ def test_an_enabled_kernel_is_chosen_where_cheaper(monkeypatch):
     per-tile cost picks it for the shapes it takes, and only those."""
     monkeypatch.setitem(P.ENABLED, "short", True)
     monkeypatch.setattr(P, "SHORT_EXPOSED_US", 1.0)
+    P.reset()
     assert P.choose_prefill(P.Shape(128, 32, 8, 128, 128))[0] == "short"
     assert P.choose_prefill(P.Shape(128, 32, 8, 128, 128, True, "bshd"))[0] == "flash"
     assert P.choose_prefill(P.Shape(128, 32, 8, 129, 128))[0] == "flash"
@@ -95,6 +104,7 @@ def test_the_wrapper_launches_the_models_choice(monkeypatch):
     stdlib.attention_prefill(q, k, v, config=dict(BM=16, BN=16, WARPS=4))  # a config naming no kernel: flash
     monkeypatch.setitem(P.ENABLED, "short", True)
     monkeypatch.setattr(P, "SHORT_EXPOSED_US", 0.0)
+    P.reset()
     q, k, v = (np.zeros((1, h, 40, 64), np.float16) for h in (4, 2, 2))
     stdlib.attention_prefill(q, k, v)                                      # short, once enabled and cheaper
     assert seen == ["attention_prefill", "attention_prefill", "attention_prefill", "attention_prefill_short"]

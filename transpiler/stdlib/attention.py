@@ -9,7 +9,7 @@ import math
 
 from . import _launch as L
 from . import messages as M
-from .attention_plan import Shape, choose_prefill, prefill_config, short_config
+from .attention_plan import choose, prefill_config, short_config
 
 HEAD_DIMS = (16, 32, 64, 128, 256)   # power-of-two head sizes (64 and 128 are the tuned ones)
 MAX_SPLITS = 64
@@ -120,7 +120,7 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     if b * hq * s == 0:
         return o
     if config is None:  # the model's choice (attention_plan.py)
-        kind, cfg, _ = choose_prefill(Shape(b, hq, hkv, s, d, bool(causal), layout, dt), L.sm_count(q), _arch())
+        kind, cfg, _ = choose(b, hq, hkv, s, d, bool(causal), layout, dt, L.sm_count(q), _arch())
         cfg = dict(cfg, KERNEL=kind)
     else:
         kind = config.get("KERNEL", "flash")

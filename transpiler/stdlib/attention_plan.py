@@ -21,6 +21,7 @@ over 31 tiles a program; B64 S100 Hq28 Hkv4: 0.1005 over 12): 8.4 us a tile, whe
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 SM_SMEM = 227 * 1024          # shared memory one block may use on an SM (H100/H200)
@@ -137,9 +138,24 @@ def prefill_cost(kernel: str, cfg: dict, sh: Shape, sms: int = 132) -> dict:
 
 
 def choose_prefill(sh: Shape, sms: int = 132, arch: str = "sm_90a") -> tuple:
-    """(kernel, config, cost) of the cheapest enabled candidate."""
+    """(kernel, config, cost) of the cheapest enabled candidate (memoized: see choose)."""
+    return choose(sh.b, sh.hq, sh.hkv, sh.s, sh.d, sh.causal, sh.layout, sh.dtype, sms, arch)
+
+
+@functools.lru_cache(maxsize=4096)
+def choose(b: int, hq: int, hkv: int, s: int, d: int, causal: bool, layout: str, dtype: str, sms: int,
+           arch: str) -> tuple:
+    """choose_prefill on plain values, memoized per shape (a call's host path pays one tuple hash, not the
+    model). The config returned is shared: copy it before changing it. After changing ENABLED or a constant,
+    call reset()."""
+    sh = Shape(b, hq, hkv, s, d, causal, layout, dtype)
     scored = [(k, c, prefill_cost(k, c, sh, sms)) for k, c in candidates(sh, sms, arch) if ENABLED[k]]
     return min(scored, key=lambda t: t[2]["us"])
+
+
+def reset() -> None:
+    """Forget the memoized choices (after changing ENABLED or the model's constants)."""
+    choose.cache_clear()
 
 
 def explain(sh: Shape, sms: int = 132, arch: str = "sm_90a") -> str:
