@@ -1,7 +1,8 @@
 """Attention: dense prefill (FlashAttention-style) and paged decode (flash-decoding).
 
-Kernels: stdlib_kernels/attention_prefill.tile and stdlib_kernels/attention_decode.tile;
-the strategy is described in docs/stdlib_attention.md.
+Kernels: stdlib_kernels/attention_prefill.tile (and, by config, attention_prefill_gqa.tile and
+attention_prefill_short.tile; attention_plan.py chooses among them from a cost model) and
+stdlib_kernels/attention_decode.tile; the strategy is described in docs/stdlib_attention.md.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ PREFILL_KERNELS = {"flash": "attention_prefill", "gqa": "attention_prefill_gqa",
 _PREFILL_SMALLER = {
     "flash": (dict(BM=64, BN=64, WARPS=4), dict(BM=64, BN=32, WARPS=4), dict(BM=32, BN=32, WARPS=2)),
     "gqa": (dict(BM=64, BN=64, WARPS=4), dict(BM=64, BN=32, WARPS=4), dict(BM=32, BN=32, WARPS=2)),
-    "short": (dict(BM=64, STAGES=1), dict(BM=64, BK=32, STAGES=1)),
+    "short": (dict(BM=64, STAGES=1),),
 }
 
 
