@@ -121,6 +121,88 @@ def test_prefill_token_major_layout(case):
         stdlib.attention_prefill(q, k, v, layout="sbhd")
 
 
+GQA_CASES = [
+    # B, Hq, Hkv, S, D, config: the packed kernel (KERNEL="gqa"), G = Hq / Hkv query heads per tile
+    (1, 1, 1, 9, 16, dict(BM=16, BN=16, WARPS=4)),       # G = 1, S < BM
+    (2, 4, 1, 37, 16, dict(BM=16, BN=16, WARPS=4)),      # G = 4, BM / G = 4 queries a tile, tail
+    (1, 7, 1, 23, 32, dict(BM=32, BN=16, WARPS=4)),      # G = 7: tiles that end inside a query's heads
+    (1, 16, 2, 45, 16, dict(BM=32, BN=32, WARPS=4)),     # G = 8, two KV heads
+    (2, 6, 2, 50, 16, dict(BM=16, BN=32, WARPS=4)),      # G = 3, BN > BM
+    (1, 8, 2, 70, 64, dict(BM=64, BN=32, WARPS=4)),      # D = 64, G = 4
+    (1, 4, 1, 33, 128, dict(BM=64, BN=64, WARPS=4)),     # D = 128
+    (1, 2, 1, 19, 256, dict(BM=64, BN=64, WARPS=4)),     # D = 256, G = 2
+]
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("case", GQA_CASES, ids=lambda c: "B{}_Hq{}_Hkv{}_S{}_D{}".format(*c[:5]))
+def test_prefill_gqa_kernel(case, causal, layout):
+    """attention_prefill_gqa (rows = (query, head) pairs of one KV head, gathered and scattered) against
+    float64 NumPy, in both layouts (its head-of-row rule differs: batch rows in bhsd, heads in bshd)."""
+    b, hq, hkv, s, d, cfg = case
+    rng = np.random.default_rng()
+    q, k, v = _rand(rng, (b, hq, s, d), "bf16"), _rand(rng, (b, hkv, s, d), "bf16"), _rand(rng, (b, hkv, s, d), "bf16")
+    ref = ref_attention(q, k, v, causal, d ** -0.5)
+    cfg = dict(cfg, KERNEL="gqa")
+    if layout == "bshd":
+        tok = lambda t: np.ascontiguousarray(t.transpose(0, 2, 1, 3))  # noqa: E731
+        o = tok(stdlib.attention_prefill(tok(q), tok(k), tok(v), causal=causal, config=cfg, layout="bshd"))
+    else:
+        o = stdlib.attention_prefill(q, k, v, causal=causal, config=cfg)
+    assert o.shape == (b, hq, s, d)
+    assert _rel(o, ref) <= TOL["bf16"]
+
+
+SHORT_CASES = [
+    # B, Hq, Hkv, S, D, config: the persistent short-sequence kernel (KERNEL="short"), S <= BN, BK = 64
+    (1, 1, 1, 1, 64, dict(BM=16, BN=16)),                 # one token
+    (2, 4, 1, 37, 64, dict(BM=16, BN=64)),                # G = 4, tiles that hold parts of two heads
+    (1, 7, 1, 23, 128, dict(BM=32, BN=32)),               # G = 7, D in two slices
+    (3, 16, 2, 45, 64, dict(BM=64, BN=64, PROGRAMS=5)),   # G = 8, programs that walk several tiles
+    (1, 2, 2, 64, 64, dict(BM=32, BN=64, STAGES=1)),      # G = 1, S = BN
+    (1, 4, 2, 19, 128, None),                             # the default configuration, D = 128
+]
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("case", SHORT_CASES, ids=lambda c: "B{}_Hq{}_Hkv{}_S{}_D{}".format(*c[:5]))
+def test_prefill_short_kernel(case, causal):
+    """attention_prefill_short (rows = the G heads' queries of one KV head, one key block) vs float64 NumPy."""
+    b, hq, hkv, s, d, cfg = case
+    rng = np.random.default_rng()
+    q, k, v = _rand(rng, (b, hq, s, d), "bf16"), _rand(rng, (b, hkv, s, d), "bf16"), _rand(rng, (b, hkv, s, d), "bf16")
+    out = np.full((b, hq, s, d), np.nan, BF16)
+    o = stdlib.attention_prefill(q, k, v, causal=causal, out=out, config=dict(cfg or {}, KERNEL="short"))
+    assert o is out
+    assert _rel(o, ref_attention(q, k, v, causal, d ** -0.5)) <= TOL["bf16"]
+
+
+def test_prefill_short_kernel_refuses_what_it_cannot_take():
+    rng = np.random.default_rng()
+    q, k, v = _rand(rng, (1, 2, 70, 64), "f32"), _rand(rng, (1, 1, 70, 64), "f32"), _rand(rng, (1, 1, 70, 64), "f32")
+    with pytest.raises(ValueError, match=r"KERNEL='short' takes layout='bhsd', S <= BN \(64\) and D 64 or 128"):
+        stdlib.attention_prefill(q, k, v, config=dict(KERNEL="short", BN=64))
+    with pytest.raises(ValueError, match=r"D=32"):
+        stdlib.attention_prefill(q[..., :32], k[..., :32], v[..., :32], config=dict(KERNEL="short"))
+    t = lambda x: np.ascontiguousarray(x.transpose(0, 2, 1, 3))  # noqa: E731
+    with pytest.raises(ValueError, match="layout='bhsd'"):
+        stdlib.attention_prefill(t(q), t(k), t(v), layout="bshd", config=dict(KERNEL="short"))
+
+
+def test_prefill_gqa_out_is_written_only_inside():
+    """Rows past S (query index S) are not stored: out= around a bigger buffer keeps its sentinel."""
+    rng = np.random.default_rng()
+    b, hq, hkv, s, d = 1, 4, 1, 13, 16
+    q, k, v = (_rand(rng, sh, "f32") for sh in ((b, hq, s, d), (b, hkv, s, d), (b, hkv, s, d)))
+    out = np.full((b, hq, s, d), np.nan, np.float32)
+    o = stdlib.attention_prefill(q, k, v, causal=True, out=out, config=dict(KERNEL="gqa", BM=32, BN=16, WARPS=4))
+    assert o is out
+    assert _rel(out, ref_attention(q, k, v, True, d ** -0.5)) <= 1e-5
+    with pytest.raises(ValueError, match="KERNEL"):
+        stdlib.attention_prefill(q, k, v, config=dict(KERNEL="nope"))
+
+
 def test_prefill_scale_out_and_large_logits():
     """A given scale; large scores (a wide softmax range) stay finite; out= is written in place."""
     rng = np.random.default_rng()
@@ -212,6 +294,78 @@ def test_decode_config_override(warps):
     assert _rel(o, ref_decode(q, k_cache, v_cache, table, seq_lens, 0.25)) <= 1e-5
 
 
+@pytest.mark.parametrize("static", [True, False])
+@pytest.mark.parametrize("bs,lens", [(16, [0, 1, 16, 37, 64]), (32, [95, 0, 2]), (4, [9, 3, 0])],
+                         ids=["BS16", "BS32", "BS4"])
+def test_decode_static_walk(bs, lens, static, monkeypatch):
+    """STATIC (one share walking the table's whole width): the same result as the walk to seq_len, with every
+    cache block no sequence owns full of NaN and the table's junk entries past each sequence pointing at them
+    (and outside the cache), lengths 0 (zeros), 1, multiples of the block and not."""
+    from tilex.stdlib import _launch as L
+
+    rng = np.random.default_rng()
+    hq, hkv, d = 8, 2, 16
+    k_cache, v_cache, table, seq_lens = _paged(rng, "f32", len(lens), hkv, d, bs, lens, extra_blocks=4)
+    used = {int(x) for i, n in enumerate(lens) for x in table[i, :-(-n // bs)]}
+    junk = [j for j in range(k_cache.shape[0]) if j not in used]
+    k_cache[junk] = np.nan
+    v_cache[junk] = np.nan
+    for i, n in enumerate(lens):
+        past = table[i, -(-n // bs):]
+        table[i, -(-n // bs):] = np.where(np.arange(past.size) % 2, junk[0], -1 - np.arange(past.size))
+    q = _rand(rng, (len(lens), hq, d), "f32")
+    seen = []
+    real = L.load
+    monkeypatch.setattr(L, "load", lambda name, **kw: (seen.append(kw), real(name, **kw))[1])
+    o = stdlib.attention_decode(q, k_cache, v_cache, table, seq_lens, num_splits=1, config=dict(STATIC=static))
+    assert seen[0]["STATIC"] is static and seen[0]["DIRECT"] is True
+    ref = ref_decode(q, k_cache, v_cache, table, seq_lens, d ** -0.5)
+    assert _rel(o, ref) <= 1e-5
+    assert np.all(o[np.asarray(lens) == 0] == 0)
+    seen.clear()
+    stdlib.attention_decode(q, k_cache, v_cache, table, seq_lens)   # the default for a table this narrow
+    assert seen[0]["STATIC"] is (table.shape[1] * bs <= stdlib.attention.STATIC_TOKENS)
+
+
+def test_decode_config_model():
+    """128 keys by 8 warps in one iteration when every share fits it and the programs fit one per SM (measured
+    0.0054 -> 0.0046 ms at B1 Hq32 Hkv8 ctx128); 64 by 4 elsewhere, streamed when a share spans >= 1.5
+    iterations."""
+    dc = stdlib.attention.decode_config
+    assert dc(1, 8, 128, 8, 16, 1) == dict(BN=128, WARPS=8, STAGES=2)         # B1 ctx128: 8 programs
+    assert dc(256, 8, 128, 8, 16, 1) == dict(BN=64, WARPS=4, STAGES=2)        # 2048 programs share SMs
+    assert dc(1, 8, 256, 8, 16, 1) == dict(BN=64, WARPS=4, STAGES=2)          # D=256: a 128 KB ring stage
+    assert dc(1, 8, 128, 256, 16, 33) == dict(BN=64, WARPS=4, STAGES=2)       # 264 programs of 128 tokens
+    assert dc(4, 4, 128, 63, 16, 16) == dict(BN=64, WARPS=4, STAGES=1)        # 64-token shares, 256 programs
+    assert dc(2, 8, 128, 16, 16, 2) == dict(BN=128, WARPS=8, STAGES=2)        # 32 programs of 128 tokens
+    assert dc(3, 8, 64, 5, 32, 5) == dict(BN=64, WARPS=4, STAGES=1)           # 32-token shares: one 64-key step
+
+
+@pytest.mark.parametrize("lens", [[128], [1, 100, 0]])
+def test_decode_one_iteration_of_128_keys(lens, monkeypatch):
+    """The one-iteration configuration in the interpreter (with and without STATIC) against float64."""
+    from tilex.stdlib import _launch as L
+
+    rng = np.random.default_rng()
+    k_cache, v_cache, table, seq_lens = _paged(rng, "bf16", len(lens), 8, 64, 16, lens)
+    table = table[:, :8]
+    q = _rand(rng, (len(lens), 32, 64), "bf16")
+    seen = []
+    real = L.load
+    monkeypatch.setattr(L, "load", lambda name, **kw: (seen.append(kw), real(name, **kw))[1])
+    o = stdlib.attention_decode(q, k_cache, v_cache, table, seq_lens)
+    assert (seen[0]["BN"], seen[0]["WARPS"], seen[0]["STAGES"], seen[0]["STATIC"]) == (128, 8, 2, True)
+    assert _rel(o, ref_decode(q, k_cache, v_cache, table, seq_lens, 64 ** -0.5)) <= TOL["bf16"]
+
+
+def test_decode_static_needs_one_share():
+    rng = np.random.default_rng()
+    k_cache, v_cache, table, seq_lens = _paged(rng, "f32", 1, 1, 16, 16, [40])
+    q = _rand(rng, (1, 2, 16), "f32")
+    with pytest.raises(Exception, match=r"NS == 1 or not STATIC"):
+        stdlib.attention_decode(q, k_cache, v_cache, table, seq_lens, num_splits=2, config=dict(STATIC=True))
+
+
 def test_decode_int64_metadata_scale_out():
     rng = np.random.default_rng()
     lens = [19, 40]
@@ -293,6 +447,18 @@ NVCC_VARIANTS = [
     ("attention_decode", dict(T="f16", D=64, BS=32, GP=16, BN=64, DIRECT=True, NSP=16, WARPS=4)),
     ("attention_decode", dict(T="f16", D=128, BS=32, GP=4, DIRECT=True, NSP=64, WARPS=8)),
     ("attention_decode", dict(T="f32", D=64, BS=16, GP=1, DIRECT=False, NSP=2, WARPS=4)),
+    # one share walking the table's whole width (the wrapper's default for tables of <= 256 tokens)
+    ("attention_decode", dict(T="bf16", D=128, BS=16, GP=16, BN=64, DIRECT=True, STATIC=True, NSP=16, WARPS=4)),
+    # one iteration of 128 keys by 8 warps (few programs, shares of <= 128 tokens)
+    ("attention_decode", dict(T="bf16", D=128, BS=16, GP=16, BN=128, DIRECT=True, STATIC=True, STAGES=2, NSP=16,
+                              WARPS=8)),
+    # the packed-heads prefill: G = 4 (TMA + wgmma at BM 128), G = 7 at BM 64, D = 256 with G = 2
+    ("attention_prefill_gqa", dict(T="bf16", D=128, G=4, BM=128, BN=64, WARPS=8)),
+    ("attention_prefill_gqa", dict(T="bf16", D=128, G=7, BM=64, BN=64, WARPS=4, STAGES=3)),
+    ("attention_prefill_gqa", dict(T="bf16", D=256, G=2, BM=128, BN=64, WARPS=8, CAUSAL=False)),
+    # the persistent short-sequence prefill (producer warpgroup + 2 consumers; BM=64: one consumer)
+    ("attention_prefill_short", dict(T="bf16", D=128, BM=128, BN=128, BK=64)),
+    ("attention_prefill_short", dict(T="f16", D=64, BM=64, BN=64, BK=64, STAGES=3, CAUSAL=False)),
 ]
 
 
@@ -332,7 +498,7 @@ def test_prefill_steps_down_where_shared_memory_is_smaller(monkeypatch):
         q, k, v = (_rand(rng, sh, "bf16") for sh in ((b, hq, s, d), (b, hkv, s, d), (b, hkv, s, d)))
         o = stdlib.attention_prefill(q, k, v, causal=True)
         assert _rel(o, ref_attention(q, k, v, True, 1 / np.sqrt(d))) <= 1e-2
-        mod = stdlib.attention._prefill_module(stdlib.attention.prefill_config(d, s), {}, T="bf16", D=d, CAUSAL=True)
+        _, mod = stdlib.attention._prefill_module(stdlib.attention.prefill_config(d, s), {}, T="bf16", D=d, CAUSAL=True)
         assert "BM=64" in mod.cuda and "BN=32" in mod.cuda
     finally:
         L._load.cache_clear()

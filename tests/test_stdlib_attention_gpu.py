@@ -161,6 +161,69 @@ def test_prefill_f16_wgmma_large_values():
     assert rel(o, f64_ref(q, k, v, True)) <= 5e-3
 
 
+# the packed-heads kernel (KERNEL="gqa"): GQA ratios 1/4/7/8, D 64/128/256, S not a multiple of the tile
+GQA_SHAPES = [(2, 8, 8, 77, 128), (3, 32, 8, 128, 128), (2, 28, 4, 301, 128), (1, 16, 2, 1000, 64),
+              (2, 8, 4, 513, 256), (1, 7, 1, 45, 128), (4, 32, 8, 1, 128)]
+GQA_CONFIGS = [dict(BM=128, BN=64, WARPS=8), dict(BM=64, BN=64, WARPS=4), dict(BM=128, BN=128, WARPS=8, STAGES=1),
+               dict(BM=64, BN=32, WARPS=4, STAGES=3)]
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("cfg", GQA_CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize("case", GQA_SHAPES, ids=lambda c: "B{}_Hq{}_Hkv{}_S{}_D{}".format(*c))
+def test_prefill_gqa_kernel_vs_float64(case, cfg, causal, layout):
+    b, hq, hkv, s, d = case
+    if d == 256 and cfg["BN"] == 128:
+        pytest.skip("BN=128 at D=256 does not fit shared memory")
+    gen = torch.Generator(device="cuda").manual_seed(s * 7 + d + hq)
+    q, k, v = rnd((b, hq, s, d), "bf16", gen), rnd((b, hkv, s, d), "bf16", gen), rnd((b, hkv, s, d), "bf16", gen)
+    ref = f64_ref(q, k, v, causal)
+    cfg = dict(cfg, KERNEL="gqa")
+    if layout == "bshd":
+        tq, tk, tv = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+        out = torch.full_like(tq, float("nan"))
+        o = S.attention_prefill(tq, tk, tv, causal=causal, out=out, config=cfg, layout="bshd").transpose(1, 2)
+    else:
+        out = torch.full_like(q, float("nan"))
+        o = S.attention_prefill(q, k, v, causal=causal, out=out, config=cfg)
+    assert rel(o, ref) <= TOL["bf16"]
+
+
+# the persistent short-sequence kernel (KERNEL="short", S <= BN): GQA 1/2/4/7/8, D 64/128, S not a multiple of 16,
+# more tiles than programs, and out= that is not written past the heads' rows
+SHORT_SHAPES = [(3, 32, 8, 128, 128), (5, 28, 4, 100, 128), (2, 8, 8, 77, 64), (4, 16, 2, 1, 128), (2, 8, 4, 61, 64),
+                (1, 7, 1, 128, 128)]
+SHORT_CONFIGS = [None, dict(BM=64), dict(STAGES=3), dict(PROGRAMS=7)]
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("cfg", SHORT_CONFIGS,
+                         ids=lambda c: "default" if c is None else ",".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize("case", SHORT_SHAPES, ids=lambda c: "B{}_Hq{}_Hkv{}_S{}_D{}".format(*c))
+def test_prefill_short_kernel_vs_float64(case, cfg, causal):
+    b, hq, hkv, s, d = case
+    gen = torch.Generator(device="cuda").manual_seed(s * 13 + d + hq)
+    q, k, v = rnd((b, hq, s, d), "bf16", gen), rnd((b, hkv, s, d), "bf16", gen), rnd((b, hkv, s, d), "bf16", gen)
+    out = torch.full_like(q, float("nan"))
+    o = S.attention_prefill(q, k, v, causal=causal, out=out, config=dict(cfg or {}, KERNEL="short"))
+    assert o is out
+    assert rel(o, f64_ref(q, k, v, causal)) <= TOL["bf16"]
+
+
+def test_prefill_gqa_kernel_f16_and_interpreter_agree():
+    """f16 on the GPU and the same call in the interpreter (NumPy inputs) give the same numbers."""
+    gen = torch.Generator(device="cuda").manual_seed(12)
+    b, hq, hkv, s, d = 1, 8, 2, 70, 64
+    q, k, v = rnd((b, hq, s, d), "f16", gen), rnd((b, hkv, s, d), "f16", gen), rnd((b, hkv, s, d), "f16", gen)
+    cfg = dict(KERNEL="gqa", BM=64, BN=32, WARPS=4)
+    gpu = S.attention_prefill(q, k, v, causal=True, config=cfg)
+    host = S.attention_prefill(*(t.cpu().numpy() for t in (q, k, v)), causal=True, config=cfg)
+    ref = f64_ref(q, k, v, True)
+    assert rel(gpu, ref) <= TOL["f16"]
+    assert rel(torch.from_numpy(host).cuda(), ref) <= TOL["f16"]
+
+
 def _misaligned(t):
     """The same values in a view that starts 2 bytes past a 16-byte boundary (contiguous, odd element offset)."""
     buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
@@ -251,6 +314,31 @@ def test_decode_vs_sdpa(case, splits):
     o = S.attention_decode(q, k_cache, v_cache, table, seq_lens, num_splits=splits, out=out)
     assert o is out
     assert rel(o, decode_ref(q, k, v, seq_lens)) <= TOL["bf16"]
+
+
+@pytest.mark.parametrize("static", [True, False])
+@pytest.mark.parametrize("case", [([128], 32, 8, 16), ([1, 0, 77, 128] * 64, 64, 8, 16), ([200, 3, 0], 28, 4, 32)],
+                         ids=["B1_L128", "B256_L128", "B3_L200_BS32"])
+def test_decode_static_walk_vs_sdpa(case, static):
+    """One share walking the whole (narrow) table, the default at <= 256 tokens, with every cache block no
+    sequence owns full of NaN and junk table entries past each sequence pointing at them."""
+    lens, hq, hkv, bs = case
+    gen = torch.Generator(device="cuda").manual_seed(len(lens) + hq)
+    k, v, k_cache, v_cache, table, seq_lens = paged(lens, hkv, 128, bs, "bf16", gen)
+    need = [-(-n // bs) for n in lens]
+    used = {int(x) for i, n in enumerate(need) for x in table[i, :n].tolist()}
+    junk = [j for j in range(k_cache.shape[0]) if j not in used]
+    k_cache[junk] = float("nan")
+    v_cache[junk] = float("nan")
+    for i, n in enumerate(need):
+        table[i, n:] = junk[0] if junk else -1
+    q = rnd((len(lens), hq, 128), "bf16", gen)
+    out = torch.full_like(q, float("nan"))
+    S.attention_decode(q, k_cache, v_cache, table, seq_lens, num_splits=1, out=out, config=dict(STATIC=static))
+    ref = decode_ref(q, k, v, seq_lens)
+    ref[seq_lens == 0] = 0
+    assert rel(out, ref) <= TOL["bf16"]
+    assert (out[seq_lens == 0] == 0).all()
 
 
 def test_decode_f16_int64_cupy():

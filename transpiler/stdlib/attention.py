@@ -1,7 +1,8 @@
 """Attention: dense prefill (FlashAttention-style) and paged decode (flash-decoding).
 
-Kernels: stdlib_kernels/attention_prefill.tile and stdlib_kernels/attention_decode.tile;
-the strategy is described in docs/stdlib_attention.md.
+Kernels: stdlib_kernels/attention_prefill.tile (and, by config, attention_prefill_gqa.tile and
+attention_prefill_short.tile; attention_plan.py chooses among them from a cost model) and
+stdlib_kernels/attention_decode.tile; the strategy is described in docs/stdlib_attention.md.
 """
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import math
 
 from . import _launch as L
 from . import messages as M
+from .attention_plan import choose, prefill_config, short_config
 
 HEAD_DIMS = (16, 32, 64, 128, 256)   # power-of-two head sizes (64 and 128 are the tuned ones)
 MAX_SPLITS = 64
 MIN_SHARE_TOKENS = 32  # two 16-token blocks
 SINGLE_SHARE_TOKENS = 128  # contexts this short are not split
+STATIC_TOKENS = 256  # one-share tables at most this wide are walked whole (attention_decode_split's STATIC)
 RESIDENT_PER_SM = 2  # attention_decode blocks that fit on an SM (shared memory of the streamed K/V ring)
 
 
@@ -28,32 +31,37 @@ def _scale(scale, d: int) -> float:
     return 1.0 / math.sqrt(d) if scale is None else float(scale)
 
 
-def prefill_config(d: int, s: int) -> dict:
-    """Compile-time parameters of attention_prefill for head size d and sequence length s (an H200's
-    shared memory; `_prefill_module` steps down where the target has less)."""
-    # D = 256 as D = 128 (H200, sweep_attention.py, 2026-12-01): B1 Hq8 Hkv4 S4096 0.638 -> 0.143 ms (1.15x cuDNN),
-    # B32 S512 0.449 -> 0.181 against the former BM=64 BN=32 (which was chosen when 128x64 spilled)
-    bm = 128 if s > 64 else 64
-    return dict(BM=bm, BN=64, WARPS=8 if bm == 128 else 4)
+# the prefill kernels: config["KERNEL"] -> the .tile file (and kernel) that computes it
+PREFILL_KERNELS = {"flash": "attention_prefill", "gqa": "attention_prefill_gqa", "short": "attention_prefill_short"}
 
-
-# smaller tiles, tried in order when the target's shared memory (e.g. sm_86/89: 99 KB) cannot hold the chosen ones
-_PREFILL_SMALLER = (dict(BM=64, BN=64, WARPS=4), dict(BM=64, BN=32, WARPS=4), dict(BM=32, BN=32, WARPS=2))
+# smaller tiles of each kernel, tried in order when the target's shared memory (e.g. sm_86/89: 99 KB) cannot hold
+# the chosen ones
+_PREFILL_SMALLER = {
+    "flash": (dict(BM=64, BN=64, WARPS=4), dict(BM=64, BN=32, WARPS=4), dict(BM=32, BN=32, WARPS=2)),
+    "gqa": (dict(BM=64, BN=64, WARPS=4), dict(BM=64, BN=32, WARPS=4), dict(BM=32, BN=32, WARPS=2)),
+    "short": (dict(BM=64, STAGES=1),),
+}
 
 
 def _prefill_module(cfg: dict, pinned: dict, **kw):
-    """attention_prefill compiled with `cfg`, or with the first of _PREFILL_SMALLER that fits the target's shared
-    memory when `cfg` does not (tile sizes the caller pinned in `pinned` are never changed)."""
+    """(kernel name, module): the prefill kernel cfg["KERNEL"] (default "flash") compiled with the rest of `cfg`,
+    or with the first of its _PREFILL_SMALLER tilings that fits the target's shared memory when `cfg` does not
+    (tile sizes the caller pinned in `pinned` are never changed)."""
     from ..diagnostics import CompileError
 
-    *tries, last = [cfg] + [dict(cfg, **c) for c in _PREFILL_SMALLER if not set(c) & set(pinned)]
+    cfg = dict(cfg)
+    kind = cfg.pop("KERNEL", "flash")
+    if kind not in PREFILL_KERNELS:
+        raise ValueError(f"config: KERNEL must be one of {sorted(PREFILL_KERNELS)}, got {kind!r}")
+    name = PREFILL_KERNELS[kind]
+    *tries, last = [cfg] + [dict(cfg, **c) for c in _PREFILL_SMALLER[kind] if not set(c) & set(pinned)]
     for c in tries:
         try:
-            return L.load("attention_prefill", **kw, **c)
+            return name, L.load(name, **kw, **c)
         except CompileError as e:
             if "shared memory" not in str(e):
                 raise
-    return L.load("attention_prefill", **kw, **last)
+    return name, L.load(name, **kw, **last)
 
 
 def _out(out, like, shape, dt):
@@ -83,7 +91,11 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     causal: query i attends keys j <= i (top-left aligned). scale defaults to 1/sqrt(D).
     Returns o in q's layout, kind and dtype (written into `out` when given). NumPy
     arrays run in the interpreter.
-    `config` overrides the compile-time parameters (BM, BN, WARPS), for benchmarks.
+    The kernel and its tiling come from a cost model of the shape (attention_plan.choose_prefill). `config`
+    overrides them, for benchmarks: compile-time parameters (BM, BN, WARPS, STAGES, ...) of the kernel it names,
+    KERNEL="flash" (one query head per program; the default when config names none), "gqa" (the query heads of a
+    KV head in one tile) or "short" (S <= BN, layout="bhsd": a persistent kernel whose scores are one
+    tensor-core main loop).
     """
     if layout not in ("bhsd", "bshd"):
         raise ValueError(M.bad_layout(layout))
@@ -109,13 +121,42 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     o = _out(out, q, tuple(int(n) for n in q.shape), dt)
     if b * hq * s == 0:
         return o
-    q4, k4, v4, o4 = L.contiguous(q), _aligned16(L.contiguous(k)), _aligned16(L.contiguous(v)), o
-    if not tokens:  # [B, H, S, D] is [B * H, S, 1, D] token-major: one head per batch row
-        q4, k4, v4, o4 = (L.reshape(x, (int(x.shape[0]) * int(x.shape[1]), s, 1, d)) for x in (q4, k4, v4, o4))
-    cfg = dict(prefill_config(d, s), **(config or {}))
-    mod = _prefill_module(cfg, config or {}, T=dt, D=d, CAUSAL=bool(causal))
-    L.run(mod, "attention_prefill", q4, k4, v4, o4, scale=_scale(scale, d))
+    if config is None:  # the model's choice (attention_plan.py)
+        kind, cfg, _ = choose(b, hq, hkv, s, d, bool(causal), layout, dt, L.sm_count(q), _arch())
+        cfg = dict(cfg, KERNEL=kind)
+    else:
+        kind = config.get("KERNEL", "flash")
+        cfg = dict(short_config(s, d) if kind == "short" else prefill_config(d, s), **config)
+    if kind == "short":  # per KV head: q, o [B * Hkv, G * S, D], k, v [B * Hkv, S, D] (TMA reads q and k)
+        if tokens or s > cfg["BN"] or not 64 <= d <= 128:
+            raise ValueError(f"config: KERNEL='short' takes layout='bhsd', S <= BN ({cfg['BN']}) and D 64 or 128, "
+                             f"got layout={layout!r}, S={s}, D={d}")
+        if L.kind_of(q) != "numpy" and _arch() != "sm_90a":  # its cp.async main loop gave NaN (sweep canary)
+            raise ValueError(f"config: KERNEL='short' runs on sm_90a only (TMA + wgmma), this GPU is {_arch()}")
+        cfg.setdefault("PROGRAMS", L.sm_count(q))
+        g = hq // hkv
+        q4, k4, v4, o4 = (L.reshape(x, (b * hkv, n, d)) for x, n in
+                          ((_aligned16(L.contiguous(q)), g * s), (_aligned16(L.contiguous(k)), s),
+                           (L.contiguous(v), s), (o, g * s)))
+    else:
+        q4, k4, v4, o4 = L.contiguous(q), _aligned16(L.contiguous(k)), _aligned16(L.contiguous(v)), o
+        if not tokens:  # [B, H, S, D] is [B * H, S, 1, D] token-major: one head per batch row
+            q4, k4, v4, o4 = (L.reshape(x, (int(x.shape[0]) * int(x.shape[1]), s, 1, d)) for x in (q4, k4, v4, o4))
+        if kind == "gqa":  # the query heads of one KV head in one tile (a compile-time G)
+            cfg["G"] = hq // hkv
+    name, mod = _prefill_module(cfg, config or {}, T=dt, D=d, CAUSAL=bool(causal))
+    L.run(mod, name, q4, k4, v4, o4, scale=_scale(scale, d))
     return o
+
+
+def _arch() -> str:
+    """The target the kernels compile for (sm_90a when no GPU is visible, as _launch.load does)."""
+    try:
+        from ..runtime.nvrtc import default_arch
+
+        return default_arch()
+    except Exception:  # noqa: BLE001 - no GPU: the interpreter runs whichever kernel
+        return "sm_90a"
 
 
 def _aligned16(x):
@@ -149,6 +190,34 @@ def decode_splits(batch: int, kv_heads: int, max_blocks: int, block_size: int, s
     want = RESIDENT_PER_SM * sm_count // pairs
     most = -(-max_blocks * block_size // MIN_SHARE_TOKENS)
     return max(1, min(want, most, MAX_SPLITS))
+
+
+def decode_config(batch: int, kv_heads: int, d: int, max_blocks: int, block_size: int, splits: int,
+                  sm_count: int = 132) -> dict:
+    """attention_decode_split's BN, WARPS and STAGES for a shape: keys per iteration and how K/V are read.
+
+    64 keys per iteration by 4 warps at every head size: at D = 256 (H200, sweep_attention.py, 2026-12-01) B1
+    Hq8 Hkv4 ctx4096 0.0511 ms with 32 keys (chosen when 64 spilled), 0.0124 with 64 (0.96x SDPA). When every
+    share fits one iteration of 128 keys and the programs (batch * kv_heads * splits) fit one per SM, the call
+    is one latency chain per program: 128 keys by 8 warps in one iteration (shares of 65-128 tokens; shorter ones
+    are one iteration of 64 already) (B1 Hq32 Hkv8 ctx128, H200 at
+    ccb34ea: 0.0054 -> 0.0046 ms, SDPA 0.0042; 4 warps 0.0051-0.0053); their K/V ring (64 KB a stage at
+    D = 128) is why this stops where programs would have to share SMs, and at D = 256 (128 KB).
+    K/V streamed into shared memory one iteration ahead (STAGES = 2) pays when a share spans more than one
+    iteration (H200: B16 Hq40 Hkv8 ctx4096 0.235 -> 0.147 ms in a CUDA graph; qwen2.5-14b decode bs16,
+    1024-token prompt, ~2 iterations a share: 1317 -> 1381 tok/s); a share of one 64-key iteration (bs1:
+    32-token shares) only pays the bigger shared-memory footprint (108.5 -> 105.9); at 128 keys STAGES = 2
+    measured 0.0046 ms against 0.0048 with 1.
+    """
+    share = -(-max_blocks // splits) * block_size          # tokens a share spans at most
+    if 64 < share <= 128 and batch * kv_heads * splits <= sm_count and d <= 128:
+        return dict(BN=128, WARPS=8, STAGES=2)
+    return dict(BN=64, WARPS=4, STAGES=decode_stages(64, max_blocks, block_size, splits))
+
+
+def decode_stages(bn: int, max_blocks: int, block_size: int, splits: int) -> int:
+    """2 (K/V streamed one iteration ahead) when a share spans at least 1.5 iterations of bn keys, else 1."""
+    return 2 if 2 * max_blocks * block_size >= 3 * bn * splits else 1
 
 
 @L.fastpath
@@ -202,15 +271,13 @@ def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | 
     table = L.contiguous(L.astype(block_table, "i32"))
     lens = L.contiguous(L.astype(seq_lens, "i32"))
     q4 = L.reshape(L.contiguous(q), (b, hkv, g, d))
-    # 64 keys per iteration at every head size: at D = 256 (H200, sweep_attention.py, 2026-12-01) B1 Hq8 Hkv4
-    # ctx4096 0.0511 ms with 32 keys (chosen when 64 spilled), 0.0124 with 64 (0.96x SDPA)
-    cfg = {"WARPS": 4, "BN": 64, **(config or {})}
-    # K/V streamed into shared memory one iteration ahead pays when a share spans more than one
-    # iteration (H200: B16 Hq40 Hkv8 ctx4096 0.235 -> 0.147 ms in a CUDA graph; qwen2.5-14b decode
-    # bs16, 1024-token prompt, ~2 iterations a share: 1317 -> 1381 tok/s); a share of one
-    # iteration (bs1: 32-token shares) only pays the bigger shared-memory footprint (108.5 -> 105.9)
-    cfg.setdefault("STAGES", 2 if 2 * maxb * bs >= 3 * cfg["BN"] * ns else 1)
+    cfg = dict(decode_config(b, hkv, d, maxb, bs, ns, L.sm_count(q)), **(config or {}))
+    if "BN" in (config or {}) and "STAGES" not in config:  # a benchmark's BN: the streaming rule at that BN
+        cfg["STAGES"] = decode_stages(cfg["BN"], maxb, bs, ns)
     direct = ns == 1
+    # one share over a table of a few iterations: walk its whole width (STATIC), so the first block-table read
+    # does not wait for seq_lens (one dependent round trip fewer on a latency-bound call)
+    cfg.setdefault("STATIC", direct and maxb * bs <= STATIC_TOKENS)
     split = L.load("attention_decode", kernel="attention_decode_split", T=dt, BS=bs, D=d,
                    GP=max(16, L.next_pow2(g)), DIRECT=direct, **cfg)  # >= 16 rows: mma.sync products
     o_part = L.empty(q, (b, hkv, g, ns, d), "f32")

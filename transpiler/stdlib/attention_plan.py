@@ -1,0 +1,170 @@
+"""Which attention_prefill kernel and tiling a shape gets: a cost model of each candidate's programs.
+
+Candidates are kernels with a tiling: "flash" (attention_prefill.tile, one query head per program), "gqa"
+(attention_prefill_gqa.tile, the query heads of a KV head in one tile) and "short" (attention_prefill_short.tile,
+persistent, S <= BN, head-major bf16/f16 only (f32 has no wgmma), sm_90a). `prefill_cost` predicts a candidate's time from the shape alone:
+
+* flash / gqa: programs of BM rows; an SM holds `resident` of them (shared memory: Q + STAGES K/V tiles;
+  registers: the f32 accumulator and scores); each program costs a fixed chain (launch, Q load, first K/V,
+  store; it grows with D) plus one step per key block it walks (causal: up to its last query), a step being
+  `resident` programs sharing the SM's tensor rate, or a latency floor. Programs run heaviest first, so the
+  time is max(sum of the programs' times / slots, the longest program). Never below the bytes at bandwidth.
+* short: about one program per SM walks its ceil(tiles / programs) tiles; each tile costs its products (QK^T by
+  wgmma, P@V by mma.sync) and the exposed V load and store, plus one ring fill.
+
+Fitted to H200 CUDA-graph medians of the flash kernel (benchmarks/RESULTS.md, session 16; bench_shapes at
+dc00841): B128 S128 Hq32 D128 0.205 ms (model 0.205), B4 S4096 Hq12 0.424 (0.424), B16 S1000 Hq28 0.357 (0.363),
+B2 S8192 Hq64 4.23 (4.22), B32 S512 D256 0.182 (0.184), B1 S4096 Hq8 D256 0.143 (0.152), B8 S2048 Hq14 D64
+0.188 (0.174). The short kernel's per-tile cost is fitted to its two measurements (B128 S128 Hq32 Hkv8: 0.259 ms
+over 31 tiles a program; B64 S100 Hq28 Hkv4: 0.1005 over 12): 8.4 us a tile, where its products alone would take
+1.8 (the epilogue's V load, register-to-shared staging, barriers and store are the rest).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+SM_SMEM = 227 * 1024          # shared memory one block may use on an SM (H100/H200)
+SM_REGS = 65536
+BANDWIDTH = 4.0e12            # bytes/s the kernels stream at (H200 copy ~4.2e12)
+CHAIN_US = (4.6, 9.3 - 4.6)   # flash program's fixed chain: a + b * D / 128 (us)
+STEP_FLOOR_US = 1.1           # one key step's latency when the SM is not the limit
+SM_TENSOR_FLOPS = 4.3e12      # one SM's rate through the synchronous QK^T -> softmax -> PV step
+SHORT_MMA_FLOPS = (7.0e12, 3.5e12)  # the short kernel's QK^T (wgmma main loop) and P@V (mma.sync) rates per SM
+SHORT_EXPOSED_US = 6.6        # its per-tile rest (V load, staging, barriers, store) at D=128: measured 8.4 us a tile
+SHORT_FILL_US = 4.0           # its first ring fill and last store
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One attention_prefill call: batch, query heads, KV heads, sequence length, head size, causal, layout,
+    dtype."""
+    b: int
+    hq: int
+    hkv: int
+    s: int
+    d: int
+    causal: bool = True
+    layout: str = "bhsd"
+    dtype: str = "bf16"
+
+    @property
+    def g(self) -> int:
+        return self.hq // self.hkv
+
+    def bytes(self) -> int:
+        """Q, O, K and V once each."""
+        return (4 if self.dtype == "f32" else 2) * self.b * self.s * self.d * 2 * (self.hq + self.hkv)
+
+
+def resident(smem: int, regs_per_thread: int, threads: int) -> int:
+    """Blocks an SM holds at once (at least 1)."""
+    by_smem = SM_SMEM // max(1, smem)
+    by_regs = SM_REGS // max(1, min(255, regs_per_thread) * threads)
+    return max(1, min(by_smem, by_regs, 32))
+
+
+def _flash_like(sh: Shape, cfg: dict, sms: int, packed: bool) -> dict:
+    """Programs of BM rows walking key blocks of BN; packed (gqa): a row is a (query, head) pair of a KV head."""
+    bm, bn, warps, stages = cfg["BM"], cfg["BN"], cfg["WARPS"], cfg.get("STAGES", 2)
+    smem = 2 * (bm * sh.d + stages * 2 * bn * sh.d)
+    regs = (bm * sh.d + bm * bn) // (32 * warps) + 32 + (48 if sh.d > 128 else 0)
+    r = resident(smem, regs, 32 * warps)
+    per_row = sh.g if packed else 1                   # rows per query
+    rows = sh.s * per_row
+    nblk = -(-rows // bm)
+    groups = sh.b * (sh.hkv if packed else sh.hq)
+    step = max(STEP_FLOOR_US, r * 4 * bm * bn * sh.d / SM_TENSOR_FLOPS * 1e6)
+    chain = CHAIN_US[0] + CHAIN_US[1] * sh.d / 128
+    times = []
+    for i in range(nblk):
+        last_query = (min(rows, (i + 1) * bm) - 1) // per_row
+        keys = min(sh.s, last_query + 1) if sh.causal else sh.s
+        times.append(chain + -(-keys // bn) * step)
+    us = max(groups * sum(times) / (r * sms), max(times))
+    return dict(us=max(us, sh.bytes() / BANDWIDTH * 1e6), programs=groups * nblk, resident=r, step_us=step,
+                program_us=sum(times) / len(times))
+
+
+def _short(sh: Shape, cfg: dict, sms: int) -> dict:
+    bm, bn = cfg["BM"], cfg["BN"]
+    programs = min(cfg.get("PROGRAMS", sms), sms)
+    tiles = sh.b * sh.hkv * -(-sh.g * sh.s // bm)
+    flops = 2 * bm * bn * sh.d
+    tile_us = (flops / SHORT_MMA_FLOPS[0] + flops / SHORT_MMA_FLOPS[1]) * 1e6 + SHORT_EXPOSED_US * sh.d / 128
+    us = SHORT_FILL_US + -(-tiles // programs) * tile_us
+    return dict(us=max(us, sh.bytes() / BANDWIDTH * 1e6), programs=min(tiles, programs), tiles=tiles)
+
+
+def prefill_config(d: int, s: int) -> dict:
+    """The flash kernel's tiling for head size d and sequence length s (an H200's shared memory; the wrapper
+    steps down where the target has less)."""
+    # D = 256 as D = 128 (H200, sweep_attention.py, 2026-12-01): B1 Hq8 Hkv4 S4096 0.638 -> 0.143 ms (1.15x cuDNN),
+    # B32 S512 0.449 -> 0.181 against the former BM=64 BN=32 (which was chosen when 128x64 spilled)
+    bm = 128 if s > 64 else 64
+    return dict(BM=bm, BN=64, WARPS=8 if bm == 128 else 4)
+
+
+def short_config(s: int, d: int) -> dict:
+    """The short kernel's tiling for s <= 128: one key block of 64 or 128 keys, 128 rows a tile, Q and K
+    streamed in slices of 64 of the head size (the TMA + wgmma main loop; ptxas: 168 registers, no spills at
+    D <= 128)."""
+    return dict(BM=128, BN=64 if s <= 64 else 128, BK=64, STAGES=2)
+
+
+def candidates(sh: Shape, sms: int = 132, arch: str = "sm_90a") -> list:
+    """(kernel, config) pairs that can take the shape on the target, each at the tiling it runs best at."""
+    out = [("flash", prefill_config(sh.d, sh.s))]
+    if sh.g > 1 and sh.d <= 128:
+        out.append(("gqa", dict(BM=128, BN=64, WARPS=8)))
+    if arch == "sm_90a" and sh.layout == "bhsd" and sh.s <= 128 and 64 <= sh.d <= 128 and sh.dtype != "f32":
+        out.append(("short", dict(short_config(sh.s, sh.d), PROGRAMS=sms)))
+    return out
+
+
+# the kernels the default choice may take: one joins once a sweep on the GPU has measured it winning where the
+# model says it wins. Measured (H200, sweep_attention.py at ccb34ea, /work/mail/attn/sweep_attn.log): short
+# 0.259 ms best at B128 S128 Hq32 Hkv8 (flash 0.205), 0.1005 at B64 S100 Hq28 Hkv4 (flash ~0.10); gqa slower than
+# flash at every shape timed (B16 S1000 Hq28: 0.536 vs 0.358; B2 S8192: 4.71 vs 4.21; B8 S2048 D64: 0.229 vs
+# 0.187). Neither is enabled.
+ENABLED = {"flash": True, "short": False, "gqa": False}
+
+
+def prefill_cost(kernel: str, cfg: dict, sh: Shape, sms: int = 132) -> dict:
+    """Predicted time (`us`) of one candidate and the quantities behind it."""
+    if kernel == "short":
+        return _short(sh, cfg, sms)
+    return _flash_like(sh, cfg, sms, packed=kernel == "gqa")
+
+
+def choose_prefill(sh: Shape, sms: int = 132, arch: str = "sm_90a") -> tuple:
+    """(kernel, config, cost) of the cheapest enabled candidate (memoized: see choose)."""
+    return choose(sh.b, sh.hq, sh.hkv, sh.s, sh.d, sh.causal, sh.layout, sh.dtype, sms, arch)
+
+
+@functools.lru_cache(maxsize=4096)
+def choose(b: int, hq: int, hkv: int, s: int, d: int, causal: bool, layout: str, dtype: str, sms: int,
+           arch: str) -> tuple:
+    """choose_prefill on plain values, memoized per shape (a call's host path pays one tuple hash, not the
+    model). The config returned is shared: copy it before changing it. After changing ENABLED or a constant,
+    call reset()."""
+    sh = Shape(b, hq, hkv, s, d, causal, layout, dtype)
+    scored = [(k, c, prefill_cost(k, c, sh, sms)) for k, c in candidates(sh, sms, arch) if ENABLED[k]]
+    return min(scored, key=lambda t: t[2]["us"])
+
+
+def reset() -> None:
+    """Forget the memoized choices (after changing ENABLED or the model's constants)."""
+    choose.cache_clear()
+
+
+def explain(sh: Shape, sms: int = 132, arch: str = "sm_90a") -> str:
+    """One line per candidate (the chosen one starred): predicted time and what it comes from."""
+    pick = choose_prefill(sh, sms, arch)
+    lines = []
+    for kernel, cfg in candidates(sh, sms, arch):
+        c = prefill_cost(kernel, cfg, sh, sms)
+        facts = "  ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in c.items() if k != "us")
+        lines.append(f"{'*' if (kernel, cfg) == pick[:2] else ' '} {kernel:<5} {cfg}  {c['us']:.1f} us  {facts}"
+                     + ("" if ENABLED[kernel] else "  (not enabled)"))
+    return "\n".join(lines)
