@@ -3,7 +3,8 @@
 # at most 8 files, and one cut short still returns what ran).
 #   OUT=out bash benchmarks/gpu_session17.sh probe        # baseline grid at this commit + a profile of the backend
 #   OUT=out bash benchmarks/gpu_session17.sh sweeps DIRS  # helpers' sweeps: DIR/benchmarks/sweep_*.py of each checkout
-#   OUT=out bash benchmarks/gpu_session17.sh tests        # every GPU test in 8 shards, compute-sanitizer, grid, eager
+#   OUT=out bash benchmarks/gpu_session17.sh tests        # every GPU test in 8 shards, the quick grid, eager costs
+#   OUT=out bash benchmarks/gpu_session17.sh bench        # the backend vs eager/Inductor, matmul.tile as shipped
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 LOG=${LOG:-$(mktemp -d)}; mkdir -p "$LOG"
@@ -33,10 +34,16 @@ case "${1:-}" in
   tests)
     SHARD_TIMEOUT=${SHARD_TIMEOUT:-200} OUT=$LOG bash benchmarks/gpu_tests_parallel.sh 8 "gpu and not slow" tests 2>&1 | tee "$LOG/gpu_tests.log"
     tar czf "$OUT/logs.tgz" -C "$LOG" .
-    t bench_shapes 280 python3 benchmarks/bench_shapes.py --grid quick --budget-s 250 --json "$LOG/bench_shapes.json"
+    t bench_shapes 230 python3 benchmarks/bench_shapes.py --grid quick --budget-s 200 --json "$LOG/bench_shapes.json"
     grep -A16 "^family" "$LOG/bench_shapes.log" | head -20
-    t bench_eager 90 python3 benchmarks/bench_eager.py --json "$LOG/bench_eager.json"
+    t bench_eager 80 python3 benchmarks/bench_eager.py --reps 100 --engine-reps 5 --json "$LOG/bench_eager.json"
     tail -30 "$LOG/bench_eager.log"
+    tar czf "$OUT/logs.tgz" -C "$LOG" . ;;
+  bench)  # the backend against eager and Inductor, then examples/matmul.tile as shipped
+    t bench_backend 270 python3 benchmarks/bench_backend.py --layers 2 --budget 50 --steps 16 --json "$LOG/backend.json"
+    tail -30 "$LOG/bench_backend.log"
+    t bench_auto_matmul 70 python3 benchmarks/bench_auto_matmul.py --json "$LOG/auto_matmul.json"
+    tail -16 "$LOG/bench_auto_matmul.log"
     tar czf "$OUT/logs.tgz" -C "$LOG" . ;;
   *) echo "usage: gpu_session17.sh probe|sweeps|tests" >&2; exit 2 ;;
 esac
