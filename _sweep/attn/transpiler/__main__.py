@@ -1,4 +1,0 @@
-"""Allow `python -m tilex ...`."""
-from tilex.cli import main
-
-main()
