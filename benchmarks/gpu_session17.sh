@@ -39,6 +39,12 @@ case "${1:-}" in
     t bench_eager 80 python3 benchmarks/bench_eager.py --reps 100 --engine-reps 5 --json "$LOG/bench_eager.json"
     tail -30 "$LOG/bench_eager.log"
     tar czf "$OUT/logs.tgz" -C "$LOG" . ;;
+  diag)  # which eager library call writes outside its outputs, then a short backend comparison
+    t diag_writes 120 python3 benchmarks/diag_eager_writes.py --reps 20
+    grep -E "WRITE|wrote" "$LOG/diag_writes.log"; tail -3 "$LOG/diag_writes.log"
+    t bench_backend 170 python3 benchmarks/bench_backend.py --layers 2 --budget 35 --steps 8 --only eager,inductor,tilex,tilex-cg --json "$LOG/backend.json"
+    tail -30 "$LOG/bench_backend.log"
+    tar czf "$OUT/logs.tgz" -C "$LOG" . ;;
   bench)  # the backend against eager and Inductor, then examples/matmul.tile as shipped
     t bench_backend 270 python3 benchmarks/bench_backend.py --layers 2 --budget 50 --steps 16 --json "$LOG/backend.json"
     tail -30 "$LOG/bench_backend.log"
