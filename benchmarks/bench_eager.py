@@ -104,9 +104,11 @@ def library_cases(torch, S):
     wqkv, bqkv = rnd(7168, 5120), rnd(7168)
     cases.append(("linear_qkv M=512 K=5120 q5120 kv1024", lambda: S.linear_qkv(xg, wqkv, 5120, 1024, bqkv),
                   lambda: F.linear(xg, wqkv, bqkv).split([5120, 1024, 1024], -1)))
+    # the lambdas bind their tensors as defaults: a name reused further down (the decode case's block `table`)
+    # would otherwise be what a case reads when it runs (it did: F.embedding on a block table, out of bounds)
     ids, table = torch.randint(0, 152064, (512,), device=dev, dtype=torch.int32), rnd(152064, 5120)
-    cases.append(("embedding 512 ids, V=152064 D=5120", lambda: S.embedding(ids, table),
-                  lambda: F.embedding(ids, table)))
+    cases.append(("embedding 512 ids, V=152064 D=5120", lambda ids=ids, table=table: S.embedding(ids, table),
+                  lambda ids=ids, table=table: F.embedding(ids, table)))
     kc1, vc1 = rnd(64, 16, 8, 128), rnd(64, 16, 8, 128)
     k1, v1 = rnd(512, 8, 128), rnd(512, 8, 128)
     slots = torch.arange(512, device=dev, dtype=torch.int32)
