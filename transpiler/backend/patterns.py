@@ -215,9 +215,14 @@ def _unrepeat_kv(k: Node):
     return node, chain
 
 
-def match_sdpa(node: Node):
-    """getitem(sdpa(q, k, v, ...), 0) with no dropout, equal q/k lengths and no mask, a causal flag
-    or a causal mask (checked on its value: a folded constant) -> attention_prefill(causal=True)."""
+# the optional arguments after (q, k, v) of each ATen SDPA variant, in order
+_SDPA_ARGS = {"cpu_flash": ["dropout_p", "is_causal"], "flash": ["dropout_p", "is_causal", "return_debug_mask"],
+              "efficient": ["attn_bias", "compute_log_sumexp", "dropout_p", "is_causal"],
+              "cudnn": ["attn_bias", "compute_log_sumexp", "dropout_p", "is_causal", "return_debug_mask"]}
+
+
+def _sdpa_call(node: Node):
+    """getitem(sdpa(q, k, v, ...), 0) -> (the sdpa node, q, k, v, its named parameters, the mask or None)."""
     if not (node.op == "call_function" and node.target is operator.getitem and node.args[1] == 0):
         return None
     sd = node.args[0]
@@ -225,12 +230,18 @@ def match_sdpa(node: Node):
         return None
     kind, _ = _SDPA[sd.target]
     q, k, v = sd.args[:3]
-    names = {"cpu_flash": ["dropout_p", "is_causal"], "flash": ["dropout_p", "is_causal", "return_debug_mask"],
-             "efficient": ["attn_bias", "compute_log_sumexp", "dropout_p", "is_causal"],
-             "cudnn": ["attn_bias", "compute_log_sumexp", "dropout_p", "is_causal", "return_debug_mask"]}[kind]
-    params = dict(zip(names, sd.args[3:]))
+    params = dict(zip(_SDPA_ARGS[kind], sd.args[3:]))
     params.update(sd.kwargs)
-    mask = params.get("attn_mask", params.get("attn_bias"))
+    return sd, q, k, v, params, params.get("attn_mask", params.get("attn_bias"))
+
+
+def match_sdpa(node: Node):
+    """getitem(sdpa(q, k, v, ...), 0) with no dropout, equal q/k lengths and no mask, a causal flag
+    or a causal mask (checked on its value: a folded constant) -> attention_prefill(causal=True)."""
+    got = _sdpa_call(node)
+    if got is None:
+        return None
+    sd, q, k, v, params, mask = got
     if params.get("dropout_p", 0.0) != 0.0 or params.get("return_debug_mask", False):
         return None
     qm, km = tensor_meta(q), tensor_meta(k)
@@ -276,19 +287,10 @@ def match_sdpa_masked(node: Node):
     """getitem(sdpa(q, k, v, attn_mask), 0) with no dropout and query length != key length (decode
     against a static KV cache): the generated masked attention (cachegen.py), k/v read through
     HF's repeat_kv as grouped-query heads. The mask is read as data (any mask: padding, causal)."""
-    if not (node.op == "call_function" and node.target is operator.getitem and node.args[1] == 0):
+    got = _sdpa_call(node)
+    if got is None:
         return None
-    sd = node.args[0]
-    if not _is(sd, *_SDPA):
-        return None
-    kind, _ = _SDPA[sd.target]
-    q, k, v = sd.args[:3]
-    names = {"cpu_flash": ["dropout_p", "is_causal"], "flash": ["dropout_p", "is_causal", "return_debug_mask"],
-             "efficient": ["attn_bias", "compute_log_sumexp", "dropout_p", "is_causal"],
-             "cudnn": ["attn_bias", "compute_log_sumexp", "dropout_p", "is_causal", "return_debug_mask"]}[kind]
-    params = dict(zip(names, sd.args[3:]))
-    params.update(sd.kwargs)
-    mask = params.get("attn_mask", params.get("attn_bias"))
+    sd, q, k, v, params, mask = got
     if mask is None or params.get("dropout_p", 0.0) != 0.0 or params.get("return_debug_mask", False) or \
             params.get("is_causal", False):
         return None
