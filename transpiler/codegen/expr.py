@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .. import ast as A
 from ..builtins import CUDA_MATH, FUNCTIONS
+from ..diagnostics import CompileError
 from ..exprs import unparse
 from ..layout import Layout, flat_index
 from ..passes.infer_dtypes import operand_dtype
@@ -92,7 +93,9 @@ class ExprEmitter:
             return f"tilex_wadd<{reg(e.ty.dtype)}>({self.scalar(e.base.args[0])}, {want.coord(axis)})"
         if isinstance(e, (A.Index, A.Attr)):  # views of a tile: t[:, None], t.T
             base = e.base if isinstance(e, A.Index) else e.obj
-            arr, _ = self.materialize(base)
+            arr, have = self.materialize(base)
+            if isinstance(e, A.Index) and isinstance(base, A.Name):
+                _check_view_layout(e, base, have)
             return self.read_array(arr, e.ty.layout, want, e.ty.dtype)
         if isinstance(e, A.BinOp) and e.op is B.MATMUL:
             name = self.products.matmul(e)
@@ -240,3 +243,21 @@ def accumulated_product(e: A.Expr):
                 and c.ty.shape == e.ty.shape and c.ty.dtype is DType.F32):
             return p, c
     return None
+
+
+def _check_view_layout(e: A.Index, base: A.Name, have: Layout) -> None:
+    """`base[:, None]`-style views are read through the layout the planner annotated; the array codegen holds
+    must be in that layout (expanded by the new axes), or the reads index the wrong registers (found at BK=32
+    in attention_prefill_short.tile: a row sum of an mma.sync product read at a wgmma product's slots, past its
+    4 registers: NaN on the GPU). Until the planner converts such a view, it is a compile-time error."""
+    actual = have
+    for axis, item in enumerate(e.items):
+        if isinstance(item, A.NewAxis):
+            actual = actual.expand(axis)
+    if actual != e.ty.layout and not (actual.shape == e.ty.layout.shape and actual.compatible(e.ty.layout)
+                                      and actual.slots == e.ty.layout.slots):
+        raise CompileError(
+            f"not supported yet: '{unparse(e)}' is read in a register layout that '{base.id}' does not have ("
+            f"'{base.id}' comes from a value laid out for another product or reduction than this use); compute "
+            f"it from a value of the same product as its use, or keep both products on the same main loop",
+            e.span)
