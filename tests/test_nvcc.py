@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tilex.diagnostics import CompileError
 from tilex.pipeline import Options
 from tilex.translate import translate
 
@@ -199,6 +200,12 @@ def _assert_ok(proc: subprocess.CompletedProcess, out: Path, what: str):
 @pytest.mark.parametrize("arch", list(ARCHS))
 @pytest.mark.parametrize("path", SOURCES, ids=_id)
 def test_kernel_compiles(builds, path, arch):
+    if path.stem == "attention_prefill_short" and arch != "sm_90a":
+        # without wgmma its scores run on mma.sync, whose row sums do not have the layout P @ V's result reads
+        # them in: refused at compile time (tests/test_view_layout.py) instead of reading past their registers
+        with pytest.raises(CompileError, match=r"not supported yet: 'l\[:, None\]' is read in a register layout"):
+            builds.result((_id(path), arch))
+        return
     proc, d = builds.result((_id(path), arch))
     _assert_ok(proc, d / "k.cubin", f"{_id(path)} for {arch}")
 
