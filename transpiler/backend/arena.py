@@ -4,10 +4,12 @@
 Each call, `begin(args)` allocates the arena (one uint8 tensor on the inputs' device, from torch's
 allocator, released when the call ends) and returns a `CallArena` that hands out each planned
 value's bytes: `tensor(node, shape, dtype)` for the executor's own outputs (generated kernels), and
-`providing(node)` around a library call, during which the first output `tilex.stdlib` allocates
-with the planned bytes and dtype is that view (the stdlib's `_launch.OUTPUT` hook). `check(node,
-value)` after each step refuses (a RuntimeError, never silent corruption) a value that lies in
-the arena where the plan did not put it.
+`providing(nodes)` around a library call, during which each output `tilex.stdlib` allocates with
+the planned bytes and dtype of one of the call's output nodes is that node's view (the stdlib's
+`_launch.OUTPUT` hook; a kernel with several outputs has them planned with one lifetime, so which
+of equal-sized regions each gets does not matter). `check(nodes, values)` after each step refuses
+(a RuntimeError, never silent corruption) a value that lies in the arena where the plan did not
+put it.
 """
 from __future__ import annotations
 

@@ -89,10 +89,11 @@ def _pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def rows_view(t: torch.Tensor, rank: int):
-    """(t's storage as [rows, last dim] rows, each leading dim's stride in rows: 0 where it
-    broadcasts), or None when t's last dim is not contiguous or a stride is not whole rows."""
-    width = int(t.shape[-1])
+def rows_view(t: torch.Tensor, rank: int, width: int | None = None):
+    """(t's storage as [rows, width] rows (width: the last dim's size unless given, 1 for a value broadcast along
+    it), each leading dim's stride in rows: 0 where it broadcasts), or None when t's last dim is not contiguous
+    or a stride is not whole rows. Also the generated kernels' gathered operands (program._run_generated)."""
+    width = int(t.shape[-1]) if width is None else width
     shape = [1] * (rank - t.dim()) + list(t.shape)
     stride = [0] * (rank - t.dim()) + list(t.stride())
     if width > 1 and stride[-1] != 1:

@@ -13,6 +13,7 @@ memory (the lifetime plan; docs/backend.md).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -24,6 +25,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 
 from . import kernels, memory
+from .cachegen import rows_view
 from .fusion import absorbed_nodes, group_nodes, member_inputs, tensor_meta
 from .patterns import Match, find_matches, is_inplace_copy_back
 from .tilegen import GeneratedKernel, generate, tile_config
@@ -311,10 +313,8 @@ class Program:
                 step.fallbacks += 1
                 env[node] = _eager_match(m, env)
                 return
-            if arena is not None:  # outputs of the planned sizes land in the arena (several: in any order)
-                with arena.providing((node, *m.extra)):
-                    out = m.call(*vals) if m.native else kernels.call_library(m.call, *vals)
-            else:
+            # outputs of the planned sizes land in the arena (a kernel with several: in any order)
+            with arena.providing((node, *m.extra)) if arena is not None else contextlib.nullcontext():
                 out = m.call(*vals) if m.native else kernels.call_library(m.call, *vals)
             outs = (out,)
             if m.extra:  # a kernel with more outputs: (root, *extra)
@@ -354,25 +354,6 @@ def _eager_match(m: Match, env: dict):
     return local[m.root]
 
 
-def _strided_rows(t: torch.Tensor, rank: int, width: int):
-    """(t's storage as [rows, width] rows, the row stride of each leading dim), or None when t's
-    last dim is not contiguous or a leading stride is not a whole number of rows."""
-    s = [1] * (rank - t.dim()) + list(t.shape)
-    st = [0] * (rank - t.dim()) + list(t.stride())
-    if width > 1 and st[-1] != 1:
-        return None
-    rs = []
-    for j in range(rank - 1):
-        if s[j] == 1:
-            rs.append(0)
-        elif st[j] % width:
-            return None
-        else:
-            rs.append(st[j] // width)
-    rows = 1 + sum((s[j] - 1) * rs[j] for j in range(rank - 1))
-    return t.as_strided((rows, width), (width, 1)), rs
-
-
 def _run_generated(k: GeneratedKernel, env: dict, launched: set | None = None, arena=None) -> int:
     """Launch a generated kernel; the number of inputs it had to copy (a layout it cannot read)."""
     ins = [env[op.node] for op in k.inputs]
@@ -389,10 +370,10 @@ def _run_generated(k: GeneratedKernel, env: dict, launched: set | None = None, a
         if op.last == "1":
             width = 1
         if op.rows == "gather":
-            got = _strided_rows(t, k.rank, width)
+            got = rows_view(t, k.rank, width)
             if got is None:
                 copies += 1
-                got = _strided_rows(t.contiguous(), k.rank, width)
+                got = rows_view(t.contiguous(), k.rank, width)
             view, rs = got
             arrays.append(view)
             for j, r in enumerate(rs):
