@@ -93,7 +93,7 @@ def test_examples_compile_for_both_archs(path, arch):
 
 
 def test_pass_names():
-    assert PASS_NAMES == ["parse", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "choose_threads",
+    assert PASS_NAMES == ["parse", "inline_functions", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "choose_threads",
                           "infer_memory", "plan_barriers"]
 
 

@@ -343,11 +343,64 @@ class Kernel:
     info: Any = None  # infer_memory result (tilex.passes.infer_memory.KernelMemory)
 
 
+# ---------------------------------------------------------------- functions and imports
+# `fn` helpers and the statements only they use; passes/inline_functions.py inlines every call, so none of
+# these reaches the passes after it.
+@dataclass(frozen=True)
+class Return(Stmt):
+    """`return a, b`: the last statement of a fn's body."""
+
+    values: tuple[Expr, ...]
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class MultiAssign(Stmt):
+    """`a, b = f(...)`: the results of a fn call bound to names."""
+
+    names: tuple[str, ...]
+    value: Expr
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class CallStmt(Stmt):
+    """`f(...)` as a statement: a fn called for its stores."""
+
+    call: Expr
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Function:
+    """`fn name<CPARAMS>(params) { ... }`: a helper inlined at each call; its parameters take the dtype and
+    shape of each call's arguments (they carry no types)."""
+
+    name: str
+    cparams: tuple[CParam, ...]
+    params: tuple[str, ...]
+    body: Block
+    span: Span = NO_SPAN
+    param_spans: tuple[Span, ...] = ()
+
+
+@dataclass(frozen=True)
+class Import:
+    """`import "f.tile"` (names None: every fn of the file) or `from "f.tile" import a, b`."""
+
+    path: str
+    names: tuple[str, ...] | None
+    span: Span = NO_SPAN
+    name_spans: tuple[Span, ...] = ()
+
+
 @dataclass(frozen=True)
 class Program:
     kernels: tuple[Kernel, ...]
     file: str = "<string>"
     source: str = field(default="", repr=False)
+    functions: tuple[Function, ...] = ()  # until inline_functions
+    imports: tuple[Import, ...] = ()
 
     def kernel(self, name: str) -> Kernel:
         for k in self.kernels:

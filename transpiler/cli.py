@@ -207,7 +207,7 @@ def translate(
              "else to stdout after the kernel source."),
     dump_after: Optional[str] = typer.Option(
         None, "--dump-after", metavar="PASS",
-        help="Instead of CUDA, print the IR after PASS (one of: parse, resolve_names, infer_dtypes, "
+        help="Instead of CUDA, print the IR after PASS (one of: parse, inline_functions, resolve_names, infer_dtypes, "
              "infer_shapes, check_constraints, plan_matmul, choose_threads, infer_memory), with every expression's type; "
              "to OUT with -o."),
 ) -> None:

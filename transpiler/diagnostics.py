@@ -18,6 +18,8 @@ class Span:
     col: int
     end_line: int
     end_col: int
+    # code inlined from a fn: the calls it was inlined at, innermost first (each as (fn name, call span))
+    called_from: tuple = ()
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.col}"
@@ -69,7 +71,25 @@ class CacheError(TilexError):
     """A kernel cache entry that cannot be used (the runtime rebuilds it)."""
 
 
+# the text of every imported .tile file read by this process (tilex.imports), by file name: an error inside
+# an inlined fn points into that file, whose text the error's `source` (the importing program's) is not
+_IMPORTED: dict[str, str] = {}
+
+
+def remember_source(file: str, text: str) -> None:
+    """Record an imported file's text for rendering errors that point into it."""
+    _IMPORTED[file] = text
+
+
+def call_notes(span: Span) -> tuple[str, ...]:
+    """One note per call a span's code was inlined at: `in fn 'f', inlined at FILE:LINE:COL`."""
+    return tuple(f"in fn '{name}', inlined at {site}" for name, site in span.called_from)
+
+
 def render(message: str, span: Span, source: str | None, notes: tuple[str, ...] = (), level: str = "error") -> str:
+    notes = tuple(notes) + call_notes(span)
+    if span.file in _IMPORTED and span.line >= 1:
+        source = _IMPORTED[span.file]
     if span.line < 1:  # a whole-file or command-line problem
         return "\n".join([f"{span.file}: {level}: {message}"] + [f"  note: {n}" for n in notes])
     head = f"{span.file}:{span.line}:{span.col}: {level}: {message}"

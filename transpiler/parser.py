@@ -36,6 +36,7 @@ _TOKEN_WORDS = {
     "MINUS": "'-'", "PLUS": "'+'", "OUT": "'out'", "TRUE": "True", "FALSE": "False",
     "GRID": "'grid'", "WHERE": "'where'", "KERNEL": "'kernel'", "FOR": "'for'", "IN": "'in'",
     "IF": "'if'", "ELSE": "'else'", "ELIF": "'elif'", "$END": "end of file",
+    "FN": "'fn'", "RETURN": "'return'", "IMPORT": "'import'", "FROM": "'from'", "STRING": "a quoted file name",
 }
 
 
@@ -160,7 +161,54 @@ class _ToAst(Transformer):
 
     # ---- top level
     def start(self, items):
-        return A.Program(tuple(items), self.file, self.source)
+        kernels = tuple(i for i in items if isinstance(i, A.Kernel))
+        functions = tuple(i for i in items if isinstance(i, A.Function))
+        imports = tuple(i for i in items if isinstance(i, A.Import))
+        return A.Program(kernels, self.file, self.source, functions, imports)
+
+    # ---- fn helpers and imports
+    @v_args(meta=True)
+    def fn_def(self, meta, ch):
+        cparams, params = (), ()
+        for c in ch[1:-1]:
+            if isinstance(c, tuple) and c and c[0] == "cparams":
+                cparams = c[1]
+            elif isinstance(c, tuple) and c and c[0] == "fn_params":
+                params = c[1]
+        return A.Function(str(ch[0]), cparams, tuple(n for n, _ in params), ch[-1], self._span(meta),
+                          tuple(sp for _, sp in params))
+
+    def fn_params(self, ch):
+        return ("fn_params", tuple(ch))
+
+    @v_args(meta=True)
+    def fn_param(self, meta, ch):
+        if len(ch) > 1 and ch[1] is not None:
+            raise CompileError(f"fn parameter '{ch[0]}' has a type: fn parameters take none", ch[1].span,
+                               ("a fn is inlined at each call and takes the dtype and shape of the argument; "
+                                f"write `{ch[0]}`",), self.source)
+        return (str(ch[0]), self._tspan(ch[0]))
+
+    @v_args(meta=True)
+    def import_all(self, meta, ch):
+        return A.Import(str(ch[0])[1:-1], None, self._span(meta))
+
+    @v_args(meta=True)
+    def import_from(self, meta, ch):
+        return A.Import(str(ch[0])[1:-1], tuple(str(t) for t in ch[1:]), self._span(meta),
+                        tuple(self._tspan(t) for t in ch[1:]))
+
+    @v_args(meta=True)
+    def return_stmt(self, meta, ch):
+        return A.Return(tuple(ch), self._span(meta))
+
+    @v_args(meta=True)
+    def multi_assign(self, meta, ch):
+        return A.MultiAssign(tuple(str(t) for t in ch[:-1]), ch[-1], self._span(meta))
+
+    @v_args(meta=True)
+    def call_stmt(self, meta, ch):
+        return A.CallStmt(self.call(meta, ch), self._span(meta))
 
     @v_args(meta=True)
     def kernel(self, meta, ch):

@@ -18,6 +18,7 @@ from .passes.choose_threads import choose_threads
 from .passes.infer_dtypes import infer_dtypes
 from .passes.infer_memory import infer_memory
 from .passes.infer_shapes import infer_shapes
+from .passes.inline_functions import inline_functions
 from .passes.plan_barriers import plan_barriers
 from .passes.plan_matmul import plan_matmul
 from .passes.resolve_names import resolve_names
@@ -53,6 +54,7 @@ class Options:
 SMEM_POLICY = (fewer_stream_stages, no_register_streams, shallower_ring)
 
 PASSES: list[tuple[str, Callable]] = [
+    ("inline_functions", lambda p, o: inline_functions(p)),
     ("resolve_names", lambda p, o: resolve_names(p, o.defines, {k: dict(v) for k, v in o.auto})),
     ("infer_dtypes", lambda p, o: infer_dtypes(p, o.target)),
     ("infer_shapes", lambda p, o: infer_shapes(p)),
@@ -78,7 +80,7 @@ def compile_program(source: str, file: str = "<string>", options: Options | None
             if options.kernel not in names:
                 raise CompileError(f"no kernel named '{options.kernel}' in {file} (it has: {', '.join(names) or 'none'})",
                                    Span(file, 0, 0, 0, 0))
-            program = A.Program(tuple(k for k in program.kernels if k.name == options.kernel), program.file, program.source)
+            program = replace(program, kernels=tuple(k for k in program.kernels if k.name == options.kernel))
         _check_defines(program, options)
         if stop_after == "parse":
             return program
@@ -114,7 +116,7 @@ def _assume(program: A.Program, facts: tuple) -> A.Program:
         extra = tuple(A.BinOp(A.BinOpKind.EQ, A.BinOp(A.BinOpKind.MOD, A.Name(sym, span), A.IntLit(int(d), span), span),
                               A.IntLit(0, span), span) for sym, d in facts if sym in dims)
         kernels.append(replace(k, where=k.where + extra) if extra else k)
-    return A.Program(tuple(kernels), program.file, program.source)
+    return replace(program, kernels=tuple(kernels))
 
 
 def _choose_auto(program: A.Program, options: Options) -> Options:

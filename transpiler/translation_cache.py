@@ -4,7 +4,8 @@ A process that loads a kernel another process already translated unpickles it (a
 instead of parsing and running the passes again (0.1-1 s a kernel): the warm start of the
 torch.compile backend and of the stdlib. Entries live in `<cache dir>/kernels/` in
 tilex.runtime.cache's checksummed format, keyed by the source text, its file name, the options
-(defines, arch, kernel, assumed facts) and a hash of the compiler itself (every .py, .lark, .j2
+(defines, arch, kernel, assumed facts), the names and texts of the files it imports (tilex.imports) and a
+hash of the compiler itself (every .py, .lark, .j2
 and .cuh file of the installed tilex), so a changed compiler never reuses an old translation.
 `TILEX_TRANSLATION_CACHE=0` turns it off. The cache directory is trusted like the cubins in it
 (an entry is a pickle).
@@ -52,6 +53,7 @@ def translate(source: str, file: str, options) -> tuple:
     if not enabled():
         STATS["translated"] += 1
         return do_translate(source, file, options), True
+    from .imports import import_digest
     from .runtime.cache import get_or_build
 
     built = []
@@ -64,7 +66,7 @@ def translate(source: str, file: str, options) -> tuple:
         except (pickle.PicklingError, TypeError, AttributeError) as e:
             raise _NotPicklable from e
 
-    key = ("translation", source, file, options.key(), compiler_hash())
+    key = ("translation", source, file, options.key(), compiler_hash(), import_digest(source, file))
     try:
         t = pickle.loads(get_or_build(key, build, kernels_dir()))
     except _NotPicklable:

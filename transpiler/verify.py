@@ -10,8 +10,11 @@ from . import ast as A
 from .passes.base import Walker
 from .types import TyWhat
 
-_ORDER = ["parse", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "choose_threads",
+_ORDER = ["parse", "inline_functions", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "choose_threads",
           "infer_memory", "plan_barriers"]
+
+
+_RESOLVED = _ORDER.index("resolve_names")  # then infer_dtypes, infer_shapes
 
 
 class IRInvariantError(AssertionError):
@@ -38,19 +41,25 @@ class _Check(Walker):
     def _expr(self, e: A.Expr):
         if isinstance(e, (A.Slice, A.NewAxis)):
             return
-        if self.stage >= 1 and isinstance(e, A.Name) and e.kind is A.NameKind.UNRESOLVED:
+        if self.stage >= _RESOLVED and isinstance(e, A.Name) and e.kind is A.NameKind.UNRESOLVED:
             self._bad(e, "is unresolved")
-        if self.stage >= 2 and (e.ty is None or e.ty.dtype is None):
+        if self.stage >= _RESOLVED + 1 and (e.ty is None or e.ty.dtype is None):
             self._bad(e, "has no dtype")
-        if self.stage >= 3 and e.ty.what in (TyWhat.VALUE, TyWhat.TENSOR, TyWhat.TYPE) and e.ty.shape is None:
+        if self.stage >= _RESOLVED + 2 and e.ty.what in (TyWhat.VALUE, TyWhat.TENSOR, TyWhat.TYPE) and e.ty.shape is None:
             self._bad(e, "has no shape")
-        if self.stage >= 3 and e.ty.what == TyWhat.VALUE and not all(isinstance(d, int) for d in e.ty.shape):
+        if self.stage >= _RESOLVED + 2 and e.ty.what == TyWhat.VALUE and not all(isinstance(d, int) for d in e.ty.shape):
             self._bad(e, f"has a non-static shape {e.ty.shape}")
         if self.stage >= _ORDER.index("infer_memory") and e.ty.what == TyWhat.VALUE:
             if e.ty.space is None:
                 self._bad(e, "has no memory space")
             if e.ty.shape and e.ty.layout is None:
                 self._bad(e, "is a tile without a layout")
+
+    def on_Return(self, s):  # and the other statements only a fn has
+        if self.stage >= 1:
+            self._bad(s, "is a fn statement left after inline_functions")
+
+    on_MultiAssign = on_CallStmt = on_Return
 
     def __getattr__(self, name):
         if name.startswith("on_"):

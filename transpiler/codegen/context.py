@@ -23,6 +23,11 @@ class KernelFacts:
         self.smem = f"(tilex_smem + {base})" if base else "tilex_smem"  # scratch space of one op at a time
         self.swizzled = frozenset(getattr(k.info, "swizzled", ()) or ())  # resident tiles in 128-byte swizzled rows
 
+    def at(self, span) -> str:
+        """`file:line` of a statement for the emitted comments: code inlined from a fn names the fn's file."""
+        file = span.file.replace("\\", "/").rsplit("/", 1)[-1] if span.called_from else self.file
+        return f"{file}:{span.line}"
+
     def stride(self, name: str, axis: int) -> str | None:
         p = self.tensors[name]
         return None if axis == len(p.type.dims) - 1 else f"tx_{name}_s{axis}"

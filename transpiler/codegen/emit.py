@@ -111,7 +111,7 @@ class Emitter:
                 self.stmt(s)
 
     def stmt(self, s: A.Stmt) -> None:
-        self.out.emit(f"// {self.facts.file}:{s.span.line}  {unparse_stmt(s)}")
+        self.out.emit(f"// {self.facts.at(s.span)}  {unparse_stmt(s)}")
         getattr(self, "stmt_" + type(s).__name__)(s)
 
     def stmt_Assign(self, s: A.Assign) -> None:

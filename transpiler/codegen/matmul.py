@@ -227,5 +227,5 @@ class MainLoopEmitter:
                 if st is not inner:
                     self.stmt(st)
                     continue
-                out.emit(f"// {self.facts.file}:{st.span.line}  {unparse_stmt(st).splitlines()[0]}")
+                out.emit(f"// {self.facts.at(st.span)}  {unparse_stmt(st).splitlines()[0]}")
                 out.text(parts.consumer_tile(c), strip=False)

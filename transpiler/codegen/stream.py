@@ -111,10 +111,10 @@ class StreamEmitter:
                 if isinstance(st, A.Assign) and st.name in tiles:
                     t = tiles[st.name]
                     if t.regs:
-                        out.emit(f"// {self.facts.file}:{st.span.line}  {unparse_stmt(st)}  (streamed above; into registers)")
+                        out.emit(f"// {self.facts.at(st.span)}  {unparse_stmt(st)}  (streamed above; into registers)")
                         self.stream_read(st, t, self.scope.streaming[st.name][0])
                     else:
-                        out.emit(f"// {self.facts.file}:{st.span.line}  {unparse_stmt(st)}  (streamed above)")
+                        out.emit(f"// {self.facts.at(st.span)}  {unparse_stmt(st)}  (streamed above)")
                     continue
                 self.stmt(st)
 
