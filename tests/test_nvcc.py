@@ -117,6 +117,29 @@ kernel f<WARPS: int = 8>(a: f16[M, K], b: f16[K, N], c: out f32[M, N])
     c[m : m + 64, n : n + 64] = acc
 }
 """,
+    "fn_helpers": """
+from "helpers.tile" import group_tile, rotate_lo, rotate_hi
+fn stats<B: int>(t) {
+    s = sum(t, axis = 1)
+    return s, max(t, axis = 1) - s / B
+}
+fn put(dst, m, n, v) {
+    dst[m : m + 64, n : n + 64] = v
+}
+kernel f(x: f32[M, N], y: out f32[M, N], r: out f32[M])
+    grid (cdiv(M, 64) * cdiv(N, 64),)
+{
+    tiles_m = cdiv(M, 64)
+    width = 4 * cdiv(N, 64)
+    m, n = group_tile(program_id(0), tiles_m, width, GROUP=4, BM=64, BN=64)
+    t = x[m : m + 64, n : n + 64]
+    c = cos(t)
+    s = sin(t)
+    put(y, m, n, rotate_lo(t, t * 2.0, c, s) + rotate_hi(t, -t, c, s))
+    total, spread = stats(t, B=64)
+    r[m : m + 64] = total + spread
+}
+""",
 }
 FP8 = """
 kernel f(a: f8e4m3[N], c: out f32[N], d: out f8e4m3[N])

@@ -50,7 +50,7 @@ def _locate(imp: A.Import, importer: str) -> str:
         if os.path.isfile(path):
             return path
     raise CompileError(f'cannot import "{imp.path}": no such file', imp.span,
-                       (f"looked for {tried[0]} (next to the importing file) and {tried[1]} (the library)",))
+                       (f"looked for {tried[0]} (next to the importing file) and in the library's stdlib_kernels/",))
 
 
 def _load(imp: A.Import, importer: str) -> tuple[str, str]:

@@ -202,6 +202,23 @@ def _plain(span: Span) -> Span:
     return replace(span, called_from=()) if span.called_from else span
 
 
+class _FnFacts:
+    """What inlining reads of a fn at every call: its statements and results, the names it binds, the names
+    it has at all (renamed names avoid them), the parameters an argument may be substituted for."""
+
+    def __init__(self, h: Helper):
+        f = h.fn
+        body = f.body.stmts
+        ret = body[-1] if body and isinstance(body[-1], A.Return) else None
+        self.values = ret.values if ret else ()
+        self.stmts = body[:-1] if ret else body
+        self.assigned = tuple(dict.fromkeys(_assigned(body)))
+        self.top = {s.name for s in self.stmts if isinstance(s, A.Assign)} - set(f.params)  # bound at the top level
+        self.own = set(self.assigned) | set(f.params) | {cp.name for cp in f.cparams} | names_in(f.body)
+        stores = _has_store(f.body, h.scope)
+        self.single_use = set() if stores else {p for p in f.params if _uses(f.body, p) in ((0, False), (1, False))}
+
+
 class _Instantiate:
     """A helper's body with names substituted or renamed and every span marked with the call site."""
 
@@ -243,6 +260,8 @@ class _Inliner:
         self.taken = _kernel_names(k) if scope else set()
         self.consts = {c.name for c in k.cparams}
         self.exprs = bool(scope)  # without fns only the fn statements need a look (resolve_names does the rest)
+        self.suffix: dict[str, int] = {}  # the last suffix given to a renamed name
+        self.facts: dict[int, _FnFacts] = {}  # per fn of this run (id of a live Function)
 
     def kernel(self) -> A.Kernel:
         k = self.k
@@ -265,6 +284,11 @@ class _Inliner:
 
     def stmt(self, s: A.Stmt, scope) -> list[A.Stmt]:
         pre: list[A.Stmt] = []
+        if isinstance(s, A.Assign) and s.op is None and self.exprs and isinstance(s.value, A.Call) and \
+                s.value.func in scope:  # `a = f(...)`: as `a, = f(...)`
+            self._known(s.value, scope)
+            values = self.call(self._children(s.value, scope, pre), scope[s.value.func], scope, pre, 1, (s.name,))
+            return pre + _assigns((s.name,), values, s.span)
         if isinstance(s, A.Assign):
             v = self.expr(s.value, scope, pre)
             return pre + [s if v is s.value else replace(s, value=v)]
@@ -288,8 +312,8 @@ class _Inliner:
             h = self._helper(s.value, scope)
             if h is None:
                 raise CompileError("only the results of a fn call can be unpacked: `a, b = f(...)`", s.value.span)
-            values = self.call(self._children(s.value, scope, pre), h, scope, pre, len(s.names))
-            return pre + [A.Assign(n, v, s.span) for n, v in zip(s.names, values)]
+            values = self.call(self._children(s.value, scope, pre), h, scope, pre, len(s.names), s.names)
+            return pre + _assigns(s.names, values, s.span)
         if isinstance(s, A.CallStmt):
             h = self._helper(s.call, scope)
             if h is None:
@@ -348,11 +372,19 @@ class _Inliner:
         if name not in self.taken:
             self.taken.add(name)
             return name
-        i = 1
+        i = self.suffix.get(name, 0) + 1
         while f"{name}_{i}" in self.taken or f"{name}_{i}" in avoid:
             i += 1
+        self.suffix[name] = i
         self.taken.add(f"{name}_{i}")
         return f"{name}_{i}"
+
+    def _facts(self, h: Helper) -> "_FnFacts":
+        f = self.facts.get(id(h.fn))
+        if f is None:
+            _check_helper(h)
+            f = self.facts[id(h.fn)] = _FnFacts(h)
+        return f
 
     def _bind(self, c: A.Call, f: A.Function) -> dict[str, A.Expr]:
         """Parameter name -> argument, for the call `c` (CompileErrors for a wrong count or keyword)."""
@@ -387,36 +419,41 @@ class _Inliner:
                                        ("give a literal or a compile-time parameter of the kernel",))
         return bound
 
-    def call(self, c: A.Call, h: Helper, scope, pre: list, want: int | None) -> tuple[A.Expr, ...]:
-        """The results of fn call `c` (its arguments already inlined); its statements appended to `pre`."""
+    def call(self, c: A.Call, h: Helper, scope, pre: list, want: int | None,
+             targets: tuple[str, ...] = ()) -> tuple[A.Expr, ...]:
+        """The results of fn call `c` (its arguments already inlined); its statements appended to `pre`.
+
+        `targets`: the names the results are assigned to (`a, b = f(...)`, `a = f(...)`). A result that is a
+        local the fn binds at its top level is computed under its target's name when nothing the call reads
+        uses that name (no copy `a = acc_1` after the body)."""
         f = h.fn
-        _check_helper(h)
+        facts = self._facts(h)
         bound = self._bind(c, f)
-        body = f.body.stmts
-        ret = body[-1] if body and isinstance(body[-1], A.Return) else None
-        values = ret.values if ret else ()
+        values = facts.values
         if want is not None and len(values) != want:
             raise CompileError(f"fn '{f.name}' returns {len(values)} value{'s' * (len(values) != 1)}, "
                                f"{want} expected here", c.span)
-        stmts = body[:-1] if ret else body
-        own = set(_assigned(body)) | set(f.params) | {cp.name for cp in f.cparams} | names_in(f.body)
-        assigned = set(_assigned(body))
         site = ((f.name, _plain(c.span)),) + c.span.called_from
         subst: dict[str, A.Expr] = {cp.name: bound[cp.name] for cp in f.cparams}
         rename: dict[str, str] = {}
         copies: list[A.Stmt] = []
-        stores = _has_store(f.body, h.scope)
         for p in f.params:
             a = bound[p]
-            count, in_loop = _uses(f.body, p)
-            if p not in assigned and (_is_atom(a) or (count <= 1 and not in_loop and not stores)):
+            if p not in facts.assigned and (_is_atom(a) or p in facts.single_use):
                 subst[p] = a
             else:
-                rename[p] = self._fresh(p, own)
+                rename[p] = self._fresh(p, facts.own)
                 copies.append(A.Assign(rename[p], a, a.span))
-        for name in dict.fromkeys(_assigned(body)):
+        read = names_in(tuple(bound.values()))
+        for t, v in zip(targets, values):
+            if isinstance(v, A.Name) and v.id in facts.top and v.id not in rename and targets.count(t) == 1 and \
+                    t not in read and (t == v.id or t not in facts.own):
+                rename[v.id] = t
+                self.taken.add(t)
+        for name in facts.assigned:
             if name not in rename:
-                rename[name] = self._fresh(name, own)
+                rename[name] = self._fresh(name, facts.own)
+        stmts = facts.stmts
         inst = _Instantiate(subst, rename, site)
         new_stmts = [inst.node(s) for s in stmts]
         new_values = tuple(inst.node(v) for v in values)
@@ -424,6 +461,11 @@ class _Inliner:
         block = self.block(A.Block(tuple(new_stmts), inst.span(f.body.span)), h.scope)
         pre.extend(block.stmts)
         return tuple(self.expr(v, h.scope, pre) for v in new_values)
+
+
+def _assigns(names, values, span) -> list[A.Stmt]:
+    """`name = value` for each pair, but none for a result already computed under its name."""
+    return [A.Assign(n, v, span) for n, v in zip(names, values) if not (isinstance(v, A.Name) and v.id == n)]
 
 
 def _literal(value, span: Span) -> A.Expr:
