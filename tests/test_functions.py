@@ -402,3 +402,45 @@ def test_long_and_deep_programs_with_fns_compile_and_interpret(make, n, want):
     tilex.compile(src).interp("k", x, y)
     np.testing.assert_allclose(y, want(x.astype(np.float64), n), rtol=1e-4 * max(1, n / 100), atol=1e-2)
     assert t.cuda and sys.getrecursionlimit() == limit
+
+
+COALESCE = """
+fn total(v) {
+    acc = zeros(f32[64])
+    for i in range(0, 4) {
+        acc += v
+    }
+    return acc
+}
+kernel k(x: f32[N], y: out f32[N], z: out f32[N])
+    grid (1,)
+{
+    a = x[0 : 64]
+    s = total(a)
+    a = total(a)
+    y[0 : 64] = s
+    z[0 : 64] = a
+}
+"""
+
+
+def test_a_result_is_computed_under_its_targets_name_unless_the_call_reads_it():
+    heads = [line.splitlines()[0] for line in _body(COALESCE)]
+    assert heads == ["a = x[0 : 64]", "s = zeros(f32[64])", "for i in range(0, 4, 1)",
+                     "acc = zeros(f32[64])", "for i_1 in range(0, 4, 1)", "a = acc",
+                     "y[0 : 64] = s", "z[0 : 64] = a"], heads
+    x = RNG.standard_normal(64).astype(np.float32)
+    y, z = np.empty_like(x), np.empty_like(x)
+    tilex.compile(COALESCE).interp("k", x, y, z)
+    np.testing.assert_allclose(y, 4.0 * x.astype(np.float64), rtol=1e-6)
+    np.testing.assert_allclose(z, 4.0 * x.astype(np.float64), rtol=1e-6)
+
+
+def test_every_library_kernel_compiles_with_the_shared_helpers_for_each_dtype():
+    from tilex.stdlib._launch import source
+
+    for name, dtypes in (("linear", (("T", "f16"),)), ("rope", (("T", "f16"), ("I", "i32")))):
+        text = source(name, dtypes)
+        assert "import" in text
+        for k in compile_program(text, f"stdlib_kernels/{name}.tile").kernels:
+            assert k.info is not None

@@ -25,8 +25,8 @@ from dataclasses import fields, replace
 from .. import ast as A
 from ..diagnostics import CompileError, Span
 from ..imports import Helper, scope_of
-from .base import Walker, names_in
-from .resolve_names import CALLABLES, CONSTANTS
+from .base import Walker, name_nodes, names_in
+from .resolve_names import CALLABLES, CONSTANTS, _literal
 
 _ATOM_CALLS = ("program_id", "num_programs")
 _FN_STMTS = (A.Return, A.MultiAssign, A.CallStmt)
@@ -60,14 +60,17 @@ def _assigned(stmts) -> list[str]:
     return out
 
 
-def _calls(node) -> list[A.Call]:
-    out: list[A.Call] = []
+def _nodes(node, cls) -> list:
+    """Every node of class `cls` under `node` (a node or a tuple of them), in source order."""
+    out: list = []
 
-    class _C(Walker):
-        def on_Call(self, c):
-            out.append(c)
+    class _Collect(Walker):
+        def walk(self, n):
+            if isinstance(n, cls):
+                out.append(n)
+            super().walk(n)
     for n in (node if isinstance(node, tuple) else (node,)):
-        _C().walk(n)
+        _Collect().walk(n)
     return out
 
 
@@ -86,37 +89,17 @@ def _check_helper(h: Helper) -> None:
             raise CompileError(f"compile-time parameter '{cp.name}' of fn '{f.name}' is int, float or bool, "
                                "with an optional default (the call gives its value)", cp.span)
     stmts = f.body.stmts
-    for r in _returns(f.body):
+    for r in _nodes(f.body, A.Return):
         if not (stmts and r is stmts[-1]):
             raise CompileError("`return` must be the last statement of a fn's body", r.span,
                                ("a fn returns once, at its end: compute the results with where() instead",))
     known = seen | set(_assigned(stmts)) | set(CONSTANTS)
-    for n in _names(f.body):
+    for n in name_nodes(f.body):
         if n.id not in known:
             close = difflib.get_close_matches(n.id, sorted(known - set(CONSTANTS)), n=1)
             raise CompileError(f"fn '{f.name}' uses '{n.id}', which is not one of its parameters or locals", n.span,
                                (f"did you mean '{close[0]}'?",) if close else
                                (f"a fn sees only its parameters: pass '{n.id}' as an argument",))
-
-
-def _returns(b: A.Block) -> list[A.Return]:
-    out: list[A.Return] = []
-
-    class _R(Walker):
-        def on_Return(self, r):
-            out.append(r)
-    _R().walk(b)
-    return out
-
-
-def _names(node) -> list[A.Name]:
-    out: list[A.Name] = []
-
-    class _N(Walker):
-        def on_Name(self, n):
-            out.append(n)
-    _N().walk(node)
-    return out
 
 
 def _check_recursion(scope: dict[str, Helper]) -> None:
@@ -127,7 +110,7 @@ def _check_recursion(scope: dict[str, Helper]) -> None:
         if id(h) in done:
             return
         path.append(h)
-        for c in _calls(h.fn.body):
+        for c in _nodes(h.fn.body, A.Call):
             g = h.scope.get(c.func)
             if g is None:
                 continue
@@ -185,17 +168,7 @@ def _uses(body: A.Block, name: str) -> tuple[int, bool]:
 
 def _has_store(body: A.Block, scope) -> bool:
     """Whether `body` may store: a store, or a call of a fn (which may)."""
-    found = []
-
-    class _S(Walker):
-        def on_Store(self, s):
-            found.append(s)
-
-        def on_Call(self, c):
-            if c.func in scope:
-                found.append(c)
-    _S().walk(body)
-    return bool(found)
+    return bool(_nodes(body, A.Store)) or any(c.func in scope for c in _nodes(body, A.Call))
 
 
 def _plain(span: Span) -> Span:
@@ -266,7 +239,7 @@ class _Inliner:
     def kernel(self) -> A.Kernel:
         k = self.k
         for what, exprs in (("a where constraint", k.where), ("the launch grid", k.grid)):
-            for c in _calls(exprs):
+            for c in _nodes(exprs, A.Call):
                 if c.func in self.scope:
                     raise CompileError(f"{what} cannot call fn '{c.func}' (fns are inlined into kernel bodies)",
                                        c.span)
@@ -466,11 +439,3 @@ class _Inliner:
 def _assigns(names, values, span) -> list[A.Stmt]:
     """`name = value` for each pair, but none for a result already computed under its name."""
     return [A.Assign(n, v, span) for n, v in zip(names, values) if not (isinstance(v, A.Name) and v.id == n)]
-
-
-def _literal(value, span: Span) -> A.Expr:
-    if isinstance(value, bool):
-        return A.BoolLit(value, span)
-    if isinstance(value, int):
-        return A.IntLit(value, span)
-    return A.FloatLit(float(value), span)
