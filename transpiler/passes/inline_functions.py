@@ -10,7 +10,9 @@ locals never capture or clobber the caller's: one whose name the kernel uses any
 (`first` -> `first_1`), the others keep theirs, so the CUDA stays readable. An argument that is a name, a
 literal or program_id/num_programs is substituted where its parameter is used; so is any other argument used
 once, outside a loop, by a helper that stores nothing; the rest are evaluated once into a local first. A
-parameter the helper assigns is always a local copy. Compile-time parameters (`fn f<G: int = 8>`, given by
+parameter the helper assigns is always a local copy. A result that is a local bound at the helper's top
+level is computed under the name it is assigned to (`acc = f(...)`: no copy) unless the call's arguments
+read that name. Compile-time parameters (`fn f<G: int = 8>`, given by
 keyword at the call) must be compile-time at the call and are substituted.
 
 Every node of an inlined body keeps its span in the helper, with the call sites it was inlined at added
