@@ -28,7 +28,7 @@ from .. import ast as A
 from ..diagnostics import CompileError, Span
 from ..imports import Helper, scope_of
 from .base import Walker, name_nodes, names_in
-from .resolve_names import CALLABLES, CONSTANTS, _literal
+from .resolve_names import CALLABLES, CONSTANTS, _coerce, _literal
 
 _ATOM_CALLS = ("program_id", "num_programs")
 _FN_STMTS = (A.Return, A.MultiAssign, A.CallStmt)
@@ -385,7 +385,7 @@ class _Inliner:
                 if cp.default is None:
                     raise CompileError(f"fn '{f.name}' needs its compile-time parameter '{cp.name}': "
                                        f"pass {cp.name}=VALUE", c.span)
-                bound[cp.name] = _literal(cp.default, c.span)
+                bound[cp.name] = _literal(_coerce(cp.kind, cp.default, cp), c.span)
             else:
                 free = names_in(bound[cp.name]) - self.consts - set(CONSTANTS)
                 if free:
