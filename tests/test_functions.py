@@ -444,3 +444,25 @@ def test_every_library_kernel_compiles_with_the_shared_helpers_for_each_dtype():
         assert "import" in text
         for k in compile_program(text, f"stdlib_kernels/{name}.tile").kernels:
             assert k.info is not None
+
+
+def test_explain_names_the_fn_a_main_loop_is_inlined_from():
+    from pathlib import Path
+
+    from tilex.explain import explain
+
+    path = Path(__file__).resolve().parents[1] / "stdlib_kernels" / "linear.tile"
+    text = path.read_text()
+    prog = compile_program(text, "stdlib_kernels/linear.tile", Options(arch="sm_90a", kernel="linear"))
+    loop = explain(prog)[0]["matmul_loops"][0]
+    lines = text.splitlines()
+    fn_loop = next(i for i, ln in enumerate(lines, 1) if ln.strip().startswith("for k in pipeline(k0, k1"))
+    call = next(i for i, ln in enumerate(lines, 1) if ln.strip().startswith("acc = tile_xwt(x, w, m, n, 0, K"))
+    assert (loop["line"], loop["file"]) == (fn_loop, "stdlib_kernels/linear.tile")
+    assert loop["inlined_at"] == [f"in fn tile_xwt, inlined at stdlib_kernels/linear.tile:{call}"]
+
+
+def test_the_parse_dump_shows_fn_statements():
+    src = "fn two(v) {\n    return v, v\n}\n" + KERNEL.format(body="a, b = two(x[0 : 64])\n    y[0 : 64] = a + b")
+    p = compile_program(src, "t.tile", stop_after="parse")
+    assert unparse_stmt(p.kernels[0].body.stmts[0]) == "a, b = two(x[0 : 64])"

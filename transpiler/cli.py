@@ -719,7 +719,9 @@ def _print_explain(data: list[dict], top: int = 8) -> None:
         con.print(f"  grid:        ({', '.join(k['grid'])}{',' if len(k['grid']) == 1 else ''})")
         con.print(f"  threads:     {_fmt(k['threads'])} per block")
         for loop in k.get("matmul_loops", []):
-            con.print(f"  matmul loop: line {loop['line']}: {loop['strategy']} {'x'.join(map(str, loop['tile']))}, "
+            via = "".join(f" ({w})" for w in loop.get("inlined_at", ())[:1])  # the fn it is in, the call
+            where = f"{loop['file']}:{loop['line']}" if "file" in loop else f"line {loop['line']}"
+            con.print(f"  matmul loop: {where}{via}: {loop['strategy']} {'x'.join(map(str, loop['tile']))}, "
                       f"{loop['stages']} stages, {loop['warps']} warps"
                       + (f" + {loop['producer_warps']} producer warps" if loop['producer_warps'] else "")
                       + (f" ({loop['note']})" if loop['note'] else ""), markup=False)

@@ -276,8 +276,17 @@ def _matmul_loops(k: A.Kernel) -> list[dict]:
             out.append({"line": s.span.line, "strategy": p.strategy, "tile": [p.bm, p.bn, p.bk], "stages": p.stages,
                         "products": [pr.acc for pr in p.products], "warps": p.consumers // 32,
                         "producer_warps": p.producers // 32, "smem_bytes": p.smem_bytes, "note": p.why or None,
-                        "batch": batch})
+                        "batch": batch, **_inlined(s.span)})
     return out
+
+
+def _inlined(span) -> dict:
+    """For code inlined from a fn: {"file": the fn's file, "inlined_at": ["in fn NAME, inlined at FILE:LINE", ...]}
+    (innermost first); else {}."""
+    if not span.called_from:
+        return {}
+    return {"file": span.file, "inlined_at": [f"in fn {name}, inlined at {site.file}:{site.line}"
+                                              for name, site in span.called_from]}
 
 
 def _streamed_loops(k: A.Kernel) -> list[dict]:

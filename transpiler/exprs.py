@@ -34,6 +34,12 @@ def unparse_stmt(s: A.Stmt) -> str:
         return f"for {s.var} in range({bounds})"
     if isinstance(s, A.If):
         return f"if {unparse(s.cond)}"
+    if isinstance(s, A.MultiAssign):  # the fn statements (before inline_functions)
+        return f"{', '.join(s.names)} = {unparse(s.value)}"
+    if isinstance(s, A.CallStmt):
+        return unparse(s.call)
+    if isinstance(s, A.Return):
+        return "return " + ", ".join(unparse(v) for v in s.values)
     return f"<{type(s).__name__}>"
 
 
