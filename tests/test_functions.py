@@ -466,3 +466,33 @@ def test_the_parse_dump_shows_fn_statements():
     src = "fn two(v) {\n    return v, v\n}\n" + KERNEL.format(body="a, b = two(x[0 : 64])\n    y[0 : 64] = a + b")
     p = compile_program(src, "t.tile", stop_after="parse")
     assert unparse_stmt(p.kernels[0].body.stmts[0]) == "a, b = two(x[0 : 64])"
+
+
+DTYPE_FN = """
+fn scaled<T: dtype, B: int>(v, s) {
+    acc = zeros(f32[B])
+    acc += v.to(f32) * s
+    return acc.to(T), zeros(T[B]) + 1.0
+}
+kernel k(x: f32[N], y: out bf16[N], z: out f16[N], w: out f16[N])
+    grid (1,)
+{
+    a, b = scaled(x[0 : 64], 2.0, T=bf16, B=64)
+    c, d = scaled(x[0 : 64], 3.0, T=f16, B=64)
+    y[0 : 64] = a
+    z[0 : 64] = c
+    w[0 : 64] = d
+}
+"""
+
+
+def test_a_dtype_parameter_of_a_fn_makes_values_of_the_callers_dtype():
+    x = RNG.standard_normal(64).astype(np.float32)
+    y, z, w = np.empty(64, ml_dtypes.bfloat16), np.empty(64, np.float16), np.zeros(64, np.float16)
+    tilex.compile(DTYPE_FN).interp("k", x, y, z, w)
+    d = x.astype(np.float64)
+    np.testing.assert_allclose(y.astype(np.float64), 2.0 * d, rtol=2 ** -8, atol=1e-6)   # rounded to bf16
+    np.testing.assert_allclose(z.astype(np.float64), 3.0 * d, rtol=2 ** -11, atol=1e-6)  # rounded to f16
+    np.testing.assert_array_equal(w, np.ones(64, np.float16))
+    e = _error(DTYPE_FN.replace("T=f16", "T=2.0"))
+    assert e.message == "compile-time parameter 'T' of fn 'scaled' is a dtype: give one (T=bf16)"

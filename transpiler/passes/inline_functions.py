@@ -32,6 +32,8 @@ from .resolve_names import CALLABLES, CONSTANTS, _coerce, _literal
 
 _ATOM_CALLS = ("program_id", "num_programs")
 _FN_STMTS = (A.Return, A.MultiAssign, A.CallStmt)
+DTYPE_KIND = "dtype"  # `fn f<T: dtype>`: given a dtype at the call (`f(x, T=bf16)`), usable as `.to(T)`, `zeros(T[B])`
+_FN_CPARAM_KINDS = (A.CParamKind.INT, A.CParamKind.FLOAT, A.CParamKind.BOOL, DTYPE_KIND)
 
 
 def inline_functions(program: A.Program) -> A.Program:
@@ -87,8 +89,8 @@ def _check_helper(h: Helper) -> None:
             raise CompileError(f"fn '{f.name}' has two parameters named '{name}'", span)
         seen.add(name)
     for cp in f.cparams:
-        if cp.auto or cp.kind not in (A.CParamKind.INT, A.CParamKind.FLOAT, A.CParamKind.BOOL):
-            raise CompileError(f"compile-time parameter '{cp.name}' of fn '{f.name}' is int, float or bool, "
+        if cp.auto or cp.kind not in _FN_CPARAM_KINDS:
+            raise CompileError(f"compile-time parameter '{cp.name}' of fn '{f.name}' is int, float, bool or dtype, "
                                "with an optional default (the call gives its value)", cp.span)
     stmts = f.body.stmts
     for r in _nodes(f.body, A.Return):
@@ -208,6 +210,9 @@ class _Instantiate:
             if n.id in self.subst:
                 return self.subst[n.id]
             return replace(n, id=self.rename.get(n.id, n.id), span=self.span(n.span))
+        if isinstance(n, A.Index) and isinstance(n.base, A.Name) and isinstance(self.subst.get(n.base.id), A.DTypeLit):
+            # `T[BM, BN]` with T a dtype parameter: the tile type `bf16[BM, BN]`
+            return A.TileTypeExpr(self.subst[n.base.id].dtype, tuple(self.node(d) for d in n.items), self.span(n.span))
         changes = {}
         for f in fields(n):
             v = getattr(n, f.name)
@@ -386,6 +391,9 @@ class _Inliner:
                     raise CompileError(f"fn '{f.name}' needs its compile-time parameter '{cp.name}': "
                                        f"pass {cp.name}=VALUE", c.span)
                 bound[cp.name] = _literal(_coerce(cp.kind, cp.default, cp), c.span)
+            elif cp.kind == DTYPE_KIND and not isinstance(bound[cp.name], (A.DTypeLit, A.Name)):
+                raise CompileError(f"compile-time parameter '{cp.name}' of fn '{f.name}' is a dtype: give one "
+                                   f"({cp.name}=bf16)", bound[cp.name].span)
             else:
                 free = names_in(bound[cp.name]) - self.consts - set(CONSTANTS)
                 if free:
