@@ -496,3 +496,13 @@ def test_a_dtype_parameter_of_a_fn_makes_values_of_the_callers_dtype():
     np.testing.assert_array_equal(w, np.ones(64, np.float16))
     e = _error(DTYPE_FN.replace("T=f16", "T=2.0"))
     assert e.message == "compile-time parameter 'T' of fn 'scaled' is a dtype: give one (T=bf16)"
+
+
+def test_two_fns_of_one_name_are_an_error(tmp_path):
+    _write(tmp_path / "a.tile", "fn f(v) {\n    return v\n}\n")
+    _write(tmp_path / "b.tile", "fn f(v) {\n    return -v\n}\n")
+    main = _write(tmp_path / "m.tile", 'import "a.tile"\nimport "b.tile"\n' + KERNEL.format(body="y[0 : 64] = f(x[0 : 64])"))
+    e = _error(main.read_text(), str(main))
+    assert e.message.startswith("fn 'f' is defined twice (here and at ") and e.span.line == 2
+    _write(main, 'import "a.tile"\nimport "./a.tile"\n' + KERNEL.format(body="y[0 : 64] = f(x[0 : 64])"))
+    assert translate(main.read_text(), str(main)).cuda  # the same fn through two paths is one fn
