@@ -1,4 +1,4 @@
-"""Products in a streamed `pipeline` loop on wgmma (sm_90a): plan_matmul's StreamedMma, infer_memory's
+"""Products in a streamed `pipeline` loop on wgmma (sm_90a): choose_mma's StreamedMma, the memory passes'
 128-byte swizzled tiles and its demotions, the generated forms, explain's lines, the mma.sync fallback
 elsewhere, and (marker nvcc) ptxas on attention_prefill: no spills, wgmma not serialized. The numbers
 are checked on the GPU by tests/test_stdlib_attention_gpu.py (interpreter semantics do not change)."""
@@ -96,7 +96,7 @@ def test_accumulators_past_the_register_budget_stay_on_mma_sync():
     rest do not fit (ptxas aborted with C7602 here); the plan says so instead of emitting wgmma."""
     from tilex.pipeline import compile_program  # the plan: the mma.sync fallback then needs too much shared memory
     k = compile_program(PREFILL, "f.tile", Options(arch="sm_90a", defines=dict(D=64, BM=256, WARPS=16, BN=256)),
-                        stop_after="plan_matmul").kernels[0]
+                        stop_after="choose_mma").kernels[0]
     fs = [f for f in loops(k) if f.pipelined]
     assert [f.mma.strategy for f in fs] == ["mma", "mma"]
     assert fs[0].mma.why == ("the products' accumulators take 160 registers per thread: with ~32 more they exceed "
@@ -139,7 +139,7 @@ def test_one_ring_serves_k_major_and_n_major_operands():
      "the left operand of '(qt.to(f32) * 2.0).to(bf16) @ kt.T' is neither kept in shared memory nor in the "
      "product's row fragment in registers"),
 ])
-def test_infer_memory_demotes_to_mma_sync(change, why):
+def test_choose_mma_gives_mma_sync_for_what_the_memory_passes_find(change, why):
     fs, k, cuda = _compile(TOY.replace(*change))
     assert fs[0].mma.strategy == "mma" and fs[0].mma.why == why
     assert "wgmma" not in cuda and k.info.align == 16
