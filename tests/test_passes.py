@@ -98,6 +98,43 @@ def test_pass_names():
                           "plan_barriers"]
 
 
+@pytest.mark.parametrize("name", PASS_NAMES[1:])
+def test_every_pass_is_a_module_saying_what_it_needs_and_guarantees(name):
+    import importlib
+
+    doc = importlib.import_module(f"tilex.passes.{name}").__doc__
+    assert doc.startswith(f"Pass {name}:") or name in doc.splitlines()[0], doc.splitlines()[0]
+    assert "Needs:" in doc and "Guarantees:" in doc, name
+
+
+def test_the_memory_passes_are_consecutive_and_hand_on_a_memory_plan():
+    from tilex.passes.choose_threads import LaunchConfig
+    from tilex.passes.memory_info import KernelMemory, MemoryPlan
+    from tilex.pipeline import MEMORY_PASSES
+
+    at = PASS_NAMES.index(MEMORY_PASSES[0])
+    assert tuple(PASS_NAMES[at: at + len(MEMORY_PASSES)]) == MEMORY_PASSES and MEMORY_PASSES[-1] == "budget_smem"
+    src = (ROOT / "examples" / "bmm.tile").read_text()
+    infos = {n: compile_program(src, "bmm.tile", stop_after=n).kernels[0].info for n in ("choose_mma",) + MEMORY_PASSES}
+    assert isinstance(infos["choose_mma"], LaunchConfig) and isinstance(infos["budget_smem"], KernelMemory)
+    assert all(isinstance(infos[n], MemoryPlan) for n in MEMORY_PASSES[:-1])
+    assert infos["plan_tma"].tma_maps == infos["budget_smem"].tma_maps != ()  # sm_90a: the wgmma main loop's maps
+    assert not infos["plan_streams"].uses and infos["assign_layouts"].uses  # each pass fills its own fields
+
+
+def test_the_pipeline_runs_the_memory_passes_again_until_the_kernel_fits():
+    """attention_prefill's 3-stage rings do not fit on sm_80: the dump after plan_streams is the second attempt's
+    (2 stages), as is the final kernel."""
+    from tilex.stdlib import _launch as L
+
+    def stages(stop):
+        p = compile_program(L.source("attention_prefill", ()), "a.tile", Options(arch="sm_80", defines=dict(STAGES=3)),
+                            stop_after=stop)
+        return {t.stages for k in p.kernels for f in nodes(k.body, A.For) for t in f.stream}, p.kernels[0].info
+    (first, plan), (final, mem) = stages("plan_streams"), stages("budget_smem")
+    assert first == final == {2} and plan.shrink == 1 and mem.smem_bytes <= mem.smem_limit
+
+
 # ---------------------------------------------------------------- resolve_names
 def test_cparams_are_substituted():
     k = kernel("    r = BLK * 2\n    y[0 : BLK] = c[0 : BLK]", "resolve_names")

@@ -145,6 +145,22 @@ def test_choose_mma_gives_mma_sync_for_what_the_memory_passes_find(change, why):
     assert "wgmma" not in cuda and k.info.align == 16
 
 
+@pytest.mark.parametrize("src, defines", [
+    (PREFILL, dict(D=128)), (PREFILL, dict(D=64, BN=128)), (PREFILL, dict(D=128, BM=64, WARPS=4)),
+    (L.source("attention_prefill_gqa", ()), {}),
+    (TOY, {}), (TOY.replace("        s = qt @ kt.T\n", "        s = (qt.to(f32) * 2.0).to(bf16) @ kt.T\n"), {}),
+    (TOY.replace("        acc = acc + s.to(bf16) @ kt\n", "        acc = acc + s.to(bf16) @ kt\n        o[0, 0] = sum(kt.to(f32))\n"), {}),
+])
+def test_the_choice_of_choose_mma_is_never_revised(src, defines):
+    """The memory passes read `For.mma`; none of them changes it (they used to demote wgmma loops afterwards)."""
+    from tilex.pipeline import compile_program
+
+    opts = Options(arch="sm_90a", defines=defines)
+    chosen = [f.mma for k in compile_program(src, "f.tile", opts, stop_after="choose_mma").kernels for f in loops(k)]
+    final = [f.mma for k in compile_program(src, "f.tile", opts).kernels for f in loops(k)]
+    assert chosen == final and any(m is not None for m in final)
+
+
 def test_explain_lists_how_the_products_run(tmp_path):
     from typer.testing import CliRunner
 
