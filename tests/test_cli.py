@@ -179,10 +179,32 @@ def test_dump_after_each_pass(runner, pass_name):
         assert "f32[1024]" in out  # tile types of expressions
     if pass_name == "parse":
         assert "`" not in out  # nothing is typed yet
-    if pass_name == "infer_memory":
+    at = PASS_NAMES.index(pass_name)
+    if at >= PASS_NAMES.index("assign_layouts"):
         assert "@registers" in out or "@uniform" in out
-    if pass_name == "choose_threads":
+    if PASS_NAMES.index("choose_threads") <= at < PASS_NAMES.index("assign_layouts"):
         assert "info: threads = 128" in out and "@registers" not in out  # threads chosen, no memory yet
+    # the shared memory in all: budget_smem's KernelMemory
+    assert ("smem_bytes = " in out) == (at >= PASS_NAMES.index("budget_smem"))
+
+
+def test_every_pass_is_in_the_dump_after_help(runner):
+    r = invoke(runner, "translate", "--help")
+    text = " ".join(r.output.split())  # rich wraps the help
+    assert all(name in text.replace(" ", "").split("PASS(oneof:")[1] for name in PASS_NAMES), text
+
+
+@pytest.mark.parametrize("pass_name", ["choose_mma", "place_resident", "plan_streams", "assign_layouts", "plan_tma",
+                                       "budget_smem"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_dump_after_each_memory_pass_of_attention(runner, pass_name, arch):
+    """attention_prefill: streamed rings (TMA-filled on sm_90a), a resident q, wgmma products; on sm_80 its
+    3-stage rings do not fit and the memory passes run again with 2 (the dump shows the last attempt)."""
+    src = str(ROOT / "stdlib_kernels" / "attention_prefill.tile")
+    r = invoke(runner, "translate", src, "--arch", arch, "-D", "STAGES=3", "--dump-after", pass_name)
+    assert r.exit_code == 0, r.output
+    assert "kernel attention_prefill" in r.stdout and "for n0 in pipeline(" in r.stdout
+    assert ("@registers" in r.stdout) == (PASS_NAMES.index(pass_name) >= PASS_NAMES.index("assign_layouts"))
 
 
 def test_dump_after_to_file(runner, tmp_path):

@@ -170,8 +170,8 @@ def test_a_persistent_tile_loop_runs_on_the_named_barrier():
 def test_the_barrier_pass_is_in_the_pipeline_and_dumpable():
     from tilex.pipeline import PASS_NAMES
 
-    assert PASS_NAMES.index("plan_barriers") == PASS_NAMES.index("infer_memory") + 1
-    p = compile_program(COLSUM, "k.tile", Options(arch="sm_90a"), stop_after="infer_memory")
+    assert PASS_NAMES.index("plan_barriers") == PASS_NAMES.index("budget_smem") + 1
+    p = compile_program(COLSUM, "k.tile", Options(arch="sm_90a"), stop_after="budget_smem")
     assert p.kernels[0].info.sync is None  # set by plan_barriers, not before
 
 
@@ -195,5 +195,5 @@ def test_dump_after_plan_barriers_shows_the_plan():
 
     text = dump_ir(compile_program(COLSUM, "k.tile", Options(arch="sm_90a"), stop_after="plan_barriers"))
     assert "  barriers: __syncthreads from line 5; bar.sync 1, 256 from line 11\n" in text
-    before = dump_ir(compile_program(COLSUM, "k.tile", Options(arch="sm_90a"), stop_after="infer_memory"))
+    before = dump_ir(compile_program(COLSUM, "k.tile", Options(arch="sm_90a"), stop_after="budget_smem"))
     assert "barriers:" not in before

@@ -94,7 +94,45 @@ def test_examples_compile_for_both_archs(path, arch):
 
 def test_pass_names():
     assert PASS_NAMES == ["parse", "inline_functions", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "choose_threads",
-                          "infer_memory", "plan_barriers"]
+                          "choose_mma", "place_resident", "plan_streams", "assign_layouts", "plan_tma", "budget_smem",
+                          "plan_barriers"]
+
+
+@pytest.mark.parametrize("name", PASS_NAMES[1:])
+def test_every_pass_is_a_module_saying_what_it_needs_and_guarantees(name):
+    import importlib
+
+    doc = importlib.import_module(f"tilex.passes.{name}").__doc__
+    assert doc.startswith(f"Pass {name}:") or name in doc.splitlines()[0], doc.splitlines()[0]
+    assert "Needs:" in doc and "Guarantees:" in doc, name
+
+
+def test_the_memory_passes_are_consecutive_and_hand_on_a_memory_plan():
+    from tilex.passes.choose_threads import LaunchConfig
+    from tilex.passes.memory_info import KernelMemory, MemoryPlan
+    from tilex.pipeline import MEMORY_PASSES
+
+    at = PASS_NAMES.index(MEMORY_PASSES[0])
+    assert tuple(PASS_NAMES[at: at + len(MEMORY_PASSES)]) == MEMORY_PASSES and MEMORY_PASSES[-1] == "budget_smem"
+    src = (ROOT / "examples" / "bmm.tile").read_text()
+    infos = {n: compile_program(src, "bmm.tile", stop_after=n).kernels[0].info for n in ("choose_mma",) + MEMORY_PASSES}
+    assert isinstance(infos["choose_mma"], LaunchConfig) and isinstance(infos["budget_smem"], KernelMemory)
+    assert all(isinstance(infos[n], MemoryPlan) for n in MEMORY_PASSES[:-1])
+    assert infos["plan_tma"].tma_maps == infos["budget_smem"].tma_maps != ()  # sm_90a: the wgmma main loop's maps
+    assert not infos["plan_streams"].uses and infos["assign_layouts"].uses  # each pass fills its own fields
+
+
+def test_the_pipeline_runs_the_memory_passes_again_until_the_kernel_fits():
+    """attention_prefill's 3-stage rings do not fit on sm_80: the dump after plan_streams is the second attempt's
+    (2 stages), as is the final kernel."""
+    from tilex.stdlib import _launch as L
+
+    def stages(stop):
+        p = compile_program(L.source("attention_prefill", ()), "a.tile", Options(arch="sm_80", defines=dict(STAGES=3)),
+                            stop_after=stop)
+        return {t.stages for k in p.kernels for f in nodes(k.body, A.For) for t in f.stream}, p.kernels[0].info
+    (first, plan), (final, mem) = stages("plan_streams"), stages("budget_smem")
+    assert first == final == {2} and plan.shrink == 1 and mem.smem_bytes <= mem.smem_limit
 
 
 # ---------------------------------------------------------------- resolve_names
@@ -637,9 +675,9 @@ def test_facts_before_check_constraints_are_unset():
     assert k.facts is None
 
 
-# ---------------------------------------------------------------- infer_memory
+# ---------------------------------------------------------------- the memory passes
 def memory(stmts: str, header: str = HEADER, **options) -> A.Kernel:
-    return kernel(stmts, "infer_memory", header=header, **options)
+    return kernel(stmts, "budget_smem", header=header, **options)
 
 
 @pytest.mark.parametrize("elems, threads", [(16, 32), (256, 32), (512, 64), (1024, 128), (2048, 256), (8192, 256)])
@@ -654,7 +692,7 @@ def test_threads_of_the_examples():
                    "bmm": 256, "bmm_persistent": 256, "head_scores": 256}  # wgmma: 2 consumer warpgroups
 
 
-def test_choose_threads_decides_the_threads_infer_memory_uses():
+def test_choose_threads_decides_the_threads_memory_passes_use():
     from tilex.passes.choose_threads import LaunchConfig
 
     for p in EXAMPLES:
@@ -665,7 +703,7 @@ def test_choose_threads_decides_the_threads_infer_memory_uses():
         assert chosen.launch_threads == final.launch_threads
 
 
-def test_choose_threads_follows_the_biggest_tile_before_infer_memory():
+def test_choose_threads_follows_the_biggest_tile_before_the_memory_passes():
     k = kernel("    r = zeros(f32[2048])", "choose_threads")
     assert (k.info.threads, k.info.producers) == (256, 0)
 
@@ -739,7 +777,7 @@ def test_smem_of_the_examples():
 def test_reduction_result_layout_is_a_slice():
     # check=False: reductions with axis= trip the infer_shapes verify bug (test_reduction_axis_passes_verify)
     k = kernel("    t = zeros(f32[32, 64]) + 1.0\n    r = sum(t, axis = 1)\n    q = max(t, axis = 0, keepdims = True)",
-               "infer_memory", check=False)
+               "budget_smem", check=False)
     t, r, q = (assigned(k, n) for n in ("t", "r", "q"))
     assert isinstance(t.ty.layout, Layout) and isinstance(r.ty.layout, Layout)
     assert r.ty.layout.root == t.ty.layout.root
@@ -790,7 +828,7 @@ def test_elementwise_result_takes_the_accumulators_layout():
     "    r = where(c[0 : 64] > 0.0, c[0 : 64], 0.0)",
 ])
 def test_every_tile_has_a_layout(stmts):
-    k = memory(stmts)  # verify() already ran after infer_memory; check the assigned value directly too
+    k = memory(stmts)  # verify() already ran after budget_smem; check the assigned value directly too
     r = assigned(k, "r")
     assert isinstance(r.ty.layout, Layout) and r.ty.layout.shape == r.ty.shape
 
@@ -855,7 +893,7 @@ def _attention_sm80(stages: int) -> A.Program:
     from tilex.stdlib import _launch as L
 
     return compile_program(L.source("attention_prefill", ()), "a.tile",
-                           Options(arch="sm_80", defines=dict(STAGES=stages)), stop_after="choose_threads")
+                           Options(arch="sm_80", defines=dict(STAGES=stages)), stop_after="choose_mma")
 
 
 def _streamed_stages(program: A.Program) -> set:
@@ -873,22 +911,22 @@ def test_smem_policy_decides_what_a_kernel_over_budget_gives_up():
     """3 stages of attention_prefill's k and v rings do not fit on sm_80: the default policy's first
     fallback gives them 2; with no fallback the budget's error is raised instead."""
     from tilex.passes.budget_smem import SMEM_POLICY, shallower_ring
-    from tilex.passes.infer_memory import infer_memory
+    from tilex.pipeline import fit_memory
 
-    prog = _attention_sm80(3)
-    fitted = infer_memory(prog, target("sm_80"), SMEM_POLICY)
+    prog, sm80 = _attention_sm80(3), Options(arch="sm_80")
+    fitted = fit_memory(prog, sm80, SMEM_POLICY)
     assert _streamed_stages(fitted) == {2}
     assert all(k.info.smem_bytes <= k.info.smem_limit for k in fitted.kernels)
     for policy in ((), (shallower_ring,)):  # no fallback that applies to streamed rings
         with pytest.raises(CompileError) as e:
-            infer_memory(prog, target("sm_80"), policy)
+            fit_memory(prog, sm80, policy)
         assert "bytes of shared memory; the target allows" in e.value.message
-    assert _streamed_stages(infer_memory(_attention_sm80(2), target("sm_80"), ())) == {2}  # fits as asked
+    assert _streamed_stages(fit_memory(_attention_sm80(2), sm80, ())) == {2}  # fits as asked
 
 
-def test_infer_memory_needs_choose_threads():
+def test_the_memory_passes_need_choose_threads():
     prog = compile_program(HEADER + "{\n    y[0 : 16] = zeros(f32[16])\n}\n", stop_after="plan_matmul")
-    from tilex.passes.infer_memory import infer_memory
+    from tilex.passes.place_resident import place_resident
 
     with pytest.raises(Exception, match="needs choose_threads"):
-        infer_memory(prog)
+        place_resident(prog, target("sm_90a"))

@@ -1,4 +1,4 @@
-"""infer_memory's streamed tiles: tiles a `pipeline` loop loads at the top of its body go global ->
+"""plan_streams' streamed tiles: tiles a `pipeline` loop loads at the top of its body go global ->
 shared memory by cp.async S - 1 iterations ahead (a ring of S stages); read only as the right operand of
 mma products they never enter registers, read otherwise they are read from there into registers. These tests pin the decision and the emitted shape;
 the GPU tests of attention_prefill check the numbers."""

@@ -1,4 +1,4 @@
-"""Streamed wgmma rings filled by TMA (sm_90a): infer_memory's choice (StreamTile.tma_box, tma_obstacle),
+"""Streamed wgmma rings filled by TMA (sm_90a): plan_streams' choice (StreamTile.tma_box, tma_obstacle),
 the generated forms (mbarriers at kernel start, one thread's boxes with expect_tx, every thread's parity
 wait, no cp.async), the fallbacks to cp.async (mixed loops, pitches not known to be 16-byte multiples,
 gathers, other targets), explain's lines, the KernelSpec's N-D maps and the host-side map geometry and

@@ -1,4 +1,4 @@
-"""Products in a streamed `pipeline` loop on wgmma (sm_90a): plan_matmul's StreamedMma, infer_memory's
+"""Products in a streamed `pipeline` loop on wgmma (sm_90a): choose_mma's StreamedMma, the memory passes'
 128-byte swizzled tiles and its demotions, the generated forms, explain's lines, the mma.sync fallback
 elsewhere, and (marker nvcc) ptxas on attention_prefill: no spills, wgmma not serialized. The numbers
 are checked on the GPU by tests/test_stdlib_attention_gpu.py (interpreter semantics do not change)."""
@@ -96,7 +96,7 @@ def test_accumulators_past_the_register_budget_stay_on_mma_sync():
     rest do not fit (ptxas aborted with C7602 here); the plan says so instead of emitting wgmma."""
     from tilex.pipeline import compile_program  # the plan: the mma.sync fallback then needs too much shared memory
     k = compile_program(PREFILL, "f.tile", Options(arch="sm_90a", defines=dict(D=64, BM=256, WARPS=16, BN=256)),
-                        stop_after="plan_matmul").kernels[0]
+                        stop_after="choose_mma").kernels[0]
     fs = [f for f in loops(k) if f.pipelined]
     assert [f.mma.strategy for f in fs] == ["mma", "mma"]
     assert fs[0].mma.why == ("the products' accumulators take 160 registers per thread: with ~32 more they exceed "
@@ -139,10 +139,26 @@ def test_one_ring_serves_k_major_and_n_major_operands():
      "the left operand of '(qt.to(f32) * 2.0).to(bf16) @ kt.T' is neither kept in shared memory nor in the "
      "product's row fragment in registers"),
 ])
-def test_infer_memory_demotes_to_mma_sync(change, why):
+def test_choose_mma_gives_mma_sync_for_what_the_memory_passes_find(change, why):
     fs, k, cuda = _compile(TOY.replace(*change))
     assert fs[0].mma.strategy == "mma" and fs[0].mma.why == why
     assert "wgmma" not in cuda and k.info.align == 16
+
+
+@pytest.mark.parametrize("src, defines", [
+    (PREFILL, dict(D=128)), (PREFILL, dict(D=64, BN=128)), (PREFILL, dict(D=128, BM=64, WARPS=4)),
+    (L.source("attention_prefill_gqa", ()), {}),
+    (TOY, {}), (TOY.replace("        s = qt @ kt.T\n", "        s = (qt.to(f32) * 2.0).to(bf16) @ kt.T\n"), {}),
+    (TOY.replace("        acc = acc + s.to(bf16) @ kt\n", "        acc = acc + s.to(bf16) @ kt\n        o[0, 0] = sum(kt.to(f32))\n"), {}),
+])
+def test_the_choice_of_choose_mma_is_never_revised(src, defines):
+    """The memory passes read `For.mma`; none of them changes it (they used to demote wgmma loops afterwards)."""
+    from tilex.pipeline import compile_program
+
+    opts = Options(arch="sm_90a", defines=defines)
+    chosen = [f.mma for k in compile_program(src, "f.tile", opts, stop_after="choose_mma").kernels for f in loops(k)]
+    final = [f.mma for k in compile_program(src, "f.tile", opts).kernels for f in loops(k)]
+    assert chosen == final and any(m is not None for m in final)
 
 
 def test_explain_lists_how_the_products_run(tmp_path):

@@ -269,8 +269,9 @@ class For(Stmt):
     stages: int = 1  # > 1 for pipeline(...)
     pipelined: bool = False
     plan: Any = None  # plan_matmul result (tilex.passes.plan_matmul.MatmulPlan) for tensor-core main loops
-    stream: tuple = ()  # infer_memory: tiles copied into shared memory one iteration ahead (StreamTile)
-    mma: Any = None  # plan_matmul (infer_memory may demote it): how a pipeline loop's products run (StreamedMma)
+    stream: tuple = ()  # plan_streams: tiles copied into shared memory one iteration ahead (StreamTile)
+    mma: Any = None  # choose_mma: how a pipeline loop's products run (StreamedMma)
+    not_main: str = ""  # plan_matmul, for a pipeline loop it did not plan: why it is not a tensor-core main loop
 
 
 @dataclass(frozen=True)
@@ -340,7 +341,7 @@ class Kernel:
     defines: tuple[tuple[str, Any], ...] = ()
     symbols: tuple[str, ...] = ()
     facts: Any = None  # check_constraints result (tilex.passes.check_constraints.Facts)
-    info: Any = None  # infer_memory result (tilex.passes.infer_memory.KernelMemory)
+    info: Any = None  # choose_threads' LaunchConfig, the memory passes' MemoryPlan, budget_smem's KernelMemory
 
 
 # ---------------------------------------------------------------- functions and imports

@@ -208,8 +208,8 @@ def translate(
     dump_after: Optional[str] = typer.Option(
         None, "--dump-after", metavar="PASS",
         help="Instead of CUDA, print the IR after PASS (one of: parse, inline_functions, resolve_names, infer_dtypes, "
-             "infer_shapes, check_constraints, plan_matmul, choose_threads, infer_memory), with every expression's type; "
-             "to OUT with -o."),
+             "infer_shapes, check_constraints, plan_matmul, choose_threads, choose_mma, place_resident, plan_streams, "
+             "assign_layouts, plan_tma, budget_smem, plan_barriers), with every expression's type; to OUT with -o."),
 ) -> None:
     """Translate a .tile file to a self-contained CUDA C++ source (.cu)."""
     from .pipeline import PASS_NAMES

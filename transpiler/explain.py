@@ -3,7 +3,7 @@ and `explain` (plain data, for `tilex explain`).
 
 Both read only the IR (`tilex.ast`) and its annotations. Annotations a pass has not
 filled in yet (no `ty` before `infer_dtypes`, no `ty.space`/`ty.layout`/`kernel.info`
-before `infer_memory`) are left out of the dump and reported as None by `explain`, so
+before `assign_layouts`, `smem_bytes` before `budget_smem`) are left out of the dump and reported as None by `explain`, so
 both work after any pass.
 """
 from __future__ import annotations
@@ -290,10 +290,10 @@ def _inlined(span) -> dict:
 
 
 def _streamed_loops(k: A.Kernel) -> list[dict]:
-    """The pipeline loops that stream tiles into shared memory (infer_memory's StreamTile) or multiply tiles
+    """The pipeline loops that stream tiles into shared memory (plan_streams' StreamTile) or multiply tiles
     on tensor cores: which tiles, how many stages, which are read from there into registers, which are in
     128-byte swizzled rows, the bytes of one stage of each, whether TMA fills the ring (else cp.async; in a
-    wgmma loop, why not TMA) and how the products run (plan_matmul's StreamedMma: "wgmma" or "mma", and why
+    wgmma loop, why not TMA) and how the products run (choose_mma's StreamedMma: "wgmma" or "mma", and why
     not wgmma)."""
     out = []
     for s, _ in walk_stmts(k.body):

@@ -41,5 +41,5 @@ def make_spec(k: A.Kernel, source_text: str | None = None) -> KernelSpec:
         defines=k.defines,
         source_file=k.span.file,
         line=k.span.line,
-        tma=getattr(info, "tma_maps", ()),  # plan_tma's, stored by infer_memory
+        tma=getattr(info, "tma_maps", ()),  # plan_tma's, kept in budget_smem's KernelMemory
     )

@@ -1,7 +1,7 @@
 """verify(): the IR invariants after each pass; run after every pass in the tests.
 
 After infer_dtypes every expression has a dtype; after infer_shapes every value has a
-static shape (tensors: symbolic dims); after infer_memory every tile has a memory space
+static shape (tensors: symbolic dims); after assign_layouts every tile has a memory space
 and a layout, and every scalar is uniform; after plan_barriers every top-level statement has its barrier.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from .passes.base import Walker
 from .types import TyWhat
 
 _ORDER = ["parse", "inline_functions", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "choose_threads",
-          "infer_memory", "plan_barriers"]
+          "choose_mma", "place_resident", "plan_streams", "assign_layouts", "plan_tma", "budget_smem", "plan_barriers"]
 
 
 _RESOLVED = _ORDER.index("resolve_names")  # then infer_dtypes, infer_shapes
@@ -49,7 +49,7 @@ class _Check(Walker):
             self._bad(e, "has no shape")
         if self.stage >= _RESOLVED + 2 and e.ty.what == TyWhat.VALUE and not all(isinstance(d, int) for d in e.ty.shape):
             self._bad(e, f"has a non-static shape {e.ty.shape}")
-        if self.stage >= _ORDER.index("infer_memory") and e.ty.what == TyWhat.VALUE:
+        if self.stage >= _ORDER.index("assign_layouts") and e.ty.what == TyWhat.VALUE:
             if e.ty.space is None:
                 self._bad(e, "has no memory space")
             if e.ty.shape and e.ty.layout is None:

@@ -49,7 +49,7 @@ class ProductEmitter:
         out.unrolled(layout.slots, f"{dst}[{at}] = tilex_io<{S}>::put({arr}[tx_s]);")
 
     def wgmma_product(self, e: A.BinOp, b: str, init: str | None) -> str:
-        """`a @ b` (or `a @ b.T`) in a wgmma loop (see infer_memory): one wgmma.m64n{n}k16 per 16 of K for
+        """`a @ b` (or `a @ b.T`) in a wgmma loop (see passes/choose_mma.py): one wgmma.m64n{n}k16 per 16 of K for
         each warpgroup's 64 rows, B from the loop's swizzled stage (`b.T`: K-major; `b`: N-major, the
         transposed-B form), A from a swizzled resident tile (a descriptor) or from registers in the
         product's row fragment (`x.to(bf16)` of an f32 fragment packs x). Issued, committed and waited
@@ -82,7 +82,7 @@ class ProductEmitter:
 
     def matmul(self, e: A.BinOp, init: str | None = None) -> str:
         """`a @ b` of register tiles: both staged in shared memory, then mma.sync into a fragment-layout result
-        (bf16/f16 operands, see infer_memory.mma_layout) or f32 FMAs at the result's own layout.
+        (bf16/f16 operands, see assign_layouts.mma_layout) or f32 FMAs at the result's own layout.
 
         `init` (a C expression of slot `tx_s` in the result's layout) starts the accumulator instead of
         zeros: `c + a @ b` accumulates onto c, so c and the product are never live side by side."""

@@ -1,12 +1,17 @@
-"""Layout assignment: the memory space and layout of every expression, and the scratch each needs.
+"""Pass assign_layouts: the memory space and layout of every expression, and the scratch each needs.
 
-Needs: choose_threads (`kernel.info` LaunchConfig), plan_matmul, and for each run the resident and
-streamed tiles (place_resident, plan_streams; infer_memory drives the runs). Guarantees: every value
-has `ty.space` and every tile `ty.layout`; elementwise results take the layout of the value they are
+Needs: choose_threads, choose_mma (`For.mma`), plan_matmul, place_resident and plan_streams
+(`kernel.info` a MemoryPlan with the resident tiles; `For.stream`). Guarantees: every value has
+`ty.space` and every tile `ty.layout`; elementwise results take the layout of the value they are
 assigned to or of their first full-shape operand, operands are read through broadcast views, loads
 and constructors are materialized in the layout their consumer wants, a reduction yields the slice
-of its operand's layout; each product of a wgmma loop is checked (`wgmma_obstacle`) and a failure
-is recorded in `demote` (infer_memory reruns with the loop on mma.sync).
+of its operand's layout; `kernel.info.uses` lists the shared memory each operation needs (in program
+order, after plan_streams' `gather_uses`) and `var_layouts` each variable's layout. The products of a
+wgmma loop read A from registers unless it is a swizzled resident tile (choose_mma has checked they can).
+
+Its own fixpoint: when a variable is updated in a tensor-core layout, or read at another layout than it
+was made in (`t[:, None]` at a fragment, a gather's index tiles), a second run creates it there
+(`prefer`, the seed of the second run); nothing else runs again.
 """
 from __future__ import annotations
 
@@ -23,7 +28,6 @@ from .base import Rewriter, Walker, fail
 from .choose_threads import planned_loops
 from .budget_smem import ring_what
 from .memory_info import SmemUse
-from .plan_matmul import StreamedMma
 
 
 def compute_bytes(dt) -> int:
@@ -35,38 +39,61 @@ def reduce_smem_groups(layout: Layout, axis: int) -> int:
     return reduction_plan(layout, axis).groups
 
 
-def _wgmma_loops(k: A.Kernel, demoted: dict) -> set:
-    """ids of the pipeline loops whose products run as wgmma (plan_matmul's choice, less the demoted)."""
-    found = set()
+def assign_layouts(program: A.Program, tgt: Target) -> A.Program:
+    return replace(program, kernels=tuple(_kernel(k, tgt) for k in program.kernels))
+
+
+def _kernel(k: A.Kernel, tgt: Target) -> A.Kernel:
+    mem = LayoutAssigner(k, tgt)
+    out = mem.run()
+    if mem.prefer:  # the second run's layouts may not need all of the first run's memory
+        mem = LayoutAssigner(k, tgt, mem.prefer)
+        out = mem.run()
+    return out
+
+
+def wgmma_loops(k: A.Kernel) -> list:
+    """The pipeline loops of `k` whose register-tile products run as wgmma (choose_mma's choice), in order."""
+    found = []
 
     class _Find(Walker):
         def on_For(self, f):
-            if f.mma is not None and f.mma.strategy == MmaStrategy.WGMMA and id(f) not in demoted:
-                found.add(id(f))
+            if f.mma is not None and f.mma.strategy == MmaStrategy.WGMMA:
+                found.append(f)
     _Find().walk(k.body)
     return found
 
 
-class LayoutAssigner(Rewriter):
-    """One run of the memory planning of a kernel: its state (threads, plans, wgmma loops, resident and
-    streamed tiles) and the layout rules that annotate every expression (`assign`, the statement visitors),
-    recording the shared memory each operation needs (`uses`) and what a second run should change
-    (`prefer`: variables to create in another layout; `demote`: wgmma loops whose products cannot be)."""
+def mma_layout(e: A.BinOp, tgt: Target, threads: int) -> Layout | None:
+    """The mma.sync fragment layout of a register-tile product `a @ b` in a block of `threads`, or None (the FMA
+    fallback)."""
+    (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
+    if not tgt.mma or e.lhs.ty.dtype not in TENSOR_CORE_DTYPES or e.rhs.ty.dtype != e.lhs.ty.dtype:
+        return None
+    if e.ty.dtype is not DType.F32 or kk % 16:
+        return None
+    grid = mma_warp_grid(m, n, threads // 32)
+    if grid is None:
+        return None
+    return Layout.of(mma_fragment((m, n), *grid))
 
-    def __init__(self, k: A.Kernel, tgt: Target, seed: dict | None = None, shrink: int = 0, demoted: dict | None = None):
+
+class LayoutAssigner(Rewriter):
+    """One run of the layout rules over a kernel (`run`): annotates every expression (`assign`, the statement
+    visitors), recording the shared memory each operation needs (`uses`) and what a second run should change
+    (`prefer`: variables to create in another layout)."""
+
+    def __init__(self, k: A.Kernel, tgt: Target, seed: dict | None = None):
         self.k = k
         self.target = tgt
-        self.demoted = demoted or {}
-        self.wgmma = _wgmma_loops(k, self.demoted)
-        self.demote: dict = {}  # found in this run: id(For) -> why not wgmma
-        self.swizzled_resident: set = set()  # resident tiles in 128-byte swizzled rows (read only by wgmma products)
+        self.plan = k.info  # the MemoryPlan so far (place_resident, plan_streams)
+        self.wgmma = {id(f) for f in wgmma_loops(k)}
+        self.swizzled_resident = self.plan.swizzled  # resident tiles in 128-byte swizzled rows (read only by wgmma)
         self.loop = None  # the pipeline loop being visited
-        self.shrink = shrink  # streamed rings: 0 as asked, 1 at most 2 stages, 2 also no tiles read into registers
         self.seed = seed or {}  # variable -> layout to create it in (from a first run: what its updates produce)
         self.prefer: dict[str, Layout] = {}
         self.plans = planned_loops(k)
-        self.launch = k.info  # choose_threads' LaunchConfig
-        self.T = self.launch.threads
+        self.T = self.plan.threads
         self.accs: dict[str, Layout] = {}  # accumulators of planned loops -> fragment layouts
         for plan in self.plans:
             frag = Layout.of(mma_fragment((plan.bm, plan.bn), plan.warps_m, plan.warps_n, plan.strategy))
@@ -74,11 +101,18 @@ class LayoutAssigner(Rewriter):
                 self.accs[prod.acc] = frag
         self.in_plan = False
         self.streaming: frozenset = frozenset()  # names streamed into shared memory by the enclosing loops
-        self.streams: dict = {}
-        self.mbar = (0, 0)  # the TMA rings' mbarriers: (byte offset, count)
-        self.limit = tgt.smem_per_block
         self.vars: dict[str, Layout | None] = {}
         self.uses: list[SmemUse] = []
+
+    def run(self) -> A.Kernel:
+        """The kernel annotated (the `where` facts, the grid, then the body), its uses and variables' layouts in
+        `kernel.info`."""
+        k = self.k
+        where = tuple(self.assign(e) for e in k.where)
+        grid = tuple(self.assign(e) for e in k.grid)
+        body = self.visit(k.body)
+        info = replace(self.plan, uses=tuple(self.plan.gather_uses) + tuple(self.uses), var_layouts=dict(self.vars))
+        return replace(k, where=where, grid=grid, body=body, info=info)
 
     def canon(self, shape) -> Layout:
         return Layout.of(canonical(tuple(shape), self.T))
@@ -121,41 +155,7 @@ class LayoutAssigner(Rewriter):
         return None
 
     def mma_layout(self, e: A.BinOp) -> Layout | None:
-        """The mma.sync fragment layout of a register-tile product `a @ b`, or None (the FMA fallback)."""
-        (m, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
-        if not self.target.mma or e.lhs.ty.dtype not in TENSOR_CORE_DTYPES or e.rhs.ty.dtype != e.lhs.ty.dtype:
-            return None
-        if e.ty.dtype is not DType.F32 or kk % 16:
-            return None
-        grid = mma_warp_grid(m, n, self.T // 32)
-        if grid is None:
-            return None
-        return Layout.of(mma_fragment((m, n), *grid))
-
-    def wgmma_obstacle(self, e: A.BinOp, lhs: A.Expr, b: A.Expr, frag: Layout) -> str | None:
-        """Why the product `e` (operands annotated: `lhs`; `b` the right operand's tile) of a wgmma loop
-        cannot run as wgmma after all, or None."""
-        m = e.lhs.ty.shape[0]
-        if self.T != 32 * (m // 16) or frag.root.warps != (m // 16, 1):
-            return f"wgmma runs one warp per 16 rows: the {m}-row products need {m // 16} warps (the kernel has {self.T // 32})"
-        tiles = {t.name: t for t in self.streams.get(id(self.loop), ())}
-        what = b.id if isinstance(b, A.Name) else unparse(b)
-        if isinstance(b, A.Name) and b.id in tiles and tiles[b.id].gather is not None:
-            return f"'{what}' is gathered (its ring keeps padded rows: swizzled gathers are not implemented)"
-        if isinstance(b, A.Name) and b.id in tiles and not tiles[b.id].swizzled:
-            return f"'{what}' is also read into registers (its ring keeps padded rows for that)"
-        if not (isinstance(b, A.Name) and b.id in tiles):
-            return f"'{what}' is not streamed into shared memory by this loop (wgmma reads B from the ring)"
-        if isinstance(e.lhs, A.Name) and e.lhs.id in self.swizzled_resident:
-            return None
-        if isinstance(e.lhs, A.Name) and e.lhs.id in self.resident:
-            return f"'{e.lhs.id}' is kept in shared memory for products that do not run as wgmma too (padded rows)"
-        la = register_a(lhs).ty.layout
-        if not (isinstance(la.root, Fragment) and la == Layout.of(la.root) and la.root.warps == (m // 16, 1)
-                and la.root.shape[0] == m):
-            return (f"the left operand of '{unparse(e)}' is neither kept in shared memory nor in the product's "
-                    "row fragment in registers")
-        return None
+        return mma_layout(e, self.target, self.T)
 
     def assign(self, e: A.Expr, want: Layout | None = None) -> A.Expr:
         """Annotate `e` (and below) with space and layout; `want` is the view its consumer reads."""
@@ -214,10 +214,7 @@ class LayoutAssigner(Rewriter):
             if frag is not None:
                 r = untransposed(e.rhs)
                 if self.loop is not None and id(self.loop) in self.wgmma:
-                    why = self.wgmma_obstacle(e, lhs, r, frag)
-                    if why:
-                        self.demote.setdefault(id(self.loop), why)
-                    elif not (isinstance(e.lhs, A.Name) and e.lhs.id in self.swizzled_resident):
+                    if not (isinstance(e.lhs, A.Name) and e.lhs.id in self.swizzled_resident):
                         lhs = replace(lhs, ty=replace(lhs.ty, space=MemSpace.REGISTERS))  # wgmma reads A from registers
                     layout = frag
                     self.convert_if_needed(e, layout, want)
@@ -320,20 +317,16 @@ class LayoutAssigner(Rewriter):
     def visit_For(self, s):
         start, stop, step = (self.assign(x) for x in (s.start, s.stop, s.step))
         if s.plan is None:
-            stream = self.streams.get(id(s), ())
-            outer, self.streaming = self.streaming, self.streaming | {t.name for t in stream}
+            outer, self.streaming = self.streaming, self.streaming | {t.name for t in s.stream}
             outer_loop, self.loop = self.loop, s if s.mma is not None else self.loop
             body = self.visit(s.body)
             self.streaming, self.loop = outer, outer_loop
-            mma = s.mma
-            if id(s) in self.demoted:
-                mma = StreamedMma(MmaStrategy.MMA, self.demoted[id(s)])
-            return replace(s, start=start, stop=stop, step=step, body=body, stream=stream, mma=mma)
+            return replace(s, start=start, stop=stop, step=step, body=body)
         p = s.plan
         for prod in p.products:
             if self.vars.get(prod.acc) is None:
                 raise CompileError(f"the accumulator '{prod.acc}' must be assigned before the loop", s.span)
-        if not p.persistent:  # (a persistent ring is a region of its own, see run())
+        if not p.persistent:  # (a persistent ring is a region of its own, see budget_smem)
             self.need(ring_what(p), p.smem_bytes, s)
         self.in_plan = True
         body = self.visit(s.body)

@@ -1,18 +1,20 @@
-"""The shared-memory budget: the check, and the policy of what to give up when a kernel does not fit.
+"""Pass budget_smem: the kernel's shared memory in all, and the policy of what to give up when it does not fit.
 
-infer_memory plans a kernel's shared memory (resident tiles, streamed rings, persistent rings,
-scratch) as an `Attempt` asks; when the result is over the target's per-block limit (`fits`), it
-runs again with the first fallback of the policy that applies (`next_attempt`). The policy is a
-tuple of functions listed in pipeline.py (`SMEM_POLICY` here is the default):
+Needs: the memory passes before it (`kernel.info` a MemoryPlan: place_resident, plan_streams,
+assign_layouts, plan_tma), choose_threads, plan_matmul (`For.plan`). Guarantees: `kernel.info` is a
+KernelMemory: resident tiles, streamed rings and persistent rings first in shared memory, then the
+scratch of one operation at a time (which reuses the space after them); the `min_blocks` launch
+parameter checked. Whether it fits (`fits`) is its verdict: the pipeline runs the memory passes of
+a kernel again, from place_resident, as the first fallback of its policy that applies says
+(`next_attempt`; `pipeline.SMEM_POLICY`, `SMEM_POLICY` here is the default):
 
   fewer_stream_stages      streamed rings of at most 2 stages
   no_register_streams      also no streamed tiles that are read into registers (they load directly)
   shallower_ring           one stage fewer in a persistent wgmma ring (again, down to 2 stages)
 
 Streaming and deep rings are optimizations: they never turn a kernel that fits into an error.
-When no fallback applies, `check_budget` raises the budget's error, naming the largest use.
-Needs: plan_matmul (`For.plan`), choose_threads. Guarantees: a kernel returned by infer_memory has
-`info.smem_bytes <= info.smem_limit`.
+When no fallback applies, `check_budget` raises the budget's error, naming the largest use; so a
+kernel the pipeline returns has `info.smem_bytes <= info.smem_limit`.
 """
 from __future__ import annotations
 
@@ -21,13 +23,51 @@ from typing import Callable
 
 from .. import ast as A
 from ..diagnostics import CompileError
+from ..targets import Target
 from ..types import MmaStrategy
-from .base import Rewriter
+from .base import Rewriter, Walker
+from .choose_threads import min_blocks, planned_loops
+from .memory_info import SWIZZLE_ALIGN, KernelMemory, SmemUse, round_up
+
+
+def budget_smem(program: A.Program, tgt: Target) -> A.Program:
+    return replace(program, kernels=tuple(replace(k, info=kernel_memory(k, tgt)) for k in program.kernels))
+
+
+def kernel_memory(k: A.Kernel, tgt: Target) -> KernelMemory:
+    """The KernelMemory of `k`'s MemoryPlan: the regions kept for the whole kernel (resident tiles, the streamed
+    rings' region from `stream_offset`, then the persistent rings'), the largest scratch use after them."""
+    plan = k.info
+    # a persistent ring is refilled for the next tile while the consumers run this tile's epilogue:
+    # it keeps its own region, first in shared memory (no resident or streamed tiles with plans)
+    rings = [SmemUse(ring_what(p), p.smem_bytes, k.span) for p in planned_loops(k) if p.persistent]
+    kept = list(plan.resident_uses) + list(plan.stream_uses) + rings
+    base = plan.stream_offset + sum(round_up(u.bytes, 16) for u in list(plan.stream_uses) + rings)
+    swizzled = bool(plan.swizzled) or any(t.swizzled for ts in streamed(k) for t in ts)
+    align = SWIZZLE_ALIGN if swizzled else 16
+    # codegen rounds the base of dynamic shared memory up to `align`: room for that
+    smem = base + max((u.bytes for u in plan.uses), default=0) + (align if swizzled else 0)
+    launch = plan.launch
+    return KernelMemory(launch.threads, smem, tgt.smem_per_block, kept + list(plan.uses), dict(plan.var_layouts),
+                        launch.producers, plan.resident, base, min_blocks(k, launch.launch_threads),
+                        frozenset(plan.swizzled), align, *plan.mbar, tma_maps=plan.tma_maps)
+
+
+def streamed(k: A.Kernel) -> list:
+    """The `For.stream` tiles of each loop of `k` that streams some (plan_streams)."""
+    out = []
+
+    class _S(Walker):
+        def on_For(self, f):
+            if f.stream:
+                out.append(f.stream)
+    _S().walk(k.body)
+    return out
 
 
 @dataclass(frozen=True)
 class Attempt:
-    """What one run of the memory planning is asked to do."""
+    """What one run of the memory passes is asked to do (the pipeline's retry holds it)."""
 
     kernel: A.Kernel  # with its plans (a shallower persistent ring changes them)
     shrink: int = 0  # streamed rings: 0 as asked, 1 at most 2 stages, 2 also no tiles read into registers

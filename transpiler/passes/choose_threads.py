@@ -3,9 +3,9 @@
 Needs: plan_matmul (its `For.plan`s). Guarantees: `kernel.info` is a `LaunchConfig` with the
 consumer threads per block (a planned tensor-core loop's warps, which every plan in the kernel
 must agree on; else the kernel's `warps` launch parameter; else enough warps for the largest tile, 1 to 8
-warps) and the producer threads of a warp-specialized loop. infer_memory reads it and replaces
-`kernel.info` with its KernelMemory. The `min_blocks` launch parameter is checked by `min_blocks` (called by
-infer_memory at the end of its run, so that its errors come in the same order as before). Both are read
+warps) and the producer threads of a warp-specialized loop. choose_mma and the memory passes read it;
+budget_smem replaces `kernel.info` with its KernelMemory. The `min_blocks` launch parameter is checked by
+`min_blocks` (called by budget_smem, so that its errors come after the memory passes' own). Both are read
 through `launch_params.requested_launch` (declared `NW: warps`, or the deprecated `WARPS` / `MIN_BLOCKS`).
 """
 from __future__ import annotations

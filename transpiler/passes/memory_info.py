@@ -1,4 +1,9 @@
-"""What infer_memory records: `kernel.info` (KernelMemory), its shared-memory uses, `For.stream` tiles."""
+"""What the memory passes record: the partial plan they pass on (MemoryPlan), the final KernelMemory, `For.stream` tiles.
+
+`kernel.info` is choose_threads' LaunchConfig before the memory passes, a MemoryPlan while they run
+(place_resident, plan_streams, assign_layouts and plan_tma each fill their fields), and budget_smem's
+KernelMemory after them.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -50,6 +55,35 @@ class StreamTile:
     tma_why: str = ""
 
 
+@dataclass(frozen=True)
+class MemoryPlan:
+    """The memory plan of a kernel as far as the memory passes have come (`kernel.info` between them)."""
+
+    launch: Any  # choose_threads' LaunchConfig
+    # the budget's attempt (budget_smem.Attempt.shrink): streamed rings 0 as asked, 1 at most 2 stages,
+    # 2 also no tiles read into registers
+    shrink: int = 0
+    # place_resident: tile -> (byte offset, row pitch), their uses, the 128-byte swizzled ones
+    resident: dict = field(default_factory=dict)
+    resident_uses: tuple = ()
+    swizzled: frozenset = frozenset()
+    # plan_streams (the tiles themselves are on `For.stream`): the rings' region, from `stream_offset`, as one
+    # use (or none), the TMA rings' mbarriers (byte offset, count), the scratch its gathers' index tiles need
+    stream_offset: int = 0
+    stream_uses: tuple = ()
+    mbar: tuple = (0, 0)
+    gather_uses: tuple = ()
+    # assign_layouts: every operation's scratch, in program order, and each variable's layout
+    uses: tuple = ()
+    var_layouts: dict = field(default_factory=dict)
+    # plan_tma
+    tma_maps: tuple = ()
+
+    @property
+    def threads(self) -> int:
+        return self.launch.threads
+
+
 @dataclass
 class KernelMemory:
     threads: int
@@ -68,7 +102,7 @@ class KernelMemory:
     mbar_offset: int = 0
     mbar_count: int = 0
     tma_maps: tuple = ()  # the TmaMaps the host passes after the other arguments (plan_tma.kernel_tma_maps)
-    sync: Any = None  # which barrier each statement's sync points use (plan_barriers.SyncPlan), set after this pass
+    sync: Any = None  # which barrier each statement's sync points use (plan_barriers.SyncPlan), set by plan_barriers
 
     @property
     def launch_threads(self) -> int:

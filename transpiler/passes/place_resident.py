@@ -1,26 +1,46 @@
-"""Resident tiles: which tiles a kernel keeps in shared memory for its whole run (used by infer_memory).
+"""Pass place_resident: which tiles a kernel keeps in shared memory for its whole run.
 
 A tile computed once at the top level and read only as the left operand of register-tile products
 that run on tensor cores (q in attention) is staged into shared memory once instead of at every
-product, and needs no registers. Needs: plan_matmul (a kernel with planned loops keeps none),
-choose_threads (through `mma_layout`), the wgmma loops (less the demoted). Guarantees: each resident
-tile has a byte offset (from 0, 16-byte aligned; swizzled tiles first, each a multiple of 1024 bytes)
-and a row pitch: its columns (128-byte swizzled rows, when only wgmma products read it) or its
-columns + MATMUL_PAD; one SmemUse per tile; the names of the swizzled ones.
+product, and needs no registers.
+
+Needs: choose_threads (`kernel.info` its LaunchConfig, or a MemoryPlan that budget_smem's retry
+starts again from), choose_mma (`For.mma`: which loops run wgmma), plan_matmul (a kernel with
+planned loops keeps none). Guarantees: `kernel.info` is a MemoryPlan whose `resident` gives each
+resident tile a byte offset (from 0, 16-byte aligned; swizzled tiles first, each a multiple of 1024
+bytes) and a row pitch: its columns (128-byte swizzled rows, when only wgmma products read it) or its
+columns + MATMUL_PAD; `resident_uses` one SmemUse per tile; `swizzled` the names of the swizzled ones.
 """
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import replace
 
 from .. import ast as A
-from ..targets import MATMUL_PAD
-from .base import Walker
-from .memory_info import SmemUse
+from ..targets import MATMUL_PAD, Target
+from .assign_layouts import mma_layout, wgmma_loops
+from .base import Walker, fail
+from .choose_threads import LaunchConfig, planned_loops
+from .memory_info import MemoryPlan, SmemUse
 
 
-def place_resident(k: A.Kernel, plans: list, wgmma: set, mma_layout: Callable) -> tuple[dict, list, set]:
+def place_resident(program: A.Program, tgt: Target) -> A.Program:
+    return replace(program, kernels=tuple(_kernel(k, tgt) for k in program.kernels))
+
+
+def _kernel(k: A.Kernel, tgt: Target) -> A.Kernel:
+    info = k.info
+    if not isinstance(info, (LaunchConfig, MemoryPlan)):
+        fail(f"internal: place_resident needs choose_threads' launch configuration (kernel '{k.name}')")
+    plan = MemoryPlan(info.launch, info.shrink) if isinstance(info, MemoryPlan) else MemoryPlan(info)
+    wgmma = {id(f) for f in wgmma_loops(k)}
+    resident, uses, swizzled = resident_tiles(k, planned_loops(k), wgmma, lambda e: mma_layout(e, tgt, plan.threads))
+    return replace(k, info=replace(plan, resident=resident, resident_uses=tuple(uses), swizzled=frozenset(swizzled)))
+
+
+def resident_tiles(k: A.Kernel, plans: list, wgmma: set, mma_layout) -> tuple[dict, list, set]:
     """Tiles computed once (at the top level) and read only as the left operand of tensor-core products
-    (q in attention): kept in shared memory, staged once instead of at every product, no registers."""
+    (q in attention): kept in shared memory, staged once instead of at every product, no registers. `wgmma`: ids of
+    the wgmma loops; `mma_layout(e)`: the product's mma fragment layout, or None."""
     if plans:
         return {}, [], set()
     count: dict[str, int] = {}

@@ -1,6 +1,6 @@
 """Pass plan_barriers: which block barrier each statement's synchronization points use.
 
-Needs: infer_memory (`kernel.info` is a KernelMemory; `For.plan` of the wgmma main loops). Guarantees:
+Needs: budget_smem (`kernel.info` is a KernelMemory; `For.plan` of the wgmma main loops). Guarantees:
 `kernel.info.sync` is a SyncPlan: the barrier of the kernel-start code and of every top-level statement
 (the barriers codegen emits for it: layout conversions, cross-warp reductions, staged products, ring
 stages). Every thread of the block (`__syncthreads`) takes part until a warp-specialized wgmma loop: its
@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import ast as A
+from ..types import MmaStrategy
 from .base import fail
 from .memory_info import KernelMemory
 
@@ -39,7 +40,7 @@ def plan_barriers(program: A.Program) -> A.Program:
     kernels = []
     for k in program.kernels:
         if not isinstance(k.info, KernelMemory):
-            fail(f"internal: plan_barriers needs infer_memory's KernelMemory (kernel '{k.name}')")
+            fail(f"internal: plan_barriers needs budget_smem's KernelMemory (kernel '{k.name}')")
         kernels.append(replace(k, info=replace(k.info, sync=sync_plan(k))))
     return replace(program, kernels=tuple(kernels))
 
@@ -57,7 +58,7 @@ def sync_plan(k: A.Kernel) -> SyncPlan:
 
 
 def _warp_specialized(s: A.Stmt) -> bool:
-    return isinstance(s, A.For) and s.plan is not None and s.plan.strategy == "wgmma"
+    return isinstance(s, A.For) and s.plan is not None and s.plan.strategy == MmaStrategy.WGMMA
 
 
 def _persistent_main_loop(s: A.Stmt):

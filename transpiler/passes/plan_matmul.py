@@ -27,18 +27,11 @@ slice starts, batch indices), tile sizes, pipeline depth and the strategy the ta
   multiplies with `mma.sync.m16n8k16`.
 
 Loops that match neither keep the generic `@` (operands staged in shared memory, f32
-FMA); when such a loop's products run on tensor cores anyway (a `StreamedMma`), its `why` says
-what kept the loop from being a main loop.
-
-A `pipeline` loop that is not such a main loop (attention: `s = q @ k.T`, softmax, `acc = acc *
-alpha + p @ v`) carries a `StreamedMma` (`For.mma`) when its body has tensor-core products of
-register tiles: ``wgmma`` on sm_90a when every product can take it (64-row warpgroup tiles, one warp
-per 16 rows, B a tile of the loop that `infer_memory` streams into a 128-byte-swizzled ring, A kept in
-shared memory swizzled or already in the product's row fragment in registers), else ``mma``
-(mma.sync, with the reason in `why`). `infer_memory` checks what only it knows (which tiles are
-streamed or resident, layouts, threads) and demotes the loop to ``mma`` with its reason if one fails. The accumulators of a planned loop live in tensor-core fragment layouts
-(`layout.mma_fragment`) for their whole life, so epilogue code after the loop (bias,
-activation, casts) runs on them in registers.
+FMA). A `pipeline` loop that is not such a main loop (attention: `s = q @ k.T`, softmax, `acc = acc *
+alpha + p @ v`) keeps the reason in `For.not_main`; how its register-tile products run (wgmma or
+mma.sync) is choose_mma's choice, made after choose_threads. The accumulators of a planned loop live
+in tensor-core fragment layouts (`layout.mma_fragment`) for their whole life, so epilogue code after
+the loop (bias, activation, casts) runs on them in registers.
 """
 from __future__ import annotations
 
@@ -46,10 +39,10 @@ from dataclasses import dataclass, replace
 
 from .. import ast as A
 from ..diagnostics import CompileError
-from ..exprs import mentions, unparse, unparse_stmt, untransposed
+from ..exprs import mentions, unparse, unparse_stmt
 from ..launch_params import requested_launch
 from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, WGMMA_ARCHS, smem_limit
-from ..types import DType
+from ..types import DType, MmaStrategy, TyWhat
 from .base import Rewriter, Walker, names_in, stored_tensors
 
 SWIZZLE_ELEMS = 64  # a 128-byte swizzled TMA box row of 2-byte elements
@@ -80,7 +73,7 @@ class Product:
 
 @dataclass(frozen=True)
 class MatmulPlan:
-    strategy: str  # "wgmma" | "mma"
+    strategy: MmaStrategy
     bm: int
     bn: int
     bk: int
@@ -102,16 +95,6 @@ class MatmulPlan:
     @property
     def nb(self) -> int:
         return len(self.products)
-
-
-@dataclass(frozen=True)
-class StreamedMma:
-    """How the tensor-core products of register tiles in a `pipeline` loop (not a main loop) run:
-    ``wgmma`` (sm_90a, B from the loop's swizzled ring, A from shared memory or registers) or
-    ``mma`` (mma.sync m16n8k16 with ldmatrix), and why not wgmma (for `tilex explain`)."""
-
-    strategy: str  # "wgmma" | "mma"
-    why: str = ""
 
 
 def plan_matmul(program: A.Program, arch: str = "sm_90a") -> A.Program:
@@ -143,78 +126,7 @@ class _Planner(Rewriter):
             if isinstance(plan, MatmulPlan):
                 return replace(s, plan=plan)
             found = plan  # why not
-        return self.streamed(s, found) if s.pipelined else s
-
-    # ---- products of register tiles in a pipeline loop
-    def streamed(self, s: A.For, not_main: str | None = None) -> A.For:
-        """`s` with its StreamedMma, if its body multiplies tiles on tensor cores. `not_main`: why the loop is
-        not a main loop although its body accumulates products of global tiles (the StreamedMma's reason then:
-        such products can never take wgmma here, as their operands are not tiles the loop streams)."""
-        found: list[A.BinOp] = []
-        nested: list[A.BinOp] = []
-
-        class _Products(Walker):
-            def __init__(self, into):
-                self.into = into
-
-            def on_BinOp(self, e):
-                if e.op is A.BinOpKind.MATMUL and tensor_core_product(e):
-                    self.into.append(e)
-
-            def on_For(self, f):
-                _Products(nested).walk(f.body)  # an inner loop has its own plan
-                return False
-        for st in s.body.stmts:
-            _Products(found).walk(st)
-        if not found:
-            return s
-        why = self.streamed_wgmma_obstacle(found)
-        if not_main is not None and all(_global_operands(e) for e in found):
-            why = (f"not a tensor-core main loop: {not_main}; the products load their operands each iteration "
-                   "and stage them in shared memory (no ring)")
-        if why is None and nested:
-            # an inner loop's products are planned with that loop, not checked against this loop's
-            # swizzled ring, and mma.sync cannot read swizzled rows
-            why = f"an inner loop multiplies tiles ('{unparse(nested[0])}'): wgmma only when the products are this loop's"
-        return replace(s, mma=StreamedMma("mma", why) if why else StreamedMma("wgmma"))
-
-    def streamed_wgmma_obstacle(self, products: list[A.BinOp]) -> str | None:
-        """Why the products of a pipeline loop cannot run as wgmma (what the shapes and the target
-        decide; infer_memory checks the rest), or None."""
-        if self.arch not in WGMMA_ARCHS:
-            return f"wgmma needs sm_90a (target {self.arch})"
-        rows = {e.lhs.ty.shape[0] for e in products}
-        if len(rows) != 1:
-            return "the products have different row counts (one warp layout per loop)"
-        m = rows.pop()
-        warps = requested_launch(self.k).warps
-        for e in products:
-            text = unparse(e)
-            (_, kk), (_, n) = e.lhs.ty.shape, e.rhs.ty.shape
-            if m % 64 or m > 256:
-                return f"wgmma needs a multiple of 64 rows (one warpgroup per 64): '{text}' has {m}"
-            if n % 8 or n > 256:
-                return f"wgmma takes 8 to 256 result columns, a multiple of 8: '{text}' has {n}"
-            b = untransposed(e.rhs)
-            if not isinstance(b, A.Name):
-                return f"the right operand of '{text}' is not a tile the loop loads (wgmma reads it from the ring)"
-            contiguous = b.ty.shape[1]  # `t.T` ([n, k]) and `t` ([k, n]) are both read as the rows of t
-            if contiguous % SWIZZLE_ELEMS:
-                return (f"wgmma reads '{b.id}' from 128-byte swizzled rows: its last dimension must be a "
-                        f"multiple of {SWIZZLE_ELEMS} (it is {contiguous})")
-            if isinstance(e.lhs, A.Name) and kk % SWIZZLE_ELEMS:
-                return (f"wgmma reads '{e.lhs.id}' from 128-byte swizzled rows: its last dimension must be a "
-                        f"multiple of {SWIZZLE_ELEMS} (it is {kk})")
-        if isinstance(warps, int) and warps != m // 16:
-            return f"wgmma runs one warp per 16 rows: the {m}-row products need WARPS={m // 16} (WARPS={warps})"
-        # each product's f32 accumulator takes n / 2 registers per thread, live through the loop; ptxas
-        # aborts (C7602) when they and ~32 more for addresses and the softmax exceed the per-thread budget
-        accs = sum(e.rhs.ty.shape[1] // 2 for e in products)
-        budget = min(255, 65536 // (32 * (warps if isinstance(warps, int) else m // 16)))
-        if accs + 32 > budget:
-            return (f"the products' accumulators take {accs} registers per thread: with ~32 more they exceed "
-                    f"the {budget} a thread of {m // 16} warps can have")
-        return None
+        return replace(s, not_main=found) if s.pipelined else s  # for choose_mma's reasons
 
     # ---- recognizing the loop
     def products(self, s: A.For) -> tuple[Product, ...] | str:
@@ -325,7 +237,7 @@ class _Planner(Rewriter):
             notes = [] if fit == stages else [f"{stages} stages do not fit in shared memory: using {fit}"]
             if warps is not None and warps != bm // 16:
                 notes.append(f"WARPS={warps} ignored: wgmma takes one consumer warpgroup per 64 rows ({bm // 16} warps)")
-            return MatmulPlan("wgmma", bm, bn, bk, fit, dt, products, bm // 16, 1, bm // 64 * 128, 128,
+            return MatmulPlan(MmaStrategy.WGMMA, bm, bn, bk, fit, dt, products, bm // 16, 1, bm // 64 * 128, 128,
                               ring(fit), "; ".join(notes), persistent=s not in self.k.body.stmts)
         wm, wn = _warp_grid(bm, bn, warps, len(products))
         if warps is not None and wm * wn != warps:
@@ -344,7 +256,7 @@ class _Planner(Rewriter):
         fit = _deepest_ring(stages, lambda n: (n + extra) * per_stage, limit)
         if fit != stages:
             why = (why + "; " if why else "") + f"{stages} stages do not fit in shared memory on {self.arch}: using {fit}"
-        return MatmulPlan("mma", bm, bn, bk, fit, dt, products, wm, wn, 32 * wm * wn, 0, (fit + extra) * per_stage,
+        return MatmulPlan(MmaStrategy.MMA, bm, bn, bk, fit, dt, products, wm, wn, 32 * wm * wn, 0, (fit + extra) * per_stage,
                           why or "", shifted=shifted)
 
     def wgmma_obstacle(self, s, products, bm, bn, bk) -> str | None:
@@ -494,20 +406,11 @@ def _deepest_ring(stages: int, nbytes, limit: int) -> int:
     return lo
 
 
-def tensor_core_product(e: A.BinOp) -> bool:
-    """`a @ b` of register tiles that tensor cores can multiply: 2-byte floats of one dtype, f32 result, M, N
-    and K multiples of 16 (infer_memory.mma_layout also needs a warp grid for the block's warps)."""
-    dt = e.lhs.ty.dtype
-    return (dt in TENSOR_CORE_DTYPES and e.rhs.ty.dtype is dt and e.ty.dtype is DType.F32
-            and len(e.lhs.ty.shape) == 2 and len(e.rhs.ty.shape) == 2
-            and e.lhs.ty.shape[0] % 16 == 0 and e.lhs.ty.shape[1] % 16 == 0 and e.rhs.ty.shape[1] % 16 == 0)
-
-
 def has_tile(e) -> bool:
     """True if `e` or any expression below it is a tile (computed over the block's threads)."""
     if not isinstance(e, A.Expr):
         return False
-    if e.ty is not None and e.ty.what == "value" and e.ty.shape:
+    if e.ty is not None and e.ty.what == TyWhat.VALUE and e.ty.shape:
         return True
     return any(has_tile(c) for c in e.children())
 
@@ -519,7 +422,3 @@ def _is_acc(e: A.Expr, name: str) -> bool:
 def _key(op: Operand):
     return (op.tensor, op.kmajor, unparse(op.rows), unparse(op.k), tuple(unparse(i) for i in op.batch))
 
-
-def _global_operands(e: A.BinOp) -> bool:
-    """True if both operands of product `e` are loads (possibly transposed) of tensor parameters."""
-    return all(isinstance(untransposed(x), A.Index) for x in (e.lhs, e.rhs))

@@ -1,32 +1,58 @@
-"""Streamed tiles: which tiles a `pipeline` loop copies into shared memory iterations ahead (used by infer_memory).
+"""Pass plan_streams: which tiles each `pipeline` loop copies into shared memory iterations ahead.
 
-Needs: plan_matmul (a kernel with planned loops streams nothing; `For.mma` marks wgmma loops),
-choose_threads (the copy layouts), the hazard proofs of stream_hazards and plan_tma for wgmma
-loops. Guarantees: every streamed tile is assigned once at the top of its loop's body from a load
-that reads the same values one or more iterations early (no index or tensor it reads is written
-in between, `stream_hazards`); a gather's index definitions are substituted into the load and laid
-out for its blocked copy; rings of loops run one after another share one region (the largest),
-swizzled stages first and 1024-byte aligned; a ring over the target's limit gets 2 stages, then
-loses its tiles read into registers (and with `shrink`, see budget_smem).
+Needs: place_resident (`kernel.info` a MemoryPlan: the resident tiles come first in shared memory,
+the budget's `shrink`), choose_mma (`For.mma` marks wgmma loops), plan_matmul (a kernel with planned
+loops streams nothing), choose_threads (the copy layouts); the hazard proofs of stream_hazards and,
+for wgmma loops, plan_tma's choice of TMA boxes. Guarantees: `For.stream` of each loop lists its
+tiles (StreamTile): every one is assigned once at the top of its loop's body from a load that reads
+the same values one or more iterations early (no index or tensor it reads is written in between,
+`stream_hazards`); a gather's index definitions are substituted into the load and laid out for its
+blocked copy; rings of loops run one after another share one region (the largest) from
+`info.stream_offset`, swizzled stages first and 1024-byte aligned; a ring over the target's limit
+gets 2 stages, then loses its tiles read into registers (and with `shrink`, see budget_smem);
+`info.stream_uses` is the region's use (with the TMA rings' mbarriers, `info.mbar`, after it).
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
 from .. import ast as A
-from ..targets import MATMUL_PAD
+from ..targets import MATMUL_PAD, Target
 from ..types import DType, TyWhat
 from ..exprs import untransposed
 from .base import Rewriter, Walker, name_nodes, names_in, stored_tensors
+from .assign_layouts import LayoutAssigner, wgmma_loops
 from .memory_info import SWIZZLE_ALIGN, SmemUse, StreamTile, round_up
-from .plan_tma import plan_tma, stream_source
+from .plan_tma import stream_source, tma_boxes
 from .stream_hazards import assigned, assigned_count, local_to, nested_loops, outside_loops, rows_ahead_disjoint
 
 
-def plan_streams(mem, offset: int) -> tuple[dict, list, tuple]:
+def plan_streams(program: A.Program, tgt: Target) -> A.Program:
+    return replace(program, kernels=tuple(_kernel(k, tgt) for k in program.kernels))
+
+
+def _kernel(k: A.Kernel, tgt: Target) -> A.Kernel:
+    plan = k.info
+    offset = sum(round_up(u.bytes, 16) for u in plan.resident_uses)
+    wgmma = {id(f) for f in wgmma_loops(k)}
+    if wgmma:  # swizzled stages start aligned (the gap is counted in the resident region)
+        offset = round_up(offset, SWIZZLE_ALIGN)
+    index_tiles = LayoutAssigner(k, tgt)  # lays out the index tiles of gathers (no variable is known to it)
+    streams, uses, mbar = stream_tiles(k, tgt, wgmma, plan.shrink, offset, index_tiles)
+
+    class _Set(Rewriter):
+        def visit_For(self, f):
+            tiles = streams.get(id(f), ())
+            body = self.visit(f.body)
+            return replace(f, body=body, stream=tiles) if tiles or body is not f.body else f
+    info = replace(plan, stream_offset=offset, stream_uses=tuple(uses), mbar=mbar, gather_uses=tuple(index_tiles.uses))
+    return replace(k, body=_Set().visit(k.body), info=info)
+
+
+def stream_tiles(k: A.Kernel, tgt: Target, wgmma: set, shrink: int, offset: int, mem) -> tuple[dict, list, tuple]:
     """{id(for loop): (StreamTile, ...)}, their shared-memory uses, from byte `offset` on, and the TMA
-    rings' mbarriers (byte offset, count). `mem`: infer_memory's planner of this run (its kernel `k`,
-    `target`, `plans`, `wgmma` loops, `limit`, `shrink`, and its `mma_layout`, `canon`, `assign`).
+    rings' mbarriers (byte offset, count). `wgmma`: the ids of the wgmma loops; `shrink`: the budget's
+    attempt; `mem`: a LayoutAssigner of `k` (its `mma_layout`, `canon`, `assign`).
 
     A tile qualifies when, in a `pipeline(..., stages >= 2)` loop of a kernel without
     planned (wgmma/mma ring) loops, it is assigned once at the top of the loop body from a
@@ -35,8 +61,9 @@ def plan_streams(mem, offset: int) -> tuple[dict, list, tuple]:
     write (or writes only in this loop's rows, `rows_ahead_disjoint`), whose indices use only the loop variable and names not assigned in the loop. Read
     only as `x @ tile` or `x @ tile.T` products that run on mma.sync, it stays in shared
     memory; any other read makes it `regs` (read from shared memory into registers)."""
-    if mem.plans or not mem.target.cp_async:
+    if mem.plans or not tgt.cp_async:
         return {}, [], (0, 0)
+    limit = tgt.smem_per_block
     out = {}
 
     def eligible_load(v, loop_var, changing) -> bool:
@@ -145,8 +172,8 @@ def plan_streams(mem, offset: int) -> tuple[dict, list, tuple]:
         _U().walk(block)
         return good[0], bad[0]
 
-    stored = stored_tensors(mem.k.body)  # a copy one iteration ahead could read stale data
-    nested = nested_loops(mem.k.body)  # ids of the loops inside another loop
+    stored = stored_tensors(k.body)  # a copy one iteration ahead could read stale data
+    nested = nested_loops(k.body)  # ids of the loops inside another loop
 
     class _Loops(Walker):
         def on_For(self, f):
@@ -163,11 +190,11 @@ def plan_streams(mem, offset: int) -> tuple[dict, list, tuple]:
                     gather = gather_load(load, f, changing, at)
                     if gather is None:
                         continue
-                if load.base.id in stored and (gather is not None or not rows_ahead_disjoint(mem.k.body, nested, f, load, at)):
+                if load.base.id in stored and (gather is not None or not rows_ahead_disjoint(k.body, nested, f, load, at)):
                     continue
                 # a per-iteration value: assigned once, before any read in this body, and not
                 # read anywhere its value could come from outside an iteration
-                if not local_to(f, st.name) or outside_loops(mem.k.body, st.name):
+                if not local_to(f, st.name) or outside_loops(k.body, st.name):
                     continue
                 if assigned_count(f.body, st.name) != 1:
                     continue
@@ -178,7 +205,7 @@ def plan_streams(mem, offset: int) -> tuple[dict, list, tuple]:
                 if other and gather is not None:
                     continue  # a gather read in registers loads directly (staging it measured slower)
                 rows, cols = load.ty.shape
-                swizzled = id(f) in mem.wgmma and not other and gather is None
+                swizzled = id(f) in wgmma and not other and gather is None
                 ld = cols if swizzled else cols + MATMUL_PAD
                 stage = round_up(rows * ld * load.ty.dtype.itemsize, SWIZZLE_ALIGN if swizzled else 16)
                 copy = None
@@ -190,13 +217,13 @@ def plan_streams(mem, offset: int) -> tuple[dict, list, tuple]:
                 tiles.append(StreamTile(st.name, rows, cols, ld, 0, stage, gather, copy, regs=other,
                                         swizzled=swizzled))
                 ld_of[st.name] = load
-            if id(f) in mem.wgmma and tiles:
-                tiles = plan_tma(mem.k, tiles, ld_of)
+            if id(f) in wgmma and tiles:
+                tiles = tma_boxes(k, tiles, ld_of)
             # a ring over the target's shared memory (alone, or with the rest: `shrink`, see
             # budget_smem) gets 2 stages, then drops the tiles read into registers (they load directly)
             ring = lambda ts, n: offset + n * sum(t.stage_bytes for t in ts)  # noqa: E731
-            depth_f = f.stages if ring(tiles, f.stages) <= mem.limit and mem.shrink < 1 else 2
-            if ring(tiles, depth_f) > mem.limit or mem.shrink >= 2:
+            depth_f = f.stages if ring(tiles, f.stages) <= limit and shrink < 1 else 2
+            if ring(tiles, depth_f) > limit or shrink >= 2:
                 tiles = [t for t in tiles if not t.regs]
             if tiles:
                 out[id(f)] = tuple(replace(t, stages=depth_f) for t in tiles)
@@ -205,7 +232,7 @@ def plan_streams(mem, offset: int) -> tuple[dict, list, tuple]:
             return None
 
     spans: list = []
-    _Loops().walk(mem.k.body)
+    _Loops().walk(k.body)
     # loops run one after another: each loop's tiles start at `offset`, the region is the largest
     size, names = 0, []
     for key, tiles in out.items():

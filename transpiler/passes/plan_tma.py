@@ -1,14 +1,14 @@
-"""TMA for streamed rings: whether a wgmma pipeline loop's ring is filled by TMA, and each tile's box.
+"""Pass plan_tma: the TMA descriptors a kernel's host passes; and (for plan_streams) which rings TMA fills.
 
-Used by infer_memory's stream planning for the tiles of a wgmma `pipeline` loop. Needs: the loop's
-StreamTiles (swizzled, gathered, rows, cols decided) and their loads; check_constraints' facts
-(the row pitch must be provably a multiple of 16 bytes). Guarantees: either every tile of the loop
-has `tma_box` (one 64-column atom's box in the tensor's dims, innermost first) or none has and each
-carries the first obstacle in `tma_why` (a ring is filled one way).
+Needs: plan_matmul (the wgmma main loops' operands), plan_streams (`For.stream`, whose wgmma rings
+took their boxes from `tma_boxes`). Guarantees: `kernel.info.tma_maps` lists, once per kernel, the
+TMA descriptors (`TmaMap`) the host encodes and passes: those of the wgmma main loops and of the
+TMA-filled rings; the launch spec (launchspec.py) and codegen both read them from there.
 
-It also lists, once per kernel, the TMA descriptors (`TmaMap`) the host encodes and passes: those of the
-wgmma main loops (plan_matmul's operands) and of the TMA-filled rings. infer_memory stores them in
-`KernelMemory.tma_maps`; the launch spec (launchspec.py) and codegen both read them from there.
+`tma_boxes`, called by plan_streams for the tiles of a wgmma `pipeline` loop (their rows, columns,
+swizzle and gathers decided; check_constraints' facts prove row pitches), gives either every tile of
+the loop a `tma_box` (one 64-column atom's box in the tensor's dims, innermost first) or none, each
+then carrying the first obstacle in `tma_why` (a ring is filled one way).
 """
 from __future__ import annotations
 
@@ -17,12 +17,17 @@ from dataclasses import replace
 from .. import ast as A
 from ..exprs import unparse
 from ..spec import TmaMap
-from ..types import DType
+from ..types import DType, MmaStrategy
 from .base import Walker
 from .plan_matmul import SWIZZLE_ELEMS
 
 
-def plan_tma(k: A.Kernel, tiles: list, loads: dict) -> list:
+def plan_tma(program: A.Program) -> A.Program:
+    return replace(program, kernels=tuple(replace(k, info=replace(k.info, tma_maps=kernel_tma_maps(k)))
+                                          for k in program.kernels))
+
+
+def tma_boxes(k: A.Kernel, tiles: list, loads: dict) -> list:
     """`tiles` (the StreamTiles of one wgmma loop; `loads`: tile name -> its tensor load) with TMA boxes
     when every one qualifies, else with the first tile's obstacle in `tma_why`."""
     why = next((w for w in (tma_obstacle(k, t, loads[t.name]) for t in tiles) if w), None)
@@ -98,7 +103,7 @@ def kernel_tma_maps(k: A.Kernel) -> tuple[TmaMap, ...]:
 
     class _Find(Walker):
         def on_For(self, s):
-            if s.plan is not None and s.plan.strategy == "wgmma":
+            if s.plan is not None and s.plan.strategy == MmaStrategy.WGMMA:
                 p = s.plan
                 a = p.products[0].a
                 found.append((a.tensor, p.bm, main_box(a, p.bm)))

@@ -1,4 +1,4 @@
-"""The write/read hazard proofs of streamed tiles (used by infer_memory's stream planning).
+"""The write/read hazard proofs of streamed tiles (used by plan_streams).
 
 A pipeline loop copies a streamed tile into shared memory S - 1 iterations before the iteration
 that reads it. These functions decide, from the typed AST alone, whether doing so can change what
