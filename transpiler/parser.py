@@ -13,6 +13,7 @@ import lark
 from lark import Token, Transformer, v_args
 
 from . import ast as A
+from .builtins import ATOMICS
 from .deep import deep
 from .diagnostics import CompileError, Span
 from .types import DType
@@ -271,6 +272,27 @@ class _ToAst(Transformer):
     @v_args(meta=True)
     def augstore(self, meta, ch):
         return A.Store(self._target(meta, ch), ch[3], self._span(meta), AUG_OPS[str(ch[2])])
+
+    @v_args(meta=True)
+    def call_stmt(self, meta, ch):
+        """`atomic_add(t[...], v)` (any atomic of builtins.ATOMICS): a Store with its `atomic` op."""
+        name, span = str(ch[0]), self._span(meta)
+        args, kwargs = self._split_args(ch[1:])
+        atomic = ATOMICS.get(name)
+        if atomic is None:
+            raise CompileError(f"a call cannot stand as a statement here: '{name}(...)' computes a value; "
+                               "assign it (x = ...) or store it (t[...] = ...)", span,
+                               (f"the calls that are statements are the atomics: {', '.join(ATOMICS)}",), source=self.source)
+        want = 3 if atomic.op == "cas" else 2
+        if kwargs:
+            raise CompileError(f"{name}() takes no keyword arguments; put mask= inside the subscript",
+                               kwargs[0][1].span, source=self.source)
+        if len(args) != want:
+            shape = "(t[...], expected, value)" if atomic.op == "cas" else "(t[...], value)"
+            raise CompileError(f"{name}{shape} takes {want} arguments, got {len(args)}", span, source=self.source)
+        target = args[0]
+        compare = args[1] if atomic.op == "cas" else None
+        return A.Store(target, args[-1], span, atomic=atomic.op, compare=compare)
 
     @v_args(meta=True)
     def for_stmt(self, meta, ch):
