@@ -44,6 +44,18 @@ __device__ __forceinline__ void tilex_atomic_add2(tilex_bf16* p, float a, float 
   tilex_atomic_add(p + 1, b);
 #endif
 }
+// elements v = 0, 1 of a pair (column-contiguous slots) with [first, last) inside the tensor: both in one
+// packed add when both are inside and the pair is 4-byte aligned, else each alone
+template <typename S>
+__device__ __forceinline__ void tilex_atomic_add_pair(S* p, long long first, long long last, float a, float b) {
+  const bool in0 = first <= 0 && last > 0, in1 = first <= 1 && last > 1;
+  if (in0 && in1 && (reinterpret_cast<unsigned long long>(p) & 3ull) == 0) {
+    tilex_atomic_add2(p, a, b);
+  } else {
+    if (in0) tilex_atomic_add(p, a);
+    if (in1) tilex_atomic_add(p + 1, b);
+  }
+}
 
 // ---- max / min. Floats: a NaN value is skipped; a value with sign 0 orders as its int bits (atomicMax on
 // int), one with sign 1 as its unsigned bits reversed (atomicMin on unsigned): the float order, -0.0 < +0.0.

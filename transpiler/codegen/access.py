@@ -88,6 +88,16 @@ class AccessEmitter:
         if store and vec_axis is not None and not gathered and not elementwise and \
                 self.quad_store(layout, dt, name, vec_axis, idx_lines, off, ok, arr):
             return
+        if atomic == "add" and S in ("tilex_bf16", "tilex_f16") and vec_axis is not None and not tile_mask \
+                and self.vector_width(layout) > 1:
+            # 2-byte adds of column-contiguous slot pairs: one packed f16x2 / bf16x2 instruction per aligned pair
+            guard = replica_guard(layout)
+            iv, ax = vec_axis
+            call = (f"if ({ok}{' && ' + guard if guard else ''}) tilex_atomic_add_pair({name} + ({off}), -{iv}, "
+                    f"(long long){self.dim(name, ax)} - {iv}, {arr}[tx_s], {arr}[tx_s + 1]);")
+            self.out.need("tilex_atomic.cuh")
+            self.out.unrolled(layout.slots, " ".join(idx_lines + [call]), step=2)
+            return
         if vec > 1:
             iv, ax = vec_axis
             first = f"-{iv}"
