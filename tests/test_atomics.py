@@ -108,6 +108,26 @@ kernel masked2d<BM: int = 16, BN: int = 32>(x: bf16[M, N], keep: bool[N], y: out
 }
 """
 
+GROUP_NORM = """
+# Group norm over the C columns of a row, G groups of C / G columns each (not a power of two): the
+# group's tile is masked to its own columns on the load and the store, so no group touches its neighbour's.
+kernel group_norm<G: int = 4, BLOCK: int = 64>(x: f32[M, C], w: f32[C], b: f32[C], y: out f32[M, C],
+                                               eps: f32 = 1e-5)
+    where C % G == 0, C <= G * BLOCK
+    grid (M, G)
+{
+    row = program_id(0)
+    cg = C // G
+    c0 = program_id(1) * cg
+    inside = arange(0, BLOCK) < cg                       # this group's columns
+    t = x[row, c0 : c0 + BLOCK, mask = inside, other = 0.0]
+    mean = sum(t) / cg
+    d = where(inside, t - mean, 0.0)
+    inv = rsqrt(sum(d * d) / cg + eps)
+    y[row, c0 : c0 + BLOCK, mask = inside] = d * inv * w[c0 : c0 + BLOCK] + b[c0 : c0 + BLOCK]
+}
+"""
+
 DISTINCT = """
 kernel perm<B: int = 64>(p: i32[N], x: f32[N], y: out f32[N])
     grid (cdiv(N, B),)
@@ -264,6 +284,23 @@ def test_masked_store_broadcast_mask_2d():
     np.testing.assert_array_equal(y.astype(np.float32), np.where(sel, x.astype(np.float32), 0.0))
 
 
+def group_norm_reference(x, w, b, g, eps=1e-5):
+    m, c = x.shape
+    xg = x.astype(np.float64).reshape(m, g, c // g)
+    d = xg - xg.mean(axis=2, keepdims=True)
+    return (d / np.sqrt((d * d).mean(axis=2, keepdims=True) + eps)).reshape(m, c) * w + b
+
+
+@pytest.mark.parametrize("m, c, g", [(5, 92, 4), (3, 7, 1), (2, 150, 3)])
+def test_group_norm_with_masked_store(m, c, g):
+    r = rng(9 + c)
+    x = (r.standard_normal((m, c)) * 3 + 1).astype(np.float32)
+    w, b = r.standard_normal(c).astype(np.float32), r.standard_normal(c).astype(np.float32)
+    y = np.full((m, c), np.nan, np.float32)
+    tilex.compile(GROUP_NORM, cache_dir=False, G=g).interp("group_norm", x, w, b, y)
+    np.testing.assert_allclose(y, group_norm_reference(x, w, b, g), rtol=1e-4, atol=1e-4)
+
+
 def test_distinct_scatter_runs_and_repeats_raise():
     r = rng(8)
     n = 300
@@ -328,7 +365,7 @@ kernel k(x: f32[N], y: out f32[M])
 
 
 FEATURES = {"hist": HIST, "scatter_add": SCATTER_ADD, "splitk": SPLITK, "ops": OPS, "rowsum": ROWSUM,
-            "masked": MASKED, "masked2d": MASKED_2D, "distinct": DISTINCT}
+            "masked": MASKED, "masked2d": MASKED_2D, "distinct": DISTINCT, "group_norm": GROUP_NORM}
 
 
 @pytest.mark.nvcc

@@ -12,7 +12,8 @@ import pytest
 
 import tilex
 
-from test_atomics import DISTINCT, HIST, MASKED, MASKED_2D, OPS, ROWSUM, SCATTER_ADD, SPLITK, _ops_inputs
+from test_atomics import (DISTINCT, GROUP_NORM, HIST, MASKED, MASKED_2D, OPS, ROWSUM, SCATTER_ADD, SPLITK, _ops_inputs,
+                          group_norm_reference)
 
 pytestmark = pytest.mark.gpu
 
@@ -108,3 +109,14 @@ def test_masked_2d_and_distinct_scatter_gpu():
     xs = r.standard_normal(1000).astype(np.float32)
     g, h = both(DISTINCT, "perm", p=p, x=xs, y=np.zeros(1000, np.float32))
     np.testing.assert_array_equal(g["y"], h["y"])
+
+
+def test_group_norm_masked_store_gpu():
+    cp = pytest.importorskip("cupy")
+    r = np.random.default_rng()
+    m, c, g = 37, 276, 4  # 69 columns per group
+    x = (r.standard_normal((m, c)) * 3 + 1).astype(np.float32)
+    w, b = r.standard_normal(c).astype(np.float32), r.standard_normal(c).astype(np.float32)
+    y = cp.full((m, c), np.nan, np.float32)
+    tilex.compile(GROUP_NORM, G=g, BLOCK=128).group_norm(cp.asarray(x), cp.asarray(w), cp.asarray(b), y)
+    np.testing.assert_allclose(cp.asnumpy(y), group_norm_reference(x, w, b, g), rtol=1e-4, atol=1e-4)
