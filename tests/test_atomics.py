@@ -55,6 +55,25 @@ kernel splitk<BM: int = 32, BN: int = 32, BK: int = 16>(a: f32[M, K], b: f32[K, 
 }
 """
 
+SPLITK_WGMMA = """
+kernel splitk_wgmma<BM: int = 128, BN: int = 128, BK: int = 64, SPLIT: int = 4>(
+    a: bf16[M, K], b: bf16[N, K], c: out f32[M, N], cb: out bf16[M, N])
+    where K % 8 == 0
+    grid (cdiv(M, BM), cdiv(N, BN), SPLIT)
+{
+    m = program_id(0) * BM
+    n = program_id(1) * BN
+    per = cdiv(cdiv(K, SPLIT), BK) * BK
+    k0 = program_id(2) * per
+    acc = zeros(f32[BM, BN])
+    for k in pipeline(k0, min(k0 + per, K), BK, stages = 3) {
+        acc += a[m : m + BM, k : k + BK] @ b[n : n + BN, k : k + BK].T
+    }
+    atomic_add(c[m : m + BM, n : n + BN], acc)              # the accumulator fragments, element by element
+    atomic_add(cb[m : m + BM, n : n + BN], acc.to(bf16))    # packed bf16x2 pairs
+}
+"""
+
 OPS = """
 kernel ops<B: int = 128>(ids: i32[N], v: f32[N], vi: i64[N], mx: out f32[K], mn: out f32[K], mi: out i64[K],
                          ni: out i32[K], ex: out i32[K], owner: out i32[K], total: out f32[2])
@@ -185,6 +204,20 @@ def test_splitk_accumulates_into_one_output():
     c = np.zeros((m, n), np.float32)
     interp(SPLITK, "splitk", a, b, c)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-4)
+
+
+def test_splitk_tensor_core_main_loop_accumulates_into_one_output():
+    r = rng(10)
+    m, n, k = 130, 70, 520  # 4 splits of 192 (the last one short)
+    a = r.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = r.standard_normal((n, k)).astype(ml_dtypes.bfloat16)
+    c, cb = np.zeros((m, n), np.float32), np.zeros((m, n), ml_dtypes.bfloat16)
+    mod = tilex.compile(SPLITK_WGMMA, cache_dir=False)
+    assert "tilex_atomic_add_pair(cb" in mod.cuda and "wgmma" in mod.cuda
+    mod.interp("splitk_wgmma", a, b, c, cb)
+    ref = a.astype(np.float64) @ b.astype(np.float64).T
+    np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(cb.astype(np.float64), ref, rtol=0.05, atol=0.5)  # 4 bf16 roundings
 
 
 def _ops_inputs(seed, n=1000, k=13):
@@ -364,7 +397,7 @@ kernel k(x: f32[N], y: out f32[M])
     tilex.compile(src, cache_dir=False)
 
 
-FEATURES = {"hist": HIST, "scatter_add": SCATTER_ADD, "splitk": SPLITK, "ops": OPS, "rowsum": ROWSUM,
+FEATURES = {"hist": HIST, "scatter_add": SCATTER_ADD, "splitk": SPLITK, "splitk_wgmma": SPLITK_WGMMA, "ops": OPS, "rowsum": ROWSUM,
             "masked": MASKED, "masked2d": MASKED_2D, "distinct": DISTINCT, "group_norm": GROUP_NORM}
 
 

@@ -12,7 +12,8 @@ import pytest
 
 import tilex
 
-from test_atomics import (DISTINCT, GROUP_NORM, HIST, MASKED, MASKED_2D, OPS, ROWSUM, SCATTER_ADD, SPLITK, _ops_inputs,
+from test_atomics import (DISTINCT, GROUP_NORM, HIST, MASKED, MASKED_2D, OPS, ROWSUM, SCATTER_ADD, SPLITK,
+                          SPLITK_WGMMA, _ops_inputs,
                           group_norm_reference)
 
 pytestmark = pytest.mark.gpu
@@ -62,6 +63,19 @@ def test_splitk_gpu():
     g, h = both(SPLITK, "splitk", a=a, b=b, c=c)
     np.testing.assert_allclose(g["c"], h["c"], rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(g["c"], a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-3)
+
+
+def test_splitk_wgmma_gpu():
+    r = np.random.default_rng()
+    m, n, k = 300, 200, 1000  # edge tiles in m and n, 4 splits of 256 (the last short)
+    a = r.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = r.standard_normal((n, k)).astype(ml_dtypes.bfloat16)
+    g, h = both(SPLITK_WGMMA, "splitk_wgmma", a=a, b=b, c=np.zeros((m, n), np.float32),
+                cb=np.zeros((m, n), ml_dtypes.bfloat16))
+    ref = a.astype(np.float64) @ b.astype(np.float64).T
+    np.testing.assert_allclose(g["c"], ref, rtol=1e-3, atol=1e-2)
+    np.testing.assert_allclose(g["c"], h["c"], rtol=1e-3, atol=1e-2)
+    np.testing.assert_allclose(g["cb"].astype(np.float64), ref, rtol=0.05, atol=1.0)
 
 
 def test_max_min_xchg_cas_gpu():
