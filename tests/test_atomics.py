@@ -306,6 +306,25 @@ def test_masked_store_and_load(n):
     np.testing.assert_array_equal(w, np.where(np.arange(n) % 3 == 0, x, 0.0).astype(np.float32))
 
 
+def test_masked_scalar_store_and_load():
+    src = """
+kernel k(x: f32[N], flag: i32[1], y: out f32[4])
+    grid (1,)
+{
+    on = flag[0] > 0
+    y[0, mask = on] = x[1]
+    y[1] = x[2, mask = on, other = -3.0]
+    y[2, mask = not on] = 5.0
+    atomic_add(y[3, mask = on], x[0])
+}
+"""
+    x = np.arange(1, 5, dtype=np.float32)
+    for flag, want in ((1, [2.0, 3.0, 9.0, 10.0]), (0, [9.0, -3.0, 5.0, 9.0])):
+        y = np.full(4, 9.0, np.float32)
+        interp(src, "k", x, np.array([flag], np.int32), y)
+        np.testing.assert_array_equal(y, np.array(want, np.float32))
+
+
 def test_masked_store_broadcast_mask_2d():
     r = rng(7)
     m, n = 37, 45
@@ -367,6 +386,10 @@ def test_distinct_scatter_runs_and_repeats_raise():
     ("counts[t, mask = v] = v", "mask= must be a condition (bool), got i32"),
     ("counts[t, distinct = 1] = v", "distinct= takes True or False"),
     ("acc = v[0 : 64, distinct = True]", "distinct= marks the index tiles of a store"),
+    ("acc = acc[:, mask = v > 0]", "mask= applies to subscripts of a tensor"),
+    ("counts[t, mask = (v > 0)[:, None]] = v", "mask= of shape [64, 1] does not broadcast to the subscript's shape [64]"),
+    ("counts[t, mask = v > 0, distinct = True] = v.to(f32)", "storing f32 into counts: i32"),
+    ("atomic_cas(counts[t], v.to(f32), v)", "storing f32 into counts: i32"),
 ])
 def test_errors(src, message):
     prog = f"""

@@ -271,7 +271,7 @@ class _Dtypes(Rewriter):
             if k not in ("other", "mask"):
                 fail(f"unknown subscript keyword '{k}' (other=VALUE, mask=CONDITION, and distinct=True on a store)")
             if base.ty.what != TyWhat.TENSOR:
-                fail(f"{k}= applies to subscripts of a tensor")
+                fail("other= applies to reads of a tensor" if k == "other" else "mask= applies to subscripts of a tensor")
             if k == "mask":
                 self._bool(v, "mask=")
         return replace(e, base=base, items=items, kwargs=kwargs, ty=Ty(TyWhat.VALUE, base.ty.dtype))
