@@ -387,6 +387,7 @@ def test_distinct_scatter_runs_and_repeats_raise():
     ("counts[t, distinct = 1] = v", "distinct= takes True or False"),
     ("acc = v[0 : 64, distinct = True]", "distinct= marks the index tiles of a store"),
     ("acc = acc[:, mask = v > 0]", "mask= applies to subscripts of a tensor"),
+    ("counts[0 : 64, distinct = True] = v", "distinct = True marks the index tiles of a scatter"),
     ("counts[t, mask = (v > 0)[:, None]] = v", "mask= of shape [64, 1] does not broadcast to the subscript's shape [64]"),
     ("counts[t, mask = v > 0, distinct = True] = v.to(f32)", "storing f32 into counts: i32"),
     ("atomic_cas(counts[t], v.to(f32), v)", "storing f32 into counts: i32"),

@@ -45,6 +45,9 @@ def injective(e: A.Expr) -> bool:
 def check_scatter(s: A.Store) -> None:
     """Fail if `s` stores through index tiles that may repeat without an atomic or a `distinct` marker."""
     tiles = index_tiles(s.target)
+    if s.distinct and not tiles:
+        fail("distinct = True marks the index tiles of a scatter, and this subscript has none",
+             "remove it: a subscript of scalars and slices writes each element once")
     if not tiles or s.atomic is not None or s.distinct or any(injective(t) for t in tiles):
         return
     t = s.target
