@@ -408,6 +408,24 @@ kernel k(ids: i32[N], counts: out i32[K], h: out bf16[K])
     assert message in str(e.value), str(e.value)
 
 
+def test_distinct_augmented_scatter():
+    src = """
+kernel k<B: int = 64>(p: i32[N], x: f32[N], y: out f32[N])
+    grid (cdiv(N, B),)
+{
+    i = program_id(0) * B
+    y[p[i : i + B, other = -1], distinct = True] += x[i : i + B]
+}
+"""
+    r = rng(11)
+    n = 150
+    p, x, y = r.permutation(n).astype(np.int32), r.standard_normal(n).astype(np.float32), r.standard_normal(n).astype(np.float32)
+    ref = y.copy()
+    ref[p] += x
+    interp(src, "k", p, x, y)
+    np.testing.assert_array_equal(y, ref)
+
+
 def test_injective_index_tiles_need_no_marker():
     src = """
 kernel k(x: f32[N], y: out f32[M])
