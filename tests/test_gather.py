@@ -29,7 +29,7 @@ kernel g<T: int = 8, B: int = 32>(ids: i32[N], blk: i32[N], table: f32[V, D], pa
     o[r : r + T, 0 : B] = rows * 2.0
     b = blk[r : r + T]
     o2[r : r + T, 0 : B] = pages[b // S, b % S, 0 : B]
-    dst[idx, 0 : B] = rows + 1.0
+    dst[idx, 0 : B, distinct = True] = rows + 1.0
 }
 """
 
@@ -57,7 +57,7 @@ def _reference(ids, blk, table, pages):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_interpreter_matches_numpy(seed):
     ids, blk, table, pages = _inputs(seed)
-    ids = np.unique(ids)[: len(ids)]  # a scatter with repeated indices keeps one of the writes: test distinct ones
+    ids = np.unique(ids)[: len(ids)]  # the scatter is marked distinct = True (repeats raise: test_atomics.py)
     blk = blk[: len(ids)]
     n, d = len(ids), table.shape[1]
     o, o2, dst = np.full((n, d), np.nan, np.float32), np.full((n, d), np.nan, np.float32), np.zeros_like(table)

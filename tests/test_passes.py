@@ -443,7 +443,7 @@ def test_weak_literal_assigned_to_float_variable_takes_its_dtype():
     ("    r = c[0 : 4].foo()", "unknown method '.foo()' (tiles have .to(dtype) and .T)"),
     ("    r = c[0 : 4].U", "unknown attribute '.U' (tiles and tensors have .T)"),
     ("    r = c[s]", "an index must be an integer, got f32"),
-    ("    r = c[0 : 4, foo = 1.0]", "unknown subscript keyword 'foo' (only other=VALUE)"),
+    ("    r = c[0 : 4, foo = 1.0]", "unknown subscript keyword 'foo' (other=VALUE, mask=CONDITION, and distinct=True on a store)"),
     ("    r = c[0.0 : 4.0]", "slice bounds must be integers, got f32"),
     ("    for j in range(0, s) { }", "a loop bound must be an integer, got f32"),
     ("    if n { }", "an if condition must be a condition (bool), got i32"),

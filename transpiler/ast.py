@@ -248,12 +248,21 @@ class Assign(Stmt):
 
 @dataclass(frozen=True)
 class Store(Stmt):
-    """`x[...] = value` (with `op`: `x[...] op= value`): a masked write of a tensor."""
+    """`x[...] = value` (with `op`: `x[...] op= value`): a masked write of a tensor.
+
+    With `atomic` (`atomic_add(x[...], value)`: "add", "max", "min", "xchg", "cas"; `compare` the expected
+    value of "cas") each element is an atomic read-modify-write. `distinct`: the subscript's index tiles were
+    declared never to repeat (`x[ids, distinct = True] = v`); `updates`: the value reads the target (a
+    desugared `x[...] op= value`)."""
 
     target: Index
     value: Expr
     span: Span = NO_SPAN
     op: BinOpKind | None = None
+    atomic: str | None = None
+    compare: Expr | None = None
+    distinct: bool = False
+    updates: bool = False
 
 
 @dataclass(frozen=True)

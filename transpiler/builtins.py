@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .types import StrEnum
+from .types import DType, StrEnum
 
 
 class BuiltinKind(StrEnum):
@@ -23,6 +23,7 @@ class BuiltinKind(StrEnum):
     ARANGE = "arange"  # an i32 tile start..stop-1
     AXIS = "axis"  # program_id, num_programs
     SCALAR = "scalar"  # integer scalar functions (cdiv)
+    ATOMIC = "atomic"  # a statement: atomic read-modify-write of tensor elements (ATOMICS below)
 
 
 K = BuiltinKind
@@ -78,6 +79,12 @@ FUNCTIONS: dict[str, Builtin] = dict([
     _b("program_id", K.AXIS, 1, 1, doc="index of this program along grid axis 0, 1 or 2"),
     _b("num_programs", K.AXIS, 1, 1, doc="number of programs along grid axis 0, 1 or 2"),
     _b("cdiv", K.SCALAR, 2, 2, doc="ceil(a / b) on integers"),
+    # atomics: statements over a subscript of an out tensor (ATOMICS)
+    _b("atomic_add", K.ATOMIC, 2, 2, doc="atomic_add(t[...], v): t[...] += v, every update kept (np.add.at)"),
+    _b("atomic_max", K.ATOMIC, 2, 2, doc="atomic_max(t[...], v): t[...] = max(t[...], v) (np.fmax.at)"),
+    _b("atomic_min", K.ATOMIC, 2, 2, doc="atomic_min(t[...], v): t[...] = min(t[...], v) (np.fmin.at)"),
+    _b("atomic_xchg", K.ATOMIC, 2, 2, doc="atomic_xchg(t[...], v): t[...] = v, one of colliding writes wins"),
+    _b("atomic_cas", K.ATOMIC, 3, 3, doc="atomic_cas(t[...], expected, v): t[...] = v where t[...] == expected"),
 ])
 
 MATH_FUNCS = {n for n, b in FUNCTIONS.items() if b.kind is K.MATH}
@@ -89,6 +96,30 @@ def is_reduction(call) -> bool:
     operand."""
     kind = FUNCTIONS[call.func].kind
     return kind in (K.REDUCE, K.ARGREDUCE) or (kind is K.MINMAX and len(call.args) == 1)
+
+# ---- atomics: one row per operation. `dtypes`: the element types it takes; `cuda`: the device helper of
+# templates/tilex_atomic.cuh (`tilex_atomic_<op>(S* p, R v)`, cas: `(S* p, R expected, R v)`)
+@dataclass(frozen=True)
+class Atomic:
+    op: str
+    dtypes: frozenset
+    cuda: str
+
+
+def _atomic(op: str, *dtypes: str) -> tuple[str, Atomic]:
+    return f"atomic_{op}", Atomic(op, frozenset(DType(d) for d in dtypes), f"tilex_atomic_{op}")
+
+
+ATOMICS: dict[str, Atomic] = dict([
+    _atomic("add", "i32", "i64", "f32", "f16", "bf16"),
+    _atomic("max", "i32", "i64", "f32"),
+    _atomic("min", "i32", "i64", "f32"),
+    _atomic("xchg", "i32", "i64", "f32"),
+    _atomic("cas", "i32", "i64", "f32"),
+])
+ATOMIC_OPS = {a.op: a for a in ATOMICS.values()}
+# the atomic that an augmented store through repeating indices means (`t[ids] += v`: atomic_add)
+ATOMIC_FOR_UPDATE = {"+": "atomic_add", "-": "atomic_add", "max": "atomic_max", "min": "atomic_min"}
 
 # NumPy implementations (float32 in, float32 out) used by the interpreter
 NUMPY_MATH = {

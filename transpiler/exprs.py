@@ -25,6 +25,9 @@ def unparse_stmt(s: A.Stmt) -> str:
     """Source-like text of a statement's head (an assignment, store, loop header or condition)."""
     if isinstance(s, A.Assign):
         return f"{s.name} {'=' if s.op is None else f'{s.op.value}='} {unparse(s.value)}"
+    if isinstance(s, A.Store) and s.atomic is not None:
+        args = [s.target] + ([s.compare] if s.compare is not None else []) + [s.value]
+        return f"atomic_{s.atomic}({', '.join(unparse(a) for a in args)})"
     if isinstance(s, A.Store):
         return f"{unparse(s.target)} {'=' if s.op is None else f'{s.op.value}='} {unparse(s.value)}"
     if isinstance(s, A.For):

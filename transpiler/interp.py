@@ -10,7 +10,9 @@ It implements the same numeric semantics as the CUDA code generator:
 * ints wrap around; `//` and `%` are floor division / floor modulo (Python semantics);
 * float -> int conversion truncates toward zero, NaN gives 0, out-of-range saturates;
   conversion to f8e4m3 saturates finite and infinite values to +-448 (NaN stays NaN);
-* tensor reads outside `[0, dim)` take `other=` (default 0), stores outside are skipped;
+* tensor reads outside `[0, dim)` (or where `mask=` is False) take `other=` (default 0), stores there
+  are skipped; atomics update every valid element in the tile's order (`interp_atomic`), and a scatter
+  marked `distinct = True` raises when its indices repeat;
 * `max`/`min` ignore NaN (like CUDA fmaxf); `argmax`/`argmin` give the first extremum
   and NaN never wins (all-NaN gives 0); sums accumulate in f32 (ints in i32/i64).
 
@@ -29,6 +31,8 @@ from . import ast as A
 from .builtins import FUNCTIONS, BuiltinKind as K
 from .deep import deep
 from .diagnostics import LaunchError
+from .exprs import unparse
+from .interp_atomic import atomic_update, check_distinct
 from .interp_numeric import (COMPARE, MATH, MATH_ENV, NP_DTYPES, B, InterpError, argreduce, arith, cast,  # noqa: F401
                              dtype_of, lit, reduce_minmax)  # InterpError: re-exported (tilex.interp.InterpError)
 from .passes.infer_dtypes import operand_dtype
@@ -102,11 +106,21 @@ class _Interp:
 
     def s_store(self, s: A.Store) -> None:
         t = s.target
-        if _gathers(t):  # a scatter: valid elements only; with repeated indices one of the writes wins
+        mask = self.mask(t)
+        if s.atomic is not None or _gathers(t):  # element by element: atomics, scatters (valid elements only)
             view, idx, valid = self.gather(t)
-            v = np.broadcast_to(self.ev_as(s.value, t.ty.dtype), t.ty.shape)
-            if valid.any():
-                view[tuple(i[valid] for i in idx)] = v[valid]
+            if mask is not None:
+                valid = valid & mask
+            where = tuple(i[valid] for i in idx)
+            v = np.broadcast_to(self.ev_as(s.value, t.ty.dtype), t.ty.shape)[valid]
+            if s.atomic is not None:
+                cmp = None if s.compare is None else np.broadcast_to(self.ev_as(s.compare, t.ty.dtype), t.ty.shape)[valid]
+                atomic_update(view, where, s.atomic, v, cmp, t.ty.dtype)
+                return
+            if s.distinct:
+                check_distinct(view, where, f"{s.span}: '{unparse(t)}'")
+            if where[0].size:
+                view[where] = v
             return
         view, src, dst, inside = self.window(t)
         if not inside:
@@ -114,10 +128,16 @@ class _Interp:
         v = self.ev_as(s.value, t.ty.dtype)
         shape = t.ty.shape
         if shape == ():
-            view[src] = v
+            if mask is None or mask:
+                view[src] = v
             return
         v = np.broadcast_to(v, shape)
-        view[src] = v[dst]
+        view[src] = v[dst] if mask is None else np.where(mask[dst], v[dst], view[src])
+
+    def mask(self, e: A.Index):
+        """The `mask=` of a tensor subscript broadcast to its shape, or None."""
+        m = e.kwarg("mask")
+        return None if m is None else np.broadcast_to(self.ev_as(m, DType.BOOL), e.ty.shape)
 
     def s_for(self, s: A.For) -> None:
         start, stop, step = int(self.ev(s.start)), int(self.ev(s.stop)), int(self.ev(s.step))
@@ -289,15 +309,15 @@ class _Interp:
         return view, tuple(src), tuple(dst), inside
 
     def gather(self, e: A.Index):
-        """(view, index arrays, valid mask) of a subscript with index tiles, all shaped like the tile.
+        """(view, index arrays, valid mask) of a tensor subscript, all shaped like the tile.
 
-        Index tiles give the tile's first axis, slices the following ones, scalars none; an element
-        is valid when every one of its indices is inside the tensor.
+        Index tiles give the tile's first axis, slices the following ones (or all of them, without index
+        tiles), scalars none; an element is valid when every one of its indices is inside the tensor.
         """
         view = self.tensor_view(e.base)
         shape = e.ty.shape
         rank = len(shape)
-        idx, valid, k = [], np.ones(shape, dtype=bool), 1
+        idx, valid, k = [], np.ones(shape, dtype=bool), 1 if _gathers(e) else 0
         for axis, item in enumerate(e.items):
             dim = view.shape[axis]
             if isinstance(item, A.Slice):
@@ -319,8 +339,11 @@ class _Interp:
             v = self.ev(base)
             idx = tuple(None if isinstance(i, A.NewAxis) else slice(None) for i in e.items)
             return np.asarray(v)[idx]
+        mask = self.mask(e)
         if _gathers(e):
             view, idx, valid = self.gather(e)
+            if mask is not None:
+                valid = valid & mask
             other = e.kwarg("other")
             fill = cast(self.ev(other), e.ty.dtype) if other is not None else lit(0, e.ty.dtype)
             out = np.full(e.ty.shape, fill, dtype=NP_DTYPES[e.ty.dtype])
@@ -329,16 +352,16 @@ class _Interp:
             return out
         view, src, dst, inside = self.window(e)
         shape = e.ty.shape
-        if inside and all(d.start == 0 and d.stop == n for d, n in zip(dst, shape)):
+        if inside and mask is None and all(d.start == 0 and d.stop == n for d, n in zip(dst, shape)):
             return np.array(view[src])[()]  # a copy: later stores must not change the tile
         other = e.kwarg("other")
         dt = e.ty.dtype
         fill = cast(self.ev(other), dt) if other is not None else lit(0, dt)
         if shape == ():
-            return fill
+            return np.array(view[src])[()] if inside and mask else fill
         out = np.full(shape, fill, dtype=NP_DTYPES[dt])
         if inside:
-            out[dst] = view[src]
+            out[dst] = view[src] if mask is None else np.where(mask[dst], view[src], fill)
         return out
 
 

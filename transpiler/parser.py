@@ -13,6 +13,7 @@ import lark
 from lark import Token, Transformer, v_args
 
 from . import ast as A
+from .builtins import ATOMICS
 from .deep import deep
 from .diagnostics import CompileError, Span
 from .types import DType
@@ -207,10 +208,6 @@ class _ToAst(Transformer):
         return A.MultiAssign(tuple(str(t) for t in ch[:-1]), ch[-1], self._span(meta))
 
     @v_args(meta=True)
-    def call_stmt(self, meta, ch):
-        return A.CallStmt(self.call(meta, ch), self._span(meta))
-
-    @v_args(meta=True)
     def kernel(self, meta, ch):
         name = ch[0]
         cparams, params, where, grid, body = (), (), (), (), None
@@ -319,6 +316,26 @@ class _ToAst(Transformer):
     @v_args(meta=True)
     def augstore(self, meta, ch):
         return A.Store(self._target(meta, ch), ch[3], self._span(meta), AUG_OPS[str(ch[2])])
+
+    @v_args(meta=True)
+    def call_stmt(self, meta, ch):
+        """`atomic_add(t[...], v)` (any atomic of builtins.ATOMICS): a Store with its `atomic` op; any other call is a
+        CallStmt (a fn called for its stores)."""
+        name, span = str(ch[0]), self._span(meta)
+        args, kwargs = self._split_args(ch[1:])
+        atomic = ATOMICS.get(name)
+        if atomic is None:  # a fn call standing as a statement (inline_functions inlines it or says what it is)
+            return A.CallStmt(self.call(meta, ch), span)
+        want = 3 if atomic.op == "cas" else 2
+        if kwargs:
+            raise CompileError(f"{name}() takes no keyword arguments; put mask= inside the subscript",
+                               kwargs[0][1].span, source=self.source)
+        if len(args) != want:
+            shape = "(t[...], expected, value)" if atomic.op == "cas" else "(t[...], value)"
+            raise CompileError(f"{name}{shape} takes {want} arguments, got {len(args)}", span, source=self.source)
+        target = args[0]
+        compare = args[1] if atomic.op == "cas" else None
+        return A.Store(target, args[-1], span, atomic=atomic.op, compare=compare)
 
     @v_args(meta=True)
     def for_stmt(self, meta, ch):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .. import ast as A
+from ..builtins import ATOMIC_OPS
 from ..layout import Fragment, Layout
 from .c import reg, storage
 from .context import KernelFacts
@@ -38,13 +39,19 @@ class AccessEmitter:
             st = self.stride(name, ax)
             terms.append(f"{i} * {st}" if st else i)
             oks.append(f"(unsigned long long){i} < (unsigned long long){self.dim(name, ax)}")
+        mask = e.kwarg("mask")
+        if mask is not None:  # a scalar subscript's mask is a scalar
+            oks.append(f"({self.expr.scalar(mask)})")
         return " + ".join(terms), " && ".join(oks)
 
-    def access(self, e: A.Index, layout: Layout, arr: str, store: bool) -> None:
-        """Emit a masked load of tensor subscript `e` into `arr` (or a store from it)."""
+    def access(self, e: A.Index, layout: Layout, arr: str, store: bool, atomic: str | None = None,
+               compare: str | None = None) -> None:
+        """Emit a masked load of tensor subscript `e` into `arr` (or a store from it; with `atomic`, that
+        atomic of each element, `compare` the array of cas's expected values)."""
         name, axes = self.index_axes(e)
         dt = e.ty.dtype
         self.out.need("tilex_mem.cuh")
+        mask = self.mask(e, layout)
         idx_lines, terms, oks = [], [], []
         # index tiles (a gather/scatter) give tile axis 0: each slot reads its row's index in registers
         gathered = any(not isinstance(item, A.Slice) and item.ty.shape for _, item in axes)
@@ -70,12 +77,26 @@ class AccessEmitter:
             terms.append(f"{iv} * {st}" if st else iv)
             if vec_axis is None or vec_axis[1] != ax:
                 oks.append(f"(unsigned long long){iv} < (unsigned long long){self.dim(name, ax)}")
-        vec = self.vector_width(layout) if vec_axis is not None else 1
+        tile_mask = mask is not None and bool(e.kwarg("mask").ty.shape)
+        if mask is not None and not tile_mask:
+            oks.append(mask)  # a scalar mask= : uniform, one more condition of every chunk
+        elementwise = atomic is not None or tile_mask  # element by element: no vectors
+        vec = self.vector_width(layout) if vec_axis is not None and not elementwise else 1
         ok = " && ".join(oks) or "true"
         off = " + ".join(terms)
         S, R = storage(dt), reg(dt)
-        if store and vec_axis is not None and not gathered and self.quad_store(layout, dt, name, vec_axis, idx_lines,
-                                                                                off, ok, arr):
+        if store and vec_axis is not None and not gathered and not elementwise and \
+                self.quad_store(layout, dt, name, vec_axis, idx_lines, off, ok, arr):
+            return
+        if atomic == "add" and S in ("tilex_bf16", "tilex_f16") and vec_axis is not None and not tile_mask \
+                and self.vector_width(layout) > 1:
+            # 2-byte adds of column-contiguous slot pairs: one packed f16x2 / bf16x2 instruction per aligned pair
+            guard = replica_guard(layout)
+            iv, ax = vec_axis
+            call = (f"if ({ok}{' && ' + guard if guard else ''}) tilex_atomic_add_pair({name} + ({off}), -{iv}, "
+                    f"(long long){self.dim(name, ax)} - {iv}, {arr}[tx_s], {arr}[tx_s + 1]);")
+            self.out.need("tilex_atomic.cuh")
+            self.out.unrolled(layout.slots, " ".join(idx_lines + [call]), step=2)
             return
         if vec > 1:
             iv, ax = vec_axis
@@ -90,11 +111,31 @@ class AccessEmitter:
             self.out.unrolled(layout.slots, " ".join(idx_lines + [call]), step=vec)
             return
         ok_all = " && ".join(oks + ([f"(unsigned long long){vec_axis[0]} < (unsigned long long){self.dim(name, vec_axis[1])}"] if vec_axis else [])) or "true"
-        if store:
+        if tile_mask:
+            ok_all = f"{ok_all} && {mask}[tx_s]"
+        if atomic is not None:
+            self.out.need("tilex_atomic.cuh")
+            guard = replica_guard(layout)
+            args = f"{compare}[tx_s], {arr}[tx_s]" if compare is not None else f"{arr}[tx_s]"
+            body = f"if ({ok_all}{' && ' + guard if guard else ''}) {ATOMIC_OPS[atomic].cuda}(&{name}[{off}], {args});"
+        elif store:
             body = f"if ({ok_all}) {name}[{off}] = tilex_io<{S}>::put({arr}[tx_s]);"
         else:
             body = f"{arr}[tx_s] = ({ok_all}) ? ({R})tilex_io<{S}>::get({name}[{off}]) : ({R})({self.other(e)});"
         self.out.unrolled(layout.slots, " ".join(idx_lines + [body]))
+
+    def mask(self, e: A.Index, layout: Layout) -> str | None:
+        """The C condition of `e`'s scalar `mask=`, or the bool array holding its tile mask at `layout`'s slots."""
+        m = e.kwarg("mask")
+        if m is None:
+            return None
+        if not m.ty.shape:
+            return f"({self.expr.scalar(m)})"
+        mk = self.out.fresh("tx_mk")
+        val = self.expr.tile(m, layout.view_for(m.ty.shape))
+        self.out.emit(f"bool {mk}[{layout.slots}];")
+        self.out.unrolled(layout.slots, f"{mk}[tx_s] = {val};")
+        return mk
 
     @staticmethod
     def vector_width(layout: Layout) -> int:
@@ -139,3 +180,21 @@ class AccessEmitter:
         if o is None:
             return "0"
         return self.expr.cast(self.expr.scalar(o), o.ty.dtype, e.ty.dtype)
+
+
+def replica_guard(layout: Layout) -> str | None:
+    """A C condition that holds in exactly one of the (thread, slot) pairs holding each element of a tile in
+    `layout` (None: every pair holds its own element). Threads beyond the root's distinct ones, and those
+    along a root axis the view dropped (a reduction's result is held by every thread that reduced it), hold
+    replicas: an atomic must run once per element, not once per replica."""
+    root = layout.root
+    conds = [f"threadIdx.x < {root.distinct}"] if root.distinct < root.T else []
+    for d in range(root.rank):
+        if d in layout.dims:
+            continue
+        for radix, ts in root.thread_groups(d):
+            conds.append(f"{'threadIdx.x' if ts == 1 else f'(threadIdx.x / {ts})'} % {radix} == 0")
+        for g in sorted(root.axis_digits(d) & set(layout.digits)):  # a slot repeating a dropped axis
+            if root.radix(g) > 1:
+                conds.append(f"{layout.digit_expr(g, 'tx_s')} == 0")
+    return " && ".join(f"({c})" for c in conds) or None

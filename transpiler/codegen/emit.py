@@ -19,7 +19,7 @@ and emits the statements itself.
 from __future__ import annotations
 
 from .. import ast as A
-from ..builtins import FUNCTIONS
+from ..builtins import ATOMIC_OPS, FUNCTIONS
 from ..exprs import mentions, unparse_stmt
 from ..layout import Layout
 from ..types import DType
@@ -162,11 +162,23 @@ class Emitter:
         t = s.target
         dt = t.ty.dtype
         if not t.ty.shape:
-            val = expr.scalar(s.value)
+            val = expr.cast(expr.scalar(s.value), s.value.ty.dtype, dt)
             idx, ok = self.access.scalar_address(t)
-            out.emit(f"if (threadIdx.x == 0 && {ok}) {t.base.id}[{idx}] = tilex_io<{storage(dt)}>::put({expr.cast(val, s.value.ty.dtype, dt)});")
+            if s.atomic is not None:  # one thread updates the element
+                out.need("tilex_atomic.cuh")
+                args = val if s.compare is None else f"{expr.cast(expr.scalar(s.compare), s.compare.ty.dtype, dt)}, {val}"
+                out.emit(f"if (threadIdx.x == 0 && {ok}) {ATOMIC_OPS[s.atomic].cuda}(&{t.base.id}[{idx}], {args});")
+                return
+            out.emit(f"if (threadIdx.x == 0 && {ok}) {t.base.id}[{idx}] = tilex_io<{storage(dt)}>::put({val});")
             return
         layout = t.ty.layout
+        compare = None
+        if s.compare is not None:  # cas: the expected values at the target's slots
+            compare = out.fresh("tx_cmp")
+            c = s.compare
+            cval = expr.tile(c, layout.view_for(c.ty.shape)) if c.ty.shape else expr.scalar(c)
+            out.emit(f"{reg(dt)} {compare}[{layout.slots}];")
+            out.unrolled(layout.slots, f"{compare}[tx_s] = {expr.cast(cval, c.ty.dtype, dt)};")
         src = out.fresh("tx_st")
         out.emit(f"{reg(dt)} {src}[{layout.slots}];")
         v, vdt = s.value, s.value.ty.dtype
@@ -177,7 +189,7 @@ class Emitter:
             v, vdt = v.obj, dt
         val = expr.tile(v, layout.view_for(v.ty.shape)) if v.ty.shape else expr.scalar(v)
         out.unrolled(layout.slots, f"{src}[tx_s] = {expr.cast(val, vdt, dt)};")
-        self.access.access(t, layout, src, store=True)
+        self.access.access(t, layout, src, store=True, atomic=s.atomic, compare=compare)
 
     def stmt_For(self, s: A.For) -> None:
         if s.plan is not None:

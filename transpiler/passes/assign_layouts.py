@@ -268,8 +268,9 @@ class LayoutAssigner(Rewriter):
         if hasattr(e, "args"):
             changes["args"] = tuple(self.assign(a, view_of.view_for(a.ty.shape) if view_of is not None and _is_tile(a) else None)
                                     for a in e.args)
-        if hasattr(e, "kwargs"):
-            changes["kwargs"] = tuple((k, self.assign(v)) for k, v in e.kwargs)
+        if hasattr(e, "kwargs"):  # a tile mask= is read at the subscript's slots
+            changes["kwargs"] = tuple((k, self.assign(v, layout.view_for(v.ty.shape) if k == "mask" and _is_tile(v)
+                                                       and layout is not None else None)) for k, v in e.kwargs)
         if isinstance(e, A.Index):
             # index tiles (a gather) are read at the rows of the result: the view of its first axis
             rows = layout.axes(0) if layout is not None and layout.dims else None
@@ -310,9 +311,10 @@ class LayoutAssigner(Rewriter):
             natural = self.natural(s.value) if s.value.ty.shape == tshape else self.canon(tshape)
             value = self.assign(s.value, natural.view_for(s.value.ty.shape) if s.value.ty.shape else None)
             target = self.assign(s.target, natural)
+            compare = self.assign(s.compare, natural.view_for(s.compare.ty.shape) if _is_tile(s.compare) else None)
         else:
-            value, target = self.assign(s.value), self.assign(s.target)
-        return replace(s, target=target, value=value)
+            value, target, compare = self.assign(s.value), self.assign(s.target), self.assign(s.compare)
+        return replace(s, target=target, value=value, compare=compare)
 
     def visit_For(self, s):
         start, stop, step = (self.assign(x) for x in (s.start, s.stop, s.step))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ast as A
-from ..builtins import FUNCTIONS, BuiltinKind as K
+from ..builtins import ATOMIC_OPS, FUNCTIONS, BuiltinKind as K
 from ..diagnostics import CompileError
 from ..targets import DEFAULT_ARCH, FP8_MIN_CC, Target, target
 from ..types import SUPPORTED, DType, Ty, TyWhat, promote
@@ -266,10 +266,14 @@ class _Dtypes(Rewriter):
             if i.ty.what != TyWhat.VALUE or not i.ty.dtype.is_int:
                 fail(f"an index must be an integer, got {i.ty.show() if i.ty.what == TyWhat.VALUE else _what(i)}")
         for k, v in kwargs:
-            if k != "other":
-                fail(f"unknown subscript keyword '{k}' (only other=VALUE)")
+            if k == "distinct":
+                fail("distinct= marks the index tiles of a store (t[ids, distinct = True] = v); a read may repeat indices")
+            if k not in ("other", "mask"):
+                fail(f"unknown subscript keyword '{k}' (other=VALUE, mask=CONDITION, and distinct=True on a store)")
             if base.ty.what != TyWhat.TENSOR:
-                fail("other= applies to reads of a tensor")
+                fail("other= applies to reads of a tensor" if k == "other" else "mask= applies to subscripts of a tensor")
+            if k == "mask":
+                self._bool(v, "mask=")
         return replace(e, base=base, items=items, kwargs=kwargs, ty=Ty(TyWhat.VALUE, base.ty.dtype))
 
     def visit_Slice(self, s):
@@ -302,12 +306,21 @@ class _Dtypes(Rewriter):
     def visit_Store(self, s):
         target = self.visit(s.target)
         value = self.visit(s.value)
-        if value.ty.what != TyWhat.VALUE:
-            fail(f"cannot store {_what(value)}")
-        want, got = target.ty.dtype, value.ty.dtype
-        if want != got and not _weak(value):
-            fail(f"storing {got} into {target.base.id}: {want}", f"convert explicitly with .to({want})")
-        return replace(s, target=target, value=value)
+        compare = self.visit(s.compare)
+        want = target.ty.dtype
+        if s.atomic is not None:
+            ops = ATOMIC_OPS[s.atomic].dtypes
+            if want not in ops:
+                fail(f"atomic_{s.atomic}() on {want} is not supported ('{target.base.id}' is {want})",
+                     f"atomic_{s.atomic}() takes {', '.join(sorted(d.value for d in ops))}")
+        for v in (value, compare):
+            if v is None:
+                continue
+            if v.ty.what != TyWhat.VALUE:
+                fail(f"cannot store {_what(v)}")
+            if want != v.ty.dtype and not _weak(v):
+                fail(f"storing {v.ty.dtype} into {target.base.id}: {want}", f"convert explicitly with .to({want})")
+        return replace(s, target=target, value=value, compare=compare)
 
     def visit_For(self, s):
         start, stop, step = (self._int(self.visit(x), "a loop bound") for x in (s.start, s.stop, s.step))

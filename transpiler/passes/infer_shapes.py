@@ -16,6 +16,7 @@ from ..builtins import FUNCTIONS, BuiltinKind as K
 from ..exprs import affine, const_int, unparse
 from ..types import TyWhat, numel
 from .base import Rewriter, fail
+from .scatter import check_scatter
 
 MAX_TILE_ELEMS = 1 << 16
 
@@ -199,10 +200,15 @@ class _Shapes(Rewriter):
     def visit_Index(self, e):
         base = self.visit(e.base)
         items = tuple(self.visit(i) for i in e.items)
-        kwargs = tuple((k, self._scalar(self.visit(v), "other=")) for k, v in e.kwargs)
+        kwargs = tuple((k, self.visit(v) if k == "mask" else self._scalar(self.visit(v), f"{k}=")) for k, v in e.kwargs)
         e = replace(e, base=base, items=items, kwargs=kwargs)
         if base.ty.what == TyWhat.TENSOR:
-            return self._tensor_index(e, base.ty.shape)
+            e = self._tensor_index(e, base.ty.shape)
+            mask = e.kwarg("mask")
+            if mask is not None and broadcast(mask.ty.shape, e.ty.shape) != e.ty.shape:
+                fail(f"mask= of shape {show(mask.ty.shape)} does not broadcast to the subscript's shape {show(e.ty.shape)}",
+                     "the mask is a bool tile (or scalar) that broadcasts to the tile like an operand")
+            return e
         return self._tile_index(e, base.ty.shape)
 
     def _tensor_index(self, e, dims):
@@ -293,10 +299,13 @@ class _Shapes(Rewriter):
         return replace(s, value=value)
 
     def visit_Store(self, s):
-        target, value = self.visit(s.target), self.visit(s.value)
-        if broadcast(value.ty.shape, target.ty.shape) != target.ty.shape:
-            fail(f"cannot store a value of shape {show(value.ty.shape)} into '{unparse(target)}' of shape {show(target.ty.shape)}")
-        return replace(s, target=target, value=value)
+        target, value, compare = self.visit(s.target), self.visit(s.value), self.visit(s.compare)
+        for v in (value, compare):
+            if v is not None and broadcast(v.ty.shape, target.ty.shape) != target.ty.shape:
+                fail(f"cannot store a value of shape {show(v.ty.shape)} into '{unparse(target)}' of shape {show(target.ty.shape)}")
+        s = replace(s, target=target, value=value, compare=compare)
+        check_scatter(s)
+        return s
 
     def visit_For(self, s):
         start, stop, step = (self._scalar(self.visit(x), "a loop bound") for x in (s.start, s.stop, s.step))

@@ -298,7 +298,8 @@ class _Inliner:
             h = self._helper(s.call, scope)
             if h is None:
                 raise CompileError(f"a call of builtin '{s.call.func}' as a statement does nothing", s.call.span,
-                                   ("assign its result: `x = ...`",))
+                                   ("assign its result (`x = ...`) or store it (`t[...] = ...`); the calls that are "
+                                    "statements are fn calls and the atomics (atomic_add, atomic_max, ...)",))
             self.call(self._children(s.call, scope, pre), h, scope, pre, None)
             return pre
         if isinstance(s, A.Return):

@@ -170,8 +170,8 @@ class _Planner(Rewriter):
         if not isinstance(base, A.Name) or base.id not in self.tensors:
             return f"'{text}' is not a slice of a tensor parameter (a main loop loads both operands itself)"
         rank = len(self.tensors[base.id].type.dims)
-        if e.kwarg("other") is not None:
-            return f"'{text}' has other= (a main loop fills the edges with zeros)"
+        if e.kwargs:
+            return f"'{text}' has {e.kwargs[0][0]}= (a main loop fills the edges with zeros)"
         if rank > MAX_RANK:
             return f"'{text}' indexes a rank-{rank} tensor (main loops take ranks 2 to {MAX_RANK})"
         base_t = isinstance(e.base, A.Attr)

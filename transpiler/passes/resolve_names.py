@@ -16,7 +16,7 @@ import re
 from dataclasses import replace
 
 from .. import ast as A
-from ..builtins import FUNCTIONS
+from ..builtins import ATOMICS, FUNCTIONS
 from ..cuda_names import identifier_reason, reserved_reason
 from ..diagnostics import CompileError, Span
 from ..parser import I64_MAX, I64_MIN, int_literal
@@ -273,6 +273,9 @@ class _Resolver(Rewriter):
             fail(f"unknown function '{c.func}'", *_suggest(c.func, CALLABLES))
         if self.header and c.func not in ("cdiv", "min", "max"):
             fail(f"{self.header} may call only cdiv(), min() and max(), not {c.func}()")
+        if c.func in ATOMICS:
+            fail(f"{c.func}() is a statement: it updates the tensor and gives no value in this version",
+                 f"write it on its own line: {c.func}(t[...], value)")
         return self.generic(c)
 
     # ---- statements
@@ -304,19 +307,27 @@ class _Resolver(Rewriter):
         return A.Assign(s.name, value, s.span)
 
     def visit_Store(self, s: A.Store) -> A.Stmt:
+        what = "x[...] = ..." if s.atomic is None else f"atomic_{s.atomic}()"
+        if s.atomic is not None and not isinstance(s.target, A.Index):
+            _atomic_target(s, self.visit(s.target))
         target = self.visit(s.target)
         kind = target.base.kind if isinstance(target.base, A.Name) else None
         if kind is not A.NameKind.TENSOR:
+            if s.atomic is not None and kind in (A.NameKind.LOCAL, A.NameKind.LOOP_VAR):
+                _atomic_target(s, target.base)
             name = s.target.base.id if isinstance(s.target.base, A.Name) else None
-            what = "the target is not a name" if name is None else \
+            what_is = "the target is not a name" if name is None else \
                 f"'{name}' is a {kind.value if kind else 'compile-time parameter' if name in self.consts else 'constant'}"
-            fail(f"only tensor parameters can be written with x[...] = ...; {what}")
+            fail(f"only tensor parameters can be written with {what}; {what_is}")
         if target.base.id not in self.outs:
             fail(f"'{target.base.id}' is an input; mark it `out` in the parameter list to write it")
+        target, distinct = _distinct(target)
         value = self.visit(s.value)
+        compare = self.visit(s.compare)
         if s.op is not None:
             value = _combine(s.op, target, value, s.span)
-        return A.Store(target, value, s.span)
+        return A.Store(target, value, s.span, atomic=s.atomic, compare=compare, distinct=distinct,
+                       updates=s.op is not None)
 
     def visit_For(self, s: A.For) -> A.Stmt:
         start, stop, step = self.visit(s.start), self.visit(s.stop), self.visit(s.step)
@@ -349,6 +360,31 @@ class _Resolver(Rewriter):
             for name in _assigned(s.orelse):
                 self.defined_at.setdefault(name, ("else", s.span.line))
         return replace(s, cond=cond, then=then, orelse=orelse)
+
+
+def _atomic_target(s: A.Store, target: A.Expr) -> None:
+    """The error for an atomic whose first argument is not a subscript of a tensor (a register tile, a scalar)."""
+    fn = f"atomic_{s.atomic}"
+    base = target.base if isinstance(target, A.Index) else target
+    if isinstance(base, A.Name) and base.kind is A.NameKind.TENSOR:
+        fail(f"{fn}() takes a subscript of a tensor, not the whole tensor '{base.id}'",
+             f"write {fn}({base.id}[...], value): the elements to update, e.g. {base.id}[ids] or {base.id}[i : i + B]")
+    if isinstance(base, A.Name) and base.kind in (A.NameKind.LOCAL, A.NameKind.LOOP_VAR):
+        fail(f"{fn}() updates elements of an out tensor in global memory; '{base.id}' is a {base.kind.value} "
+             "(a register value of this program, which no other program can see)",
+             f"update a tile with an ordinary assignment ({base.id} += ...), or write "
+             f"{fn}(t[...], value) with a subscript of an out tensor parameter t")
+    fail(f"{fn}() takes a subscript of an out tensor parameter first, e.g. {fn}(counts[ids], 1)")
+
+
+def _distinct(target: A.Index) -> tuple[A.Index, bool]:
+    """The subscript without its `distinct = True` marker, and the marker (a literal bool)."""
+    flag = target.kwarg("distinct")
+    if flag is None:
+        return target, False
+    if not isinstance(flag, A.BoolLit):
+        raise CompileError("distinct= takes True or False (a compile-time constant)", flag.span)
+    return replace(target, kwargs=tuple((k, v) for k, v in target.kwargs if k != "distinct")), flag.value
 
 
 def _combine(op: A.BinOpKind, cur: A.Expr, value: A.Expr, span) -> A.Expr:

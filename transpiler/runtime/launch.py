@@ -60,13 +60,13 @@ def _pointer(x: Any, kind: str | None = None) -> np.uint64:
 
 
 def kernel_arguments(spec: KernelSpec, bound: BoundArgs) -> list:
-    """The launch argument list: tensor pointers, scalars (C types), int32 per symbol."""
+    """The launch argument list: the parameters in their declared order (the kernel's signature: tensor
+    pointers and scalars as C types), then an int32 per symbol."""
     out: list = []
     for p in spec.params:
         if p.kind == "tensor":
             out.append(_pointer(bound.arrays[p.name], bound.kinds.get(p.name)))
-    for p in spec.params:
-        if p.kind == "scalar":
+        else:
             out.append(_SCALAR_TYPES[p.dtype](bound.scalars[p.name]))
     for s in spec.symbols:
         out.append(np.int32(bound.symbols[s]))

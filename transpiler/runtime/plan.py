@@ -137,17 +137,15 @@ class LaunchPlan:
                  for i, p in enumerate(spec.params)}
         slots: list = []
         tensors, scalars, maps = [], [], []
-        for p in spec.params:
+        for p in spec.params:  # in the declared order, the kernel's signature (a scalar may come before a tensor)
             if p.kind == "tensor":
                 slot = ctypes.c_uint64(ptrs[where[p.name]])
                 tensors.append((where[p.name], slot))
-                slots.append(slot)
-        for p in spec.params:
-            if p.kind == "scalar":
+            else:
                 slot = _SCALAR_CTYPES[p.dtype](bound.scalars[p.name])
                 if where[p.name] is not None:  # a default stays as written
                     scalars.append((where[p.name], p, slot))
-                slots.append(slot)
+            slots.append(slot)
         slots += [ctypes.c_int32(bound.symbols[s]) for s in spec.symbols]
         params = {p.name: p for p in spec.params}
         for m in spec.tma if not self.empty else ():  # an empty grid launches nothing: no maps to encode
