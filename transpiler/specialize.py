@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Sequence
 
-from .spec import KernelSpec
+from .spec import KernelSpec, ParamKind
 
 ALIGN = 16  # bytes: TMA's base-address rule, and a 16-byte vector access's
 AUTOTUNE_ENV = "TILEX_AUTOTUNE"  # "1": time the model's best few configurations at a bucket's first call
@@ -49,7 +49,7 @@ def bind_sizes(spec: KernelSpec, args: Sequence[Any], kwargs: Mapping[str, Any])
     if len(args) > len(spec.params):
         return None
     for i, p in enumerate(spec.params):
-        if p.kind != "tensor":
+        if p.kind != ParamKind.TENSOR:
             continue
         x = args[i] if i < len(args) else kwargs.get(p.name)
         shape = getattr(x, "shape", None)
@@ -75,7 +75,7 @@ def facts_that_hold(spec: KernelSpec, wanted: Mapping[str, int], sizes: Mapping[
         n = sizes.get(sym)
         if n is None or n % d:
             continue
-        users = [p.name for p in spec.params if p.kind == "tensor" and p.dims and p.dims[-1] == sym]
+        users = [p.name for p in spec.params if p.kind == ParamKind.TENSOR and p.dims and p.dims[-1] == sym]
         if all(ptrs.get(u) is not None and ptrs[u] % ALIGN == 0 for u in users):
             out.append((sym, int(d)))
     return tuple(out)
@@ -97,7 +97,7 @@ class Specializer:
         k = module.translation.program.kernel(name)
         self.wanted = dict(getattr(k.facts, "wanted", {}) or {})
         self.auto = [c.name for c in k.cparams if c.auto and c.name not in module.defines]
-        self._tensors = tuple((i, p.name) for i, p in enumerate(self.spec.params) if p.kind == "tensor")
+        self._tensors = tuple((i, p.name) for i, p in enumerate(self.spec.params) if p.kind == ParamKind.TENSOR)
         self._plans: dict[tuple, Any] = {}
 
     def __repr__(self) -> str:

@@ -14,7 +14,7 @@ from .. import ast as A
 from ..exprs import unparse_stmt
 from ..passes.plan_tma import main_box
 from ..passes.plan_matmul import SWIZZLE_ELEMS, MatmulPlan, has_tile, mma_stage
-from ..types import DType
+from ..types import DType, MmaStrategy
 from .c import storage
 from .context import KernelFacts, Scope
 from .env import macros, template
@@ -186,7 +186,7 @@ class MainLoopEmitter:
     def planned_loop(self, s: A.For) -> None:
         """A tensor-core main loop, from its template (matmul_mma.j2 or matmul_wgmma.j2)."""
         plan = s.plan
-        if plan.strategy == "wgmma":
+        if plan.strategy == MmaStrategy.WGMMA:
             ctx = render_wgmma(self, s, plan)
         else:
             ctx = render_mma(self, s, plan)

@@ -13,6 +13,7 @@ from .. import ast as A
 from ..explain import has_product
 from ..exprs import unparse_stmt
 from ..passes.plan_tma import stream_source
+from ..types import MmaStrategy
 from .c import reg, storage
 from .context import KernelFacts, Scope
 from .env import macros
@@ -81,7 +82,7 @@ class StreamEmitter:
         S = s.stream[0].stages
         ring = Ring(s, S, {st.name: stream_source(st.value) for st in s.body.stmts if isinstance(st, A.Assign)},
                     tma=bool(s.stream) and all(t.tma_box for t in s.stream),
-                    wgmma=s.mma is not None and s.mma.strategy == "wgmma", one_body=has_product(s.body),
+                    wgmma=s.mma is not None and s.mma.strategy == MmaStrategy.WGMMA, one_body=has_product(s.body),
                     start=start, stop=stop, step=step, barrier=self.scope.barrier)
         names = [t.name for t in s.stream]
         out.need("tilex_mma.cuh")
