@@ -21,6 +21,7 @@ from .passes.infer_shapes import infer_shapes
 from .passes.plan_barriers import plan_barriers
 from .passes.plan_matmul import plan_matmul
 from .passes.resolve_names import resolve_names
+from .source import read_file
 from .targets import DEFAULT_ARCH, Target, target
 from .verify import verify
 
@@ -132,6 +133,5 @@ def _choose_auto(program: A.Program, options: Options) -> Options:
 
 
 def compile_file(path: str, options: Options | None = None, **kw) -> A.Program:
-    with open(path, encoding="utf-8") as f:
-        source = f.read()
-    return compile_program(source, path, options, **kw)
+    source, name = read_file(path, "tilex.pipeline.compile_file()")
+    return compile_program(source, name, options, **kw)
