@@ -57,9 +57,9 @@ def _explain_shapes(source: str, name: str, defines: dict, kernel: Optional[str]
                     shape: List[str]) -> list:
     """explain() of each kernel as a launch at these sizes compiles it: the chosen configuration (with the
     candidates and their scores under "autoconfig") and the launch facts the sizes allow (under "facts")."""
-    from . import autoconfig as AC
     from .explain import explain as do_explain
     from .pipeline import Options, compile_program
+    from .specialize import launch_choice
 
     shapes = shapes_of(shape)
     parsed = compile_program(source, name, options_of(defines, kernel, arch), stop_after="parse")
@@ -73,19 +73,12 @@ def _explain_shapes(source: str, name: str, defines: dict, kernel: Optional[str]
                                      param_hint="'--shape'")
         sizes = {s: int(shapes[s]) for s in syms}
         fixed = {n: v for n, v in defines.items() if n in {c.name for c in kd.cparams}}
-        choice, facts = None, ()
-        for _ in range(4):  # the facts the translation wants and the sizes satisfy (aligned pointers assumed)
-            if any(c.auto and c.name not in fixed for c in kd.cparams):
-                choice = AC.choose(source, name, kd.name, sizes, arch, fixed, facts)
-            chosen = {**fixed, **(choice.defines if choice else {})}
-            k = AC.translated(source, name, kd.name, chosen, arch, facts)
-            if isinstance(k, Exception):
-                raise k
-            wanted = dict(getattr(k.facts, "wanted", {}) or {})
-            more = tuple(sorted(set(facts) | {(s, d) for s, d in wanted.items() if sizes.get(s, 1) % d == 0}))
-            if more == facts:
-                break
-            facts = more
+        auto = any(c.auto and c.name not in fixed for c in kd.cparams)
+        choice, facts, k = launch_choice(source, name, kd.name, sizes, arch, fixed, auto,
+                                         lambda wanted: _facts_of(wanted, sizes))
+        if isinstance(k, Exception):
+            raise k
+        chosen = {**fixed, **(choice.defines if choice else {})}
         program = compile_program(source, name, Options(defines=chosen, arch=arch, kernel=kd.name, assume=facts))
         (data,) = do_explain(program)
         data["shapes"] = sizes
@@ -93,6 +86,11 @@ def _explain_shapes(source: str, name: str, defines: dict, kernel: Optional[str]
         data["autoconfig"] = choice.as_dict() if choice else None
         out.append(data)
     return out
+
+
+def _facts_of(wanted: dict, sizes: dict) -> tuple:
+    """The wanted facts `(SYM, D)` the sizes satisfy, pointers 16-byte aligned assumed (a launch of fresh tensors)."""
+    return tuple((s, int(d)) for s, d in sorted(wanted.items()) if s in sizes and sizes[s] % d == 0)
 
 
 def _print_autoconfig(con, k: dict, top: int) -> None:
