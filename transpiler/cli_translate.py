@@ -9,6 +9,9 @@ import typer
 from .cli_common import (ARCH_OPT, DEFINE_OPT, FILE_ARG, KERNEL_OPT, Fail, check_arch, defines_of, errors,
                          need_codegen, options_of, read_tile, write_file, write_out)
 
+# pipeline.PASS_NAMES for --help without importing the passes (tests/test_cli_help.py keeps the two equal)
+PASSES = ("parse", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul",
+          "choose_threads", "infer_memory", "plan_barriers")
 
 def translate(
     file: Path = FILE_ARG,
@@ -24,9 +27,8 @@ def translate(
              "else to stdout after the kernel source."),
     dump_after: Optional[str] = typer.Option(
         None, "--dump-after", metavar="PASS",
-        help="Instead of CUDA, print the IR after PASS (one of: parse, resolve_names, infer_dtypes, "
-             "infer_shapes, check_constraints, plan_matmul, choose_threads, infer_memory), with every expression's type; "
-             "to OUT with -o."),
+        help=f"Instead of CUDA, print the IR after PASS (one of: {', '.join(PASSES)}), with every expression's "
+             "type; to OUT with -o."),
 ) -> None:
     """Translate a .tile file to a self-contained CUDA C++ source (.cu)."""
     from .pipeline import PASS_NAMES
