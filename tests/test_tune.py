@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 import tilex
-from tilex import cli
+from tilex import cli_common  # gpu_status, which the run and tune commands read
 from tilex import tune as T
 from tilex.cli import app
 from tilex.inputs import InputError
@@ -432,7 +432,7 @@ def cli_runner() -> CliRunner:
 
 
 def test_cli_without_gpu_exits_2_with_one_line(cli_runner, monkeypatch):
-    monkeypatch.setattr(cli, "gpu_status", lambda: (False, "cannot import cupy (ModuleNotFoundError)"))
+    monkeypatch.setattr(cli_common, "gpu_status", lambda: (False, "cannot import cupy (ModuleNotFoundError)"))
     r = cli_runner.invoke(app, ["tune", VECTOR_ADD, "--shape", "N=1000"])
     assert r.exit_code == 2
     assert r.stderr == "error: tilex tune needs a GPU with CuPy: cannot import cupy (ModuleNotFoundError)\n"
@@ -443,7 +443,7 @@ def test_cli_without_gpu_exits_2_with_one_line(cli_runner, monkeypatch):
 
 
 def test_cli_bad_options_exit_2(cli_runner, monkeypatch):
-    monkeypatch.setattr(cli, "gpu_status", lambda: (True, "fake"))
+    monkeypatch.setattr(cli_common, "gpu_status", lambda: (True, "fake"))
     for args, what in ((["--space", "BLOCK=1,x"], "--space"), (["--shape", "N=x"], "--shape"),
                        (["--rep", "0"], "--rep"), (["--reference", "gpu"], "--reference")):
         r = cli_runner.invoke(app, ["tune", VECTOR_ADD] + args)
@@ -453,7 +453,7 @@ def test_cli_bad_options_exit_2(cli_runner, monkeypatch):
 
 def test_cli_tune_with_fake_device(cli_runner, monkeypatch, tmp_cache_dir):
     times = {512: 2.0, 1024: 1.0, 2048: 4.0}
-    monkeypatch.setattr(cli, "gpu_status", lambda: (True, "fake"))
+    monkeypatch.setattr(cli_common, "gpu_status", lambda: (True, "fake"))
     monkeypatch.setattr(T, "CupyRunner", lambda arch, warmup_ms, rep: FakeRunner(lambda c: times[c["BLOCK"]],
                                                                                  compute=vadd))
     r = cli_runner.invoke(app, ["tune", VECTOR_ADD, "--shape", "N=3000", "--warmup", "1", "--rep", "5"])

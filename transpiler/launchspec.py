@@ -5,7 +5,7 @@ from functools import lru_cache
 
 from . import ast as A
 from .exprs import to_python, unparse
-from .spec import ConstraintSpec, KernelSpec, ParamSpec
+from .spec import ConstraintSpec, KernelSpec, ParamKind, ParamSpec
 
 
 @lru_cache(maxsize=4)
@@ -23,7 +23,8 @@ def make_spec(k: A.Kernel, source_text: str | None = None) -> KernelSpec:
         if p.type.dims is not None:
             dims = tuple(d.value if isinstance(d, A.IntLit) else d.id for d in p.type.dims)
         default = p.default.value if isinstance(p.default, (A.IntLit, A.FloatLit, A.BoolLit)) else None
-        params.append(ParamSpec(p.name, "tensor" if p.type.dims is not None else "scalar", p.type.dtype, dims, p.is_out, default))
+        kind = ParamKind.TENSOR if p.type.dims is not None else ParamKind.SCALAR
+        params.append(ParamSpec(p.name, kind, p.type.dtype, dims, p.is_out, default))
     lines = _lines(source_text or "")
     constraints = []
     for c in k.where:

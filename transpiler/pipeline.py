@@ -30,6 +30,7 @@ from .passes.plan_matmul import plan_matmul
 from .passes.plan_streams import plan_streams
 from .passes.plan_tma import plan_tma
 from .passes.resolve_names import resolve_names
+from .source import read_file
 from .targets import DEFAULT_ARCH, Target, target
 from .verify import verify
 
@@ -189,6 +190,5 @@ def _choose_auto(program: A.Program, options: Options) -> Options:
 
 
 def compile_file(path: str, options: Options | None = None, **kw) -> A.Program:
-    with open(path, encoding="utf-8") as f:
-        source = f.read()
-    return compile_program(source, path, options, **kw)
+    source, name = read_file(path, "tilex.pipeline.compile_file()")
+    return compile_program(source, name, options, **kw)

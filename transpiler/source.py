@@ -1,5 +1,5 @@
 """The one reader of "a .tile file path or .tile source text": `read_source` (tilex.compile, tilex tune, tuned
-lookups) and `read_file` (the CLI, whose FILE is always a path).
+lookups) and `read_file` (the CLI, whose FILE is always a path; `pipeline.compile_file`, `translate.translate_file`).
 
 A str with no newline and no '{' (or an os.PathLike) is a path; anything else is source text. A file that
 cannot be read raises the built-in error of its kind (FileNotFoundError, IsADirectoryError, ValueError for

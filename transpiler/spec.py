@@ -52,6 +52,15 @@ class TmaMap:
     box: tuple = ()
 
 
+# the element types a TMA map may have: CUtensorMapDataType's enumerator in cuda.h and its value (the C++ host
+# launcher spells the name, the runtime passes the value to cuTensorMapEncodeTiled)
+TMA_DATA_TYPE: dict[DType, tuple[str, int]] = {
+    DType.F16: ("CU_TENSOR_MAP_DATA_TYPE_FLOAT16", 6),
+    DType.F32: ("CU_TENSOR_MAP_DATA_TYPE_FLOAT32", 7),
+    DType.BF16: ("CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", 9),
+}
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """How to launch one kernel of a translated .tile file.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Sequence
 
-from .spec import KernelSpec
+from .spec import KernelSpec, ParamKind
 
 ALIGN = 16  # bytes: TMA's base-address rule, and a 16-byte vector access's
 AUTOTUNE_ENV = "TILEX_AUTOTUNE"  # "1": time the model's best few configurations at a bucket's first call
@@ -49,7 +49,7 @@ def bind_sizes(spec: KernelSpec, args: Sequence[Any], kwargs: Mapping[str, Any])
     if len(args) > len(spec.params):
         return None
     for i, p in enumerate(spec.params):
-        if p.kind != "tensor":
+        if p.kind != ParamKind.TENSOR:
             continue
         x = args[i] if i < len(args) else kwargs.get(p.name)
         shape = getattr(x, "shape", None)
@@ -75,10 +75,35 @@ def facts_that_hold(spec: KernelSpec, wanted: Mapping[str, int], sizes: Mapping[
         n = sizes.get(sym)
         if n is None or n % d:
             continue
-        users = [p.name for p in spec.params if p.kind == "tensor" and p.dims and p.dims[-1] == sym]
+        users = [p.name for p in spec.params if p.kind == ParamKind.TENSOR and p.dims and p.dims[-1] == sym]
         if all(ptrs.get(u) is not None and ptrs[u] % ALIGN == 0 for u in users):
             out.append((sym, int(d)))
     return tuple(out)
+
+
+def launch_choice(source: str, file: str, kernel: str, sizes: Mapping[str, int], arch: str,
+                  defines: Mapping[str, Any], auto: bool, holds, wanted: Mapping[str, int] | None = None,
+                  cache_dir=None):
+    """What a launch at `sizes` compiles: (the autoconfig Choice, or None without `auto` parameters; the launch
+    facts; the checked kernel, or the CompileError of that configuration). `holds(wanted)` gives the facts
+    `(SYM, D)` that hold among the wanted ones `{SYM: D}`; the configuration is chosen with them, and the loop
+    is repeated with what the chosen configuration's own translation wants, up to 4 times. `defines` fixes
+    compile-time parameters. The Specializer and `tilex explain --shape` both ask this."""
+    from .autoconfig import choose, translated
+
+    wanted = dict(wanted or {})
+    choice, facts, k = None, (), None
+    for _ in range(4):
+        facts = holds(wanted)
+        if auto:
+            choice = choose(source, file, kernel, sizes, arch, defines, facts, cache_dir=cache_dir)
+        k = translated(source, file, kernel, {**defines, **(choice.defines if choice else {})}, arch, facts)
+        more = {s: d for s, d in (getattr(getattr(k, "facts", None), "wanted", {}) or {}).items()
+                if s not in wanted}
+        if not more:
+            break
+        wanted.update(more)
+    return choice, facts, k
 
 
 class Specializer:
@@ -97,7 +122,7 @@ class Specializer:
         k = module.translation.program.kernel(name)
         self.wanted = dict(getattr(k.facts, "wanted", {}) or {})
         self.auto = [c.name for c in k.cparams if c.auto and c.name not in module.defines]
-        self._tensors = tuple((i, p.name) for i, p in enumerate(self.spec.params) if p.kind == "tensor")
+        self._tensors = tuple((i, p.name) for i, p in enumerate(self.spec.params) if p.kind == ParamKind.TENSOR)
         self._plans: dict[tuple, Any] = {}
 
     def __repr__(self) -> str:
@@ -133,27 +158,14 @@ class Specializer:
         return kern
 
     def choice(self, sizes: Mapping[str, int], ptrs: Mapping[str, int | None]):
-        """(chosen defines, facts) for these sizes: the facts that hold among those the translation wants
-        (repeated with what the chosen configuration's own translation wants, up to 4 times)."""
-        from .autoconfig import choose, translated
-
+        """(chosen defines, facts) for these sizes (`launch_choice`, the facts checked against `ptrs` too)."""
         m = self.module
-        source, file = m.translation.program.source, m.translation.program.file
-        wanted = dict(self.wanted)
-        defines: dict = {}
-        facts: tuple = ()
-        for _ in range(4):
-            facts = facts_that_hold(self.spec, wanted, sizes, ptrs)
-            if self.auto:
-                defines = choose(source, file, self.name, sizes, m.arch_for_choice, m.defines, facts,
-                                 cache_dir=m.cache_dir).defines
-            k = translated(source, file, self.name, {**m.defines, **defines}, m.arch_for_choice, facts)
-            more = {s: d for s, d in (getattr(getattr(k, "facts", None), "wanted", {}) or {}).items()
-                    if s not in wanted}
-            if not more:
-                break
-            wanted.update(more)
-        return defines, facts
+        program = m.translation.program
+        choice, facts, _ = launch_choice(program.source, program.file, self.name, sizes, m.arch_for_choice,
+                                         m.defines, bool(self.auto),
+                                         lambda wanted: facts_that_hold(self.spec, wanted, sizes, ptrs),
+                                         self.wanted, m.cache_dir)
+        return (choice.defines if choice is not None else {}), facts
 
     def _plan(self, sizes, ptrs):
         defines, facts = self.choice(sizes, ptrs)

@@ -7,6 +7,7 @@ from . import ast as A
 from .deep import deep
 from .launchspec import make_spec
 from .pipeline import Options, compile_program
+from .source import read_file
 from .spec import KernelSpec
 
 
@@ -33,5 +34,5 @@ def translate(source: str, file: str = "<string>", options: Options | None = Non
 
 
 def translate_file(path: str, options: Options | None = None, host: bool = False) -> Translation:
-    with open(path, encoding="utf-8") as f:
-        return translate(f.read(), path, options, host)
+    source, name = read_file(path, "tilex.translate.translate_file()")
+    return translate(source, name, options, host)

@@ -13,6 +13,7 @@ import hashlib
 from ..version import __version__
 from .. import ast as A
 from ..exprs import to_c
+from ..spec import TMA_DATA_TYPE
 from ..types import DType
 from .c import rounded_scalar
 from .emit import Emitter, reg
@@ -27,12 +28,12 @@ HELPER_ORDER = ["tilex_types.cuh", "tilex_fp8.cuh", "tilex_math.cuh", "tilex_red
 def _uses_fp8(k: A.Kernel) -> bool:
     """Whether anything in `k` is f8e4m3: a parameter, or a value made in the body (`.to(f8e4m3)`,
     `full(f8e4m3[...], v)`), which reaches the IR only through a dtype or tile-type literal."""
-    if any(p.type.dtype == "f8e4m3" for p in k.params):
+    if any(p.type.dtype == DType.F8E4M3 for p in k.params):
         return True
     todo = [k.body]
     while todo:  # iterative: deeply nested bodies must not exhaust the stack
         n = todo.pop()
-        if isinstance(n, (A.DTypeLit, A.TileTypeExpr)) and n.dtype == "f8e4m3":
+        if isinstance(n, (A.DTypeLit, A.TileTypeExpr)) and n.dtype == DType.F8E4M3:
             return True
         if isinstance(n, (tuple, list)):
             todo.extend(n)
@@ -98,6 +99,15 @@ def _min_blocks(k: A.Kernel) -> int | None:
     return 1 if k.info.producers else None
 
 
+def _host_tma(m, p) -> dict:
+    """What host.cu.j2 encodes for TMA map `m` of tensor parameter `p` (a ParamSpec)."""
+    dt = DType(p.dtype)
+    return dict(param=m.param, tensor=m.tensor, box_rows=m.box_rows, box_cols=m.box_cols,
+                type=TMA_DATA_TYPE[dt][0], item=dt.itemsize, rows=p.dims[0], cols=p.dims[1],
+                # an N-D map (a streamed loop's ring): the tensor's dims outermost first, the box innermost first
+                box=list(m.box), dims=[f"(long long){d}" for d in p.dims])
+
+
 def _host(program: A.Program, specs: dict, ctx: dict) -> str:
     kernels = []
     for k in program.kernels:
@@ -106,11 +116,7 @@ def _host(program: A.Program, specs: dict, ctx: dict) -> str:
         spec = specs[k.name]
         call_args = [p.name for p in k.params] + [f"(int){s}" for s in k.symbols] + [m.param for m in spec.tma]
         params = {p.name: p for p in spec.params}
-        tma = [dict(param=m.param, tensor=m.tensor, box_rows=m.box_rows, box_cols=m.box_cols,
-                    type={"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"}[params[m.tensor].dtype],
-                    item=2, rows=params[m.tensor].dims[0], cols=params[m.tensor].dims[1],
-                    # an N-D map (a streamed loop's ring): the tensor's dims outermost first, the box innermost first
-                    box=list(m.box), dims=[f"(long long){d}" for d in params[m.tensor].dims]) for m in spec.tma]
+        tma = [_host_tma(m, params[m.tensor]) for m in spec.tma]
         cons = []
         for c, spec in zip(k.where, specs[k.name].constraints):
             cons.append(dict(c=to_c(c), text=spec.text))

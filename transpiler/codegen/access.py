@@ -4,6 +4,7 @@ from __future__ import annotations
 from .. import ast as A
 from ..builtins import ATOMIC_OPS
 from ..layout import Fragment, Layout
+from ..types import DType
 from .c import reg, storage
 from .context import KernelFacts
 from .writer import Writer
@@ -155,7 +156,7 @@ class AccessEmitter:
         stores one block whole: one 16-byte store instead of eight 2-byte ones.
         """
         root, S = layout.root, storage(dt)
-        if not isinstance(root, Fragment) or layout != Layout.of(root) or S not in ("tilex_bf16", "tilex_f16"):
+        if not isinstance(root, Fragment) or layout != Layout.of(root) or dt not in (DType.BF16, DType.F16):
             return False
         if root.regs[-1] != (1, 2, 1) or (1, 4, 2, 1) not in root.thr:
             return False

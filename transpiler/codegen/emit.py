@@ -19,10 +19,10 @@ and emits the statements itself.
 from __future__ import annotations
 
 from .. import ast as A
-from ..builtins import ATOMIC_OPS, FUNCTIONS
+from ..builtins import ATOMIC_OPS, FUNCTIONS, BuiltinKind as K
 from ..exprs import mentions, unparse_stmt
 from ..layout import Layout
-from ..types import DType
+from ..types import DType, TyWhat
 from .access import AccessEmitter
 from .c import barrier, reg, rounded_scalar, storage
 from .context import KernelFacts, Scope
@@ -123,7 +123,8 @@ class Emitter:
             with out.block():
                 tmp, layout = expr.materialize(v)
                 swizzle = v.ty.shape[0] if s.name in self.facts.swizzled else None
-                self.products.stage(tmp, layout, f"reinterpret_cast<{S}*>(tilex_smem + {offset})", ld, False, S, swizzle)
+                self.products.stage(tmp, layout, f"reinterpret_cast<{S}*>(tilex_smem + {offset})", ld, False, v.ty.dtype,
+                                    swizzle)
                 if swizzle:
                     out.need("tilex_mma.cuh", "tilex_sm90.cuh")  # tilex_sw128; the proxy fence
                     out.emit("tilex_fence_async_smem();  // wgmma reads it (the async proxy) after the next barrier")
@@ -221,13 +222,17 @@ def _only_identity(e: A.Expr, name: str, layout: Layout, want) -> bool:
     if isinstance(e, A.Name):
         return e.id != name or (want is not None and layout.compatible(want) and layout.slot_map(want) == "tx_s")
     if isinstance(e, A.BinOp) and e.op is B.MATMUL or isinstance(e, (A.Index, A.Attr, A.Call)) and not _elementwise_call(e):
-        return not mentions(e, name) or isinstance(e, A.Index) and e.base.ty.what == "tensor"
+        return not mentions(e, name) or isinstance(e, A.Index) and e.base.ty.what is TyWhat.TENSOR
     return all(_only_identity(c, name, layout, want.view_for(c.ty.shape) if want is not None and c.ty.shape else None)
-               for c in e.children() if isinstance(c, A.Expr) and c.ty is not None and c.ty.what == "value")
+               for c in e.children() if isinstance(c, A.Expr) and c.ty is not None and c.ty.what is TyWhat.VALUE)
+
+
+# builtin families whose calls compute each element from the same element of their operands
+_ELEMENTWISE = (K.MATH, K.ABS, K.WHERE, K.SCALAR, K.AXIS, K.CTOR, K.ARANGE)
 
 
 def _elementwise_call(e) -> bool:
     if isinstance(e, A.Call):
         kind = FUNCTIONS[e.func].kind
-        return kind in ("math", "abs", "where", "scalar", "axis", "ctor", "arange") or (kind == "minmax" and len(e.args) == 2)
+        return kind in _ELEMENTWISE or (kind is K.MINMAX and len(e.args) == 2)
     return isinstance(e, A.Method)

@@ -7,12 +7,12 @@ that owns it (AccessEmitter, ReductionEmitter, ProductEmitter), which `bind` con
 from __future__ import annotations
 
 from .. import ast as A
-from ..builtins import CUDA_MATH, FUNCTIONS
+from ..builtins import CUDA_MATH, FUNCTIONS, BuiltinKind as K, is_reduction
 from ..diagnostics import CompileError
 from ..exprs import unparse
 from ..layout import Layout, flat_index
 from ..passes.infer_dtypes import operand_dtype
-from ..types import DType
+from ..types import DType, TyWhat
 from .c import C_BINOP, ROUND, flit, reg, storage
 from .context import KernelFacts, Scope
 from .writer import Writer
@@ -78,7 +78,7 @@ class ExprEmitter:
             return self.scalar(e)
         if isinstance(e, A.Name):
             return self.read_array(e.id, self.scope.arrays[e.id], want, e.ty.dtype)
-        if isinstance(e, A.Index) and e.base.ty.what == "tensor":
+        if isinstance(e, A.Index) and e.base.ty.what is TyWhat.TENSOR:
             layout = e.ty.layout
             name = self.out.fresh("tx_ld")
             self.out.emit(f"{reg(e.ty.dtype)} {name}[{layout.slots}];  // {unparse(e)}")
@@ -195,10 +195,10 @@ class ExprEmitter:
         if isinstance(e, A.Call):
             kind = FUNCTIONS[e.func].kind
             args = [sub(a) for a in e.args]
-            if kind == "math":
+            if kind is K.MATH:
                 need("tilex_math.cuh")
                 return self.round(CUDA_MATH[e.func].format(x=self.cast(args[0], e.args[0].ty.dtype, DType.F32)), dt)
-            if kind == "abs":
+            if kind is K.ABS:
                 x = self.cast(args[0], e.args[0].ty.dtype, cdt)
                 if cdt is DType.BOOL:  # abs of a bool is the bool (as NumPy's)
                     return x
@@ -206,13 +206,13 @@ class ExprEmitter:
                     return self.round(f"fabsf({x})", dt)
                 need("tilex_math.cuh")
                 return f"({x} < 0 ? tilex_wneg<{reg(cdt)}>({x}) : {x})"  # abs(INT_MIN) wraps to INT_MIN
-            if kind == "minmax":
+            if kind is K.MINMAX:
                 a, b = (self.cast(x, y.ty.dtype, cdt) for x, y in zip(args, e.args))
                 if cdt.is_float:
                     return self.round(f"f{e.func}f({a}, {b})", dt)
                 need("tilex_math.cuh")
                 return f"tilex_i{e.func}<{reg(cdt)}>({a}, {b})"
-            if kind == "where":
+            if kind is K.WHERE:
                 return f"({args[0]} ? {self.cast(args[1], e.args[1].ty.dtype, dt)} : {self.cast(args[2], e.args[2].ty.dtype, dt)})"
             if e.func == "program_id":
                 return f"(int)blockIdx.{'xyz'[int(e.args[0].value)]}"
@@ -222,11 +222,6 @@ class ExprEmitter:
                 need("tilex_math.cuh")
                 return f"tilex_cdiv<{reg(dt)}>({self.cast(args[0], e.args[0].ty.dtype, dt)}, {self.cast(args[1], e.args[1].ty.dtype, dt)})"
         raise AssertionError(f"no emission rule for {type(e).__name__} {unparse(e)}")
-
-
-def is_reduction(e: A.Call) -> bool:
-    kind = FUNCTIONS[e.func].kind
-    return kind in ("reduce", "argreduce") or (kind == "minmax" and len(e.args) == 1)
 
 
 def _power_of_two(e: A.Expr) -> bool:

@@ -12,6 +12,7 @@ from ..exprs import unparse, untransposed
 from ..layout import Fragment, Layout
 from ..passes.assign_layouts import register_a
 from ..targets import MATMUL_PAD
+from ..types import DType
 from .c import storage
 from .context import KernelFacts, Scope
 from .env import template
@@ -27,19 +28,19 @@ class ProductEmitter:
     def __init__(self, facts: KernelFacts, out: Writer, scope: Scope, expr):
         self.facts, self.out, self.scope, self.expr = facts, out, scope, expr
 
-    def stage(self, arr: str, layout: Layout, dst: str, ld: int, transpose: bool, S: str,
+    def stage(self, arr: str, layout: Layout, dst: str, ld: int, transpose: bool, dt: DType,
               swizzle: int | None = None) -> None:
         """Write a register tile into shared memory rows of `ld` elements ([row][col], or [col][row] if
         `transpose`), as 4/8/16-byte vectors when the layout's vector runs along the stored row; with
         `swizzle` (the tile's rows), in 128-byte swizzled rows (tilex_sw128) instead."""
-        out = self.out
+        out, S = self.out, storage(dt)
         r, c = (layout.coord(1), layout.coord(0)) if transpose else (layout.coord(0), layout.coord(1))
         at = f"tilex_sw128<{swizzle}>({r}, {c})" if swizzle else f"({r}) * {ld} + ({c})"
         root = layout.root
         along = 0 if transpose else 1
         vec = root.vec if (root.vec_digit is not None and layout.digits and layout.digits[-1] == root.vec_digit
                            and layout.dims[along] == root.rank - 1) else 1
-        vbytes = vec * (2 if S in ("tilex_bf16", "tilex_f16") else 4)
+        vbytes = vec * dt.itemsize
         if vec > 1 and vbytes in (4, 8, 16) and (ld * vbytes // vec) % vbytes == 0:
             vt = {4: "unsigned", 8: "uint2", 16: "uint4"}[vbytes]
             out.unrolled(layout.slots, f"{S} tx_v[{vec}]; for (int tx_q = 0; tx_q < {vec}; ++tx_q) tx_v[tx_q] = tilex_io<{S}>::put({arr}[tx_s + tx_q]); "
@@ -123,9 +124,9 @@ class ProductEmitter:
                 out.emit(f"{S}* tx_As = reinterpret_cast<{S}*>({self.facts.smem});")
                 out.emit(f"{S}* tx_Bs = tx_As + {b_offset};")
                 if stage_a:
-                    self.stage(a, la, "tx_As", lda, False, S)
+                    self.stage(a, la, "tx_As", lda, False, dt_in)
                 if streamed is None:
-                    self.stage(b, lb, "tx_Bs", ldb, kmajor_b, S)
+                    self.stage(b, lb, "tx_Bs", ldb, kmajor_b, dt_in)
             out.emit(self.scope.barrier)
         else:
             out.emit(f"// {unparse(e)}: [{m}, {kk}] in registers or kept in shared memory, [{kk}, {n}] streamed "

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .. import ast as A
-from ..builtins import FUNCTIONS
+from ..builtins import FUNCTIONS, BuiltinKind
 from ..layout import Layout, flat_index, reduction_plan
 from ..types import numel
 from .c import reg
@@ -24,9 +24,9 @@ class ReductionEmitter:
         x = e.args[0]
         src, have = self.expr.materialize(x)
         func = e.func
-        arg = FUNCTIONS[func].kind == "argreduce"
+        arg = FUNCTIONS[func].kind is BuiltinKind.ARGREDUCE
         dt = e.ty.dtype
-        acc_t = reg(x.ty.dtype.compute if not arg else x.ty.dtype.compute)
+        acc_t = reg(x.ty.dtype.compute)
         if func in ("sum", "mean"):
             acc_t = reg(dt)
         axis_kw = e.kwarg("axis")

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..diagnostics import LaunchError
-from ..spec import KernelSpec
+from ..spec import KernelSpec, ParamKind
 from .args import BoundArgs, bind_arguments, is_cupy_array, is_torch_tensor
 from .nvrtc import compile_cubin, default_arch
 from .plan import _SCALAR_CTYPES, LaunchPlan, signature
@@ -64,7 +64,7 @@ def kernel_arguments(spec: KernelSpec, bound: BoundArgs) -> list:
     pointers and scalars as C types), then an int32 per symbol."""
     out: list = []
     for p in spec.params:
-        if p.kind == "tensor":
+        if p.kind == ParamKind.TENSOR:
             out.append(_pointer(bound.arrays[p.name], bound.kinds.get(p.name)))
         else:
             out.append(_SCALAR_TYPES[p.dtype](bound.scalars[p.name]))

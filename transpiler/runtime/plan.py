@@ -24,14 +24,14 @@ from typing import Any, Callable
 import numpy as np
 
 from ..diagnostics import LaunchError
-from ..spec import KernelSpec
+from ..spec import KernelSpec, ParamKind
 from ..types import PARAM_DTYPES
 from .args import (_CUPY_TYPES, _PLAIN_SCALARS, _TORCH_TYPES, BoundArgs, _check_scalar, is_cupy_array,
                    is_torch_tensor)
 
 # ctypes storage of a scalar parameter by its dtype: f16/bf16/f8e4m3 scalars are passed as float (the kernel
 # rounds). The one table of scalar C types: launch._SCALAR_TYPES (the CuPy path's) is derived from it
-_SCALAR_CTYPES = {d.value: getattr(ctypes, d.info.scalar_arg) for d in PARAM_DTYPES}  # from types.DTYPES
+_SCALAR_CTYPES = {d: getattr(ctypes, d.info.scalar_arg) for d in PARAM_DTYPES}  # from types.DTYPES
 _TMA_BYTES = ctypes.c_ubyte * 128
 
 
@@ -138,7 +138,7 @@ class LaunchPlan:
         slots: list = []
         tensors, scalars, maps = [], [], []
         for p in spec.params:  # in the declared order, the kernel's signature (a scalar may come before a tensor)
-            if p.kind == "tensor":
+            if p.kind == ParamKind.TENSOR:
                 slot = ctypes.c_uint64(ptrs[where[p.name]])
                 tensors.append((where[p.name], slot))
             else:

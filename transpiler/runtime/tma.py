@@ -15,10 +15,10 @@ from functools import lru_cache
 import numpy as np
 
 from ..diagnostics import LaunchError
+from ..spec import TMA_DATA_TYPE
+from ..types import DType
 
-# CUtensorMapDataType, CUtensorMapSwizzle, CUtensorMapL2promotion (cuda.h)
-_DATA_TYPE = {"f16": 6, "bf16": 9, "f32": 7}
-_ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4}
+# CUtensorMapSwizzle, CUtensorMapL2promotion (cuda.h); the data types are spec.TMA_DATA_TYPE
 _SWIZZLE_128B = 3
 _L2_PROMOTION_256B = 3
 
@@ -42,7 +42,7 @@ def check_alignment(name: str, ptr: int, dtype: str, cols: int) -> None:
     if ptr % 16:
         raise LaunchError(f"argument '{name}': the tensor-core loop reads it with TMA, which needs a 16-byte aligned "
                           f"address (got 0x{ptr:x}); pass a tensor that starts on a 16-byte boundary (e.g. .clone())")
-    if cols * _ITEMSIZE[dtype] % 16:
+    if cols * DType(dtype).itemsize % 16:
         raise LaunchError(f"argument '{name}': TMA needs a row pitch that is a multiple of 16 bytes, "
                           f"got {cols} elements of {dtype}")
 
@@ -79,7 +79,7 @@ def nd_obstacle(name: str, ptr: int, dtype: str, dims: tuple, box: tuple) -> str
     if ptr % 16:
         return (f"argument '{name}': a pipeline loop reads it with TMA, which needs a 16-byte aligned address "
                 f"(got 0x{ptr:x}); pass a tensor that starts on a 16-byte boundary (e.g. .clone())")
-    gdims, strides, _ = geometry(dims, _ITEMSIZE[dtype], box)
+    gdims, strides, _ = geometry(dims, DType(dtype).itemsize, box)
     for s in strides:
         if s % 16 or s >= MAX_STRIDE:
             return (f"argument '{name}': TMA needs byte strides that are multiples of 16 and below 2^40, "
@@ -93,7 +93,7 @@ def nd_obstacle(name: str, ptr: int, dtype: str, dims: tuple, box: tuple) -> str
 def encode_nd(ptr: int, dtype: str, dims: tuple, box: tuple) -> np.void:
     """The 128-byte CUtensorMap of the row-major tensor of shape `dims` at `ptr`, boxes `box` (innermost first),
     128-byte swizzled, zero fill; a by-value kernel argument. Check `nd_obstacle` first."""
-    gdims, strides, box = geometry(dims, _ITEMSIZE[dtype], box)
+    gdims, strides, box = geometry(dims, DType(dtype).itemsize, box)
     rank = len(gdims)
     buf = (ctypes.c_uint64 * 24)()  # 192 bytes: room to place 128 at a 64-byte boundary
     at = (ctypes.addressof(buf) + 63) & ~63
@@ -101,7 +101,7 @@ def encode_nd(ptr: int, dtype: str, dims: tuple, box: tuple) -> np.void:
     c_strides = (ctypes.c_uint64 * max(1, rank - 1))(*strides)
     c_box = (ctypes.c_uint32 * rank)(*box)
     elem = (ctypes.c_uint32 * rank)(*([1] * rank))
-    err = _encoder()(at, _DATA_TYPE[dtype], rank, ctypes.c_void_p(ptr), c_dims, c_strides, c_box, elem,
+    err = _encoder()(at, TMA_DATA_TYPE[DType(dtype)][1], rank, ctypes.c_void_p(ptr), c_dims, c_strides, c_box, elem,
                      0, _SWIZZLE_128B, _L2_PROMOTION_256B, 0)
     if err != 0:
         raise LaunchError(f"cuTensorMapEncodeTiled failed with CUresult {err} for a {list(dims)} {dtype} tensor "
