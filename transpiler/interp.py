@@ -31,6 +31,7 @@ from .deep import deep
 from .diagnostics import LaunchError
 from .interp_numeric import (COMPARE, MATH, MATH_ENV, NP_DTYPES, B, InterpError, argreduce, arith, cast,  # noqa: F401
                              dtype_of, lit, reduce_minmax)  # InterpError: re-exported (tilex.interp.InterpError)
+from .interp_scan import run_scan
 from .passes.infer_dtypes import operand_dtype
 from .types import DType, TyWhat
 
@@ -194,6 +195,8 @@ class _Interp:
             return cast(np.fmax(a, b) if f == "max" else np.fmin(a, b), dt)
         if kind in (K.MINMAX, K.REDUCE, K.ARGREDUCE):
             return self.reduce(c)
+        if kind in (K.SCAN, K.SORT, K.TOPK):
+            return run_scan(c, self.ev(c.args[0]))
         if kind is K.WHERE:
             cond = self.ev_as(c.args[0], DType.BOOL)
             a, b = self.ev_as(c.args[1], dt), self.ev_as(c.args[2], dt)

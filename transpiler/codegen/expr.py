@@ -7,7 +7,7 @@ that owns it (AccessEmitter, ReductionEmitter, ProductEmitter), which `bind` con
 from __future__ import annotations
 
 from .. import ast as A
-from ..builtins import CUDA_MATH, FUNCTIONS
+from ..builtins import CUDA_MATH, FUNCTIONS, is_scan
 from ..diagnostics import CompileError
 from ..exprs import unparse
 from ..layout import Layout, flat_index
@@ -107,6 +107,9 @@ class ExprEmitter:
             return self.read_array(name, e.ty.layout, want, e.ty.dtype)
         if isinstance(e, A.Call) and is_reduction(e):
             name, layout = self.reductions.reduction(e)
+            return self.read_array(name, layout, want, e.ty.dtype)
+        if isinstance(e, A.Call) and is_scan(e):
+            name, layout = self.reductions.scan(e)
             return self.read_array(name, layout, want, e.ty.dtype)
         if isinstance(e, A.Call) and e.func == "zeros":
             return "0"

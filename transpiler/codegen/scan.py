@@ -1,0 +1,146 @@
+"""Scans, sorts and top-k along an axis of a register tile: exchange networks over the axis's coordinate bits.
+
+Every step pairs the element at coordinate i with the one at i ^ 2^b; `layout_bits.axis_bits` says where
+that partner is: another slot of the same thread (a register), another lane (`tilex_shfl_xor`, issued by
+every lane), or another warp (all threads write their slots to shared memory at `[slot * T + tid]`, a
+barrier, each reads its partner thread's, a barrier before the next write). A scan is the butterfly
+(each element adds its partner block's total when the partner is below it: log2(n) steps); a sort is
+Batcher's bitonic network on (value, position) pairs (log2(n) (log2(n) + 1) / 2 steps), compared by
+`tilex_sort_before` (templates/tilex_scan.cuh: NaN largest, ties by position): a total order, so the
+result is the stable sort the interpreter computes. Top-k sorts, then reads the first K along the axis
+out of shared memory at the result's layout.
+"""
+from __future__ import annotations
+
+from .. import ast as A
+from ..builtins import scan_args
+from ..layout import Layout, flat_index
+from ..layout_bits import AxisBit, axis_bits
+from .c import reg
+from .context import KernelFacts, Scope
+from .writer import Writer
+
+_IDENT = {  # the identity of an exclusive scan per combine and register type
+    ("cumsum", "float"): "0.0f", ("cumsum", "double"): "0.0", ("cumsum", "int"): "0", ("cumsum", "long long"): "0LL",
+    ("cummax", "float"): "__int_as_float(0xff800000)", ("cummax", "double"): "-__longlong_as_double(0x7ff0000000000000LL)",
+    ("cummax", "int"): "(-2147483647 - 1)", ("cummax", "long long"): "(-9223372036854775807LL - 1)",
+    ("cummin", "float"): "__int_as_float(0x7f800000)", ("cummin", "double"): "__longlong_as_double(0x7ff0000000000000LL)",
+    ("cummin", "int"): "2147483647", ("cummin", "long long"): "9223372036854775807LL",
+}
+
+
+def _combine(func: str, t: str, a: str, b: str) -> str:
+    if func == "cumsum":
+        return f"tilex_wadd<{t}>({a}, {b})" if t in ("int", "long long") else f"{a} + {b}"  # ints wrap
+    op = func[3:]
+    if t in ("float", "double"):
+        return f"f{op}{'f' if t == 'float' else ''}({a}, {b})"
+    return f"tilex_i{op}<{t}>({a}, {b})"
+
+
+class ScanEmitter:
+    """cumsum/cummax/cummin, sort/argsort and topk/argtopk of register tiles; the operand from `expr`."""
+
+    def __init__(self, facts: KernelFacts, out: Writer, scope: Scope, expr):
+        self.facts, self.out, self.scope, self.expr = facts, out, scope, expr
+
+    def emit(self, e: A.Call) -> tuple[str, Layout]:
+        """The array holding the call's result and its layout."""
+        out = self.out
+        out.need("tilex_reduce.cuh", "tilex_math.cuh", "tilex_scan.cuh")
+        x = e.args[0]
+        src, have = self.expr.materialize(x)
+        sa = scan_args(e)
+        bits = axis_bits(have, sa.axis)
+        if e.func.startswith("cum"):
+            return self._scan(e, src, have, bits, sa), have
+        vals, idx = self._sort(e, src, have, bits, sa)
+        if sa.k is None:
+            return (idx if sa.indices else vals), have
+        return self._first_k(e, vals, idx, have, sa)
+
+    # ---- the exchange of one coordinate bit
+    def _exchange(self, arrays: list[tuple[str, str]], layout: Layout, bit: AxisBit) -> list[str]:
+        """Partner copies of `arrays` ((name, C type), each `layout.slots` long) across coordinate bit `bit`."""
+        out, n = self.out, layout.slots
+        names = [out.fresh("tx_xp") for _ in arrays]
+        for p, (_, t) in zip(names, arrays):
+            out.emit(f"{t} {p}[{n}];")
+        if bit.where == "slot":
+            out.unrolled(n, " ".join(f"{p}[tx_s] = {a}[tx_s ^ {bit.mask}];" for p, (a, _) in zip(names, arrays)))
+        elif bit.where == "lane":
+            out.unrolled(n, " ".join(f"{p}[tx_s] = tilex_shfl_xor({a}[tx_s], {bit.mask});" for p, (a, _) in zip(names, arrays)))
+        else:
+            T = self.facts.T
+            out.emit(f"// exchange with the thread threadIdx.x ^ {bit.mask} (another warp) through shared memory")
+            out.emit(self.scope.barrier)
+            with out.block():
+                off, ptrs = 0, []
+                for a, t in arrays:
+                    ptr = out.fresh("tx_xs")
+                    out.emit(f"{t}* {ptr} = reinterpret_cast<{t}*>({self.facts.smem} + {off});")
+                    ptrs.append(ptr)
+                    off += T * n * (8 if t in ("double", "long long") else 4)
+                out.unrolled(n, " ".join(f"{q}[tx_s * {T} + threadIdx.x] = {a}[tx_s];" for q, (a, _) in zip(ptrs, arrays)))
+                out.emit(self.scope.barrier)
+                out.unrolled(n, " ".join(f"{p}[tx_s] = {q}[tx_s * {T} + (threadIdx.x ^ {bit.mask})];"
+                                         for p, q in zip(names, ptrs)))
+        return names
+
+    # ---- scans: the butterfly
+    def _scan(self, e: A.Call, src: str, have: Layout, bits, sa) -> str:
+        out, n = self.out, have.slots
+        func = e.func
+        t = reg(e.ty.dtype.compute)
+        cdt = e.ty.dtype.compute if func == "cumsum" else e.args[0].ty.dtype.compute
+        tot, pre = out.fresh("tx_st"), out.fresh("tx_sp")
+        out.emit(f"// {func} along axis {sa.axis}: a butterfly over {len(bits)} coordinate bits")
+        out.emit(f"{t} {tot}[{n}]; {t} {pre}[{n}];")
+        init = _IDENT[(func, t)] if sa.flag else f"{tot}[tx_s]"
+        out.unrolled(n, f"{tot}[tx_s] = {self.expr.cast(f'{src}[tx_s]', e.args[0].ty.dtype, cdt)}; {pre}[tx_s] = {init};")
+        for bit in bits:
+            (par,) = self._exchange([(tot, t)], have, bit)
+            up = f"(({have.coord(sa.axis, 'tx_s')}) & {bit.value}) != 0"
+            out.unrolled(n, f"if ({up}) {pre}[tx_s] = {_combine(func, t, f'{par}[tx_s]', f'{pre}[tx_s]')}; "
+                            f"{tot}[tx_s] = {_combine(func, t, f'{tot}[tx_s]', f'{par}[tx_s]')};")
+        return pre  # (a narrow float's cummax/cummin holds its own values: nothing to round)
+
+    # ---- sorts: the bitonic network on (value, position)
+    def _sort(self, e: A.Call, src: str, have: Layout, bits, sa) -> tuple[str, str]:
+        out, n = self.out, have.slots
+        xdt = e.args[0].ty.dtype
+        t = reg(xdt.compute)
+        v, ix = out.fresh("tx_sv"), out.fresh("tx_si")
+        L = 1 << len(bits)
+        coord = have.coord(sa.axis, "tx_s")
+        out.emit(f"// {e.func} along axis {sa.axis}: a bitonic network of {L} elements, "
+                 f"{'descending' if sa.flag else 'ascending'}, ties by position")
+        out.emit(f"{t} {v}[{n}]; int {ix}[{n}];")
+        out.unrolled(n, f"{v}[tx_s] = {self.expr.cast(f'{src}[tx_s]', xdt, xdt.compute)}; {ix}[tx_s] = {coord};")
+        desc = "true" if sa.flag else "false"
+        k = 2
+        while k <= L:
+            j = k // 2
+            while j >= 1:
+                bit = bits[j.bit_length() - 1]
+                pv, pi = self._exchange([(v, t), (ix, "int")], have, bit)
+                first = f"((({coord}) & {j}) == 0) == ((({coord}) & {k}) == 0)" if k < L else f"(({coord}) & {j}) == 0"
+                out.unrolled(n, f"tilex_bitonic<{desc}>({v}[tx_s], {ix}[tx_s], {pv}[tx_s], {pi}[tx_s], {first});")
+                j //= 2
+            k *= 2
+        return v, ix
+
+    def _first_k(self, e: A.Call, vals: str, idx: str, have: Layout, sa) -> tuple[str, Layout]:
+        """The first K along the axis of the sorted (vals, idx), read at the call's layout through shared memory."""
+        out = self.out
+        want = e.ty.layout
+        full = have.shape
+        arr, t = (idx, "int") if sa.indices else (vals, reg(e.args[0].ty.dtype.compute))
+        res = out.fresh("tx_tk")
+        out.emit(f"// the first {sa.k} along axis {sa.axis} of the sorted tile, through shared memory")
+        out.emit(self.scope.barrier)
+        out.unrolled(have.slots, f"reinterpret_cast<{t}*>({self.facts.smem})[{flat_index(have, full)}] = {arr}[tx_s];")
+        out.emit(self.scope.barrier)
+        out.emit(f"{t} {res}[{want.slots}];")
+        out.unrolled(want.slots, f"{res}[tx_s] = reinterpret_cast<const {t}*>({self.facts.smem})[{flat_index(want, full)}];")
+        return res, want
