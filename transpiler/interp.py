@@ -13,6 +13,7 @@ It implements the same numeric semantics as the CUDA code generator:
 * tensor reads outside `[0, dim)` take `other=` (default 0), stores outside are skipped;
 * `max`/`min` ignore NaN (like CUDA fmaxf); `argmax`/`argmin` give the first extremum
   and NaN never wins (all-NaN gives 0); sums accumulate in f32 (ints in i32/i64).
+* scans add in the GPU's butterfly order, sorts are stable with NaN largest (`interp_scan`).
 
 The arithmetic itself (casts, wrapping ints, the math table, reductions) is in `interp_numeric`.
 `launch` binds NumPy arrays and Python scalars to a kernel's parameters with the same
