@@ -219,12 +219,31 @@ def test_feature_programs_build_with_nvcc(kernel, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-def test_shuffles_are_not_inside_branches():
-    """Every lane issues every shuffle (docs/internals.md): the exchanges come before the selects."""
-    cu = translate(PROGRAMS.read_text(), str(PROGRAMS), Options(kernel="topkrows", arch="sm_90a")).cuda
-    for line in cu.splitlines():
-        if "tilex_shfl_xor(" in line and "__device__" not in line:
-            assert " if (" not in line and "?" not in line, line
+@pytest.mark.parametrize("kernel", ["topkrows", "cumrows", "cummma"])
+def test_shuffles_without_branches_among_them(kernel, tmp_path):
+    """Every lane issues every shuffle (docs/internals.md): the exchanges come before the selects, and a
+    sort's loop chooses its exchange by the uniform bit j. In the PTX, no branch sits inside a run of
+    shfl.sync (as tests/test_nvcc.py checks for reductions)."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc")
+    cu = translate(PROGRAMS.read_text(), str(PROGRAMS), Options(kernel=kernel, arch="sm_90a")).cuda
+    (tmp_path / "k.cu").write_text(cu)
+    r = subprocess.run([nvcc, "-ptx", "-arch=sm_90a", "-o", str(tmp_path / "k.ptx"), str(tmp_path / "k.cu")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = (tmp_path / "k.ptx").read_text().splitlines()
+    shfl = [i for i, line in enumerate(lines) if "shfl.sync" in line]
+    assert len(shfl) >= 8
+    runs, start = [], shfl[0]
+    for a, b in zip(shfl, shfl[1:]):
+        if b - a > 12:
+            runs.append((start, a))
+            start = b
+    runs.append((start, shfl[-1]))
+    for lo, hi in runs:
+        inside = [lines[i].strip() for i in range(lo, hi + 1) if "bra" in lines[i]]
+        assert not inside, f"branch among warp shuffles (lines {lo}-{hi}): {inside}"
 
 
 BAD = [

@@ -38,6 +38,32 @@ def _combine(func: str, t: str, a: str, b: str) -> str:
     return f"tilex_i{op}<{t}>({a}, {b})"
 
 
+def _runs(bits, j: str):
+    """(C condition on the coordinate bit `j`, its first AxisBit, the xor mask as C) per run of bits one exchange
+    serves: each slot bit alone (its registers are fixed), consecutive lane (or warp) bits whose masks grow
+    with the bit together (mask = j * m0 / v0)."""
+    runs: list[list] = []
+    for b in bits:
+        last = runs[-1] if runs else None
+        if (last and b.where != "slot" and last[0].where == b.where and last[-1].value * 2 == b.value
+                and last[-1].mask * 2 == b.mask):
+            last.append(b)
+        else:
+            runs.append([b])
+    out = []
+    for run in runs:
+        lo, hi = run[0], run[-1]
+        cond = f"{j} == {lo.value}" if lo is hi else f"{j} >= {lo.value} && {j} <= {hi.value}"
+        if lo.where == "slot":
+            mask = None
+        elif lo.mask >= lo.value:
+            mask = f"{j} * {lo.mask // lo.value}" if lo.mask > lo.value else j
+        else:
+            mask = f"{j} / {lo.value // lo.mask}"
+        out.append((cond, lo, mask))
+    return out
+
+
 class ScanEmitter:
     """cumsum/cummax/cummin, sort/argsort and topk/argtopk of register tiles; the operand from `expr`."""
 
@@ -60,19 +86,22 @@ class ScanEmitter:
         return self._first_k(e, vals, idx, have, sa)
 
     # ---- the exchange of one coordinate bit
-    def _exchange(self, arrays: list[tuple[str, str]], layout: Layout, bit: AxisBit) -> list[str]:
-        """Partner copies of `arrays` ((name, C type), each `layout.slots` long) across coordinate bit `bit`."""
+    def _exchange(self, arrays: list[tuple[str, str]], layout: Layout, bit: AxisBit, names=None, mask=None) -> list[str]:
+        """Partner copies of `arrays` ((name, C type), each `layout.slots` long) across coordinate bit `bit`:
+        into `names` (declared here when None); `mask` a C expression for the lane or thread xor (a run of bits)."""
         out, n = self.out, layout.slots
-        names = [out.fresh("tx_xp") for _ in arrays]
-        for p, (_, t) in zip(names, arrays):
-            out.emit(f"{t} {p}[{n}];")
+        if names is None:
+            names = [out.fresh("tx_xp") for _ in arrays]
+            for p, (_, t) in zip(names, arrays):
+                out.emit(f"{t} {p}[{n}];")
+        m = mask or str(bit.mask)
         if bit.where == "slot":
             out.unrolled(n, " ".join(f"{p}[tx_s] = {a}[tx_s ^ {bit.mask}];" for p, (a, _) in zip(names, arrays)))
         elif bit.where == "lane":
-            out.unrolled(n, " ".join(f"{p}[tx_s] = tilex_shfl_xor({a}[tx_s], {bit.mask});" for p, (a, _) in zip(names, arrays)))
+            out.unrolled(n, " ".join(f"{p}[tx_s] = tilex_shfl_xor({a}[tx_s], {m});" for p, (a, _) in zip(names, arrays)))
         else:
             T = self.facts.T
-            out.emit(f"// exchange with the thread threadIdx.x ^ {bit.mask} (another warp) through shared memory")
+            out.emit(f"// exchange with the thread threadIdx.x ^ {m} (another warp) through shared memory")
             out.emit(self.scope.barrier)
             with out.block():
                 off, ptrs = 0, []
@@ -83,7 +112,7 @@ class ScanEmitter:
                     off += T * n * (8 if t in ("double", "long long") else 4)
                 out.unrolled(n, " ".join(f"{q}[tx_s * {T} + threadIdx.x] = {a}[tx_s];" for q, (a, _) in zip(ptrs, arrays)))
                 out.emit(self.scope.barrier)
-                out.unrolled(n, " ".join(f"{p}[tx_s] = {q}[tx_s * {T} + (threadIdx.x ^ {bit.mask})];"
+                out.unrolled(n, " ".join(f"{p}[tx_s] = {q}[tx_s * {T} + (threadIdx.x ^ {m})];"
                                          for p, q in zip(names, ptrs)))
         return names
 
@@ -118,16 +147,22 @@ class ScanEmitter:
         out.emit(f"{t} {v}[{n}]; int {ix}[{n}];")
         out.unrolled(n, f"{v}[tx_s] = {self.expr.cast(f'{src}[tx_s]', xdt, xdt.compute)}; {ix}[tx_s] = {coord};")
         desc = "true" if sa.flag else "false"
-        k = 2
-        while k <= L:
-            j = k // 2
-            while j >= 1:
-                bit = bits[j.bit_length() - 1]
-                pv, pi = self._exchange([(v, t), (ix, "int")], have, bit)
-                first = f"((({coord}) & {j}) == 0) == ((({coord}) & {k}) == 0)" if k < L else f"(({coord}) & {j}) == 0"
+        if L == 1:
+            return v, ix
+        pv, pi = out.fresh("tx_xp"), out.fresh("tx_xp")
+        out.emit(f"{t} {pv}[{n}]; int {pi}[{n}];")
+        # the stages run as loops (one copy of each kind of exchange, chosen by the uniform bit j), not
+        # unrolled: a sort of 4096 is 78 stages, too much straight-line code for ptxas
+        out.emit("#pragma unroll 1")
+        with out.block(f"for (int tx_k = 2; tx_k <= {L}; tx_k <<= 1) {{"):
+            out.emit("#pragma unroll 1")
+            with out.block("for (int tx_j = tx_k >> 1; tx_j > 0; tx_j >>= 1) {"):
+                for i, (cond, bit, mask) in enumerate(_runs(bits, "tx_j")):
+                    with out.block(("if" if i == 0 else "} else if") + f" ({cond}) {{", tail=None):
+                        self._exchange([(v, t), (ix, "int")], have, bit, [pv, pi], mask)
+                out.emit("}")
+                first = f"((({coord}) & tx_j) == 0) == ((({coord}) & tx_k) == 0)"
                 out.unrolled(n, f"tilex_bitonic<{desc}>({v}[tx_s], {ix}[tx_s], {pv}[tx_s], {pi}[tx_s], {first});")
-                j //= 2
-            k *= 2
         return v, ix
 
     def _first_k(self, e: A.Call, vals: str, idx: str, have: Layout, sa) -> tuple[str, Layout]:

@@ -185,582 +185,70 @@ extern "C" __global__ void __launch_bounds__(256) topk_chunks(
   float tx_sv2[16]; int tx_si3[16];
   #pragma unroll
   for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_sv2[tx_s] = (float)(t[tx_s]); tx_si3[tx_s] = (((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8; }
-  float tx_xp4[16];
-  int tx_xp5[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp5[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0)); }
-  float tx_xp6[16];
-  int tx_xp7[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp6[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp7[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp6[tx_s], tx_xp7[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0)); }
-  float tx_xp8[16];
-  int tx_xp9[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp8[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp9[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp8[tx_s], tx_xp9[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0)); }
-  float tx_xp10[16];
-  int tx_xp11[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp10[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp11[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp10[tx_s], tx_xp11[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0)); }
-  float tx_xp12[16];
-  int tx_xp13[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp12[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp13[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp12[tx_s], tx_xp13[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0)); }
-  float tx_xp14[16];
-  int tx_xp15[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp14[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp15[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp14[tx_s], tx_xp15[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0)); }
-  float tx_xp16[16];
-  int tx_xp17[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp16[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 1); tx_xp17[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 1); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp16[tx_s], tx_xp17[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0)); }
-  float tx_xp18[16];
-  int tx_xp19[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp18[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp19[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp18[tx_s], tx_xp19[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0)); }
-  float tx_xp20[16];
-  int tx_xp21[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp20[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp21[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp20[tx_s], tx_xp21[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0)); }
-  float tx_xp22[16];
-  int tx_xp23[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp22[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp23[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp22[tx_s], tx_xp23[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0)); }
-  float tx_xp24[16];
-  int tx_xp25[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp24[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 2); tx_xp25[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 2); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp24[tx_s], tx_xp25[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0)); }
-  float tx_xp26[16];
-  int tx_xp27[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp26[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 1); tx_xp27[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 1); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp26[tx_s], tx_xp27[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0)); }
-  float tx_xp28[16];
-  int tx_xp29[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp28[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp29[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp28[tx_s], tx_xp29[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0)); }
-  float tx_xp30[16];
-  int tx_xp31[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp30[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp31[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp30[tx_s], tx_xp31[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0)); }
-  float tx_xp32[16];
-  int tx_xp33[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp32[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp33[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp32[tx_s], tx_xp33[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0)); }
-  float tx_xp34[16];
-  int tx_xp35[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp34[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 4); tx_xp35[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 4); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp34[tx_s], tx_xp35[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0)); }
-  float tx_xp36[16];
-  int tx_xp37[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp36[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 2); tx_xp37[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 2); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp36[tx_s], tx_xp37[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0)); }
-  float tx_xp38[16];
-  int tx_xp39[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp38[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 1); tx_xp39[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 1); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp38[tx_s], tx_xp39[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0)); }
-  float tx_xp40[16];
-  int tx_xp41[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp40[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp41[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp40[tx_s], tx_xp41[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0)); }
-  float tx_xp42[16];
-  int tx_xp43[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp42[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp43[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp42[tx_s], tx_xp43[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0)); }
-  float tx_xp44[16];
-  int tx_xp45[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp44[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp45[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp44[tx_s], tx_xp45[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0)); }
-  float tx_xp46[16];
-  int tx_xp47[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp46[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 8); tx_xp47[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 8); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp46[tx_s], tx_xp47[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0)); }
-  float tx_xp48[16];
-  int tx_xp49[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp48[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 4); tx_xp49[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 4); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp48[tx_s], tx_xp49[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0)); }
-  float tx_xp50[16];
-  int tx_xp51[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp50[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 2); tx_xp51[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 2); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp50[tx_s], tx_xp51[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0)); }
-  float tx_xp52[16];
-  int tx_xp53[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp52[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 1); tx_xp53[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 1); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp52[tx_s], tx_xp53[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0)); }
-  float tx_xp54[16];
-  int tx_xp55[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp54[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp55[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp54[tx_s], tx_xp55[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0)); }
-  float tx_xp56[16];
-  int tx_xp57[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp56[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp57[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp56[tx_s], tx_xp57[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0)); }
-  float tx_xp58[16];
-  int tx_xp59[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp58[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp59[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp58[tx_s], tx_xp59[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0)); }
-  float tx_xp60[16];
-  int tx_xp61[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp60[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 16); tx_xp61[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 16); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp60[tx_s], tx_xp61[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0)); }
-  float tx_xp62[16];
-  int tx_xp63[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp62[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 8); tx_xp63[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 8); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp62[tx_s], tx_xp63[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0)); }
-  float tx_xp64[16];
-  int tx_xp65[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp64[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 4); tx_xp65[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 4); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp64[tx_s], tx_xp65[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0)); }
-  float tx_xp66[16];
-  int tx_xp67[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp66[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 2); tx_xp67[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 2); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp66[tx_s], tx_xp67[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0)); }
-  float tx_xp68[16];
-  int tx_xp69[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp68[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 1); tx_xp69[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 1); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp68[tx_s], tx_xp69[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0)); }
-  float tx_xp70[16];
-  int tx_xp71[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp70[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp71[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp70[tx_s], tx_xp71[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0)); }
-  float tx_xp72[16];
-  int tx_xp73[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp72[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp73[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp72[tx_s], tx_xp73[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0)); }
-  float tx_xp74[16];
-  int tx_xp75[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp74[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp75[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp74[tx_s], tx_xp75[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0)); }
-  float tx_xp76[16];
-  int tx_xp77[16];
-  // exchange with the thread threadIdx.x ^ 32 (another warp) through shared memory
-  __syncthreads();
-  {
-    float* tx_xs78 = reinterpret_cast<float*>(tilex_smem + 0);
-    int* tx_xs79 = reinterpret_cast<int*>(tilex_smem + 16384);
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs78[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs79[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
-    __syncthreads();
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp76[tx_s] = tx_xs78[tx_s * 256 + (threadIdx.x ^ 32)]; tx_xp77[tx_s] = tx_xs79[tx_s * 256 + (threadIdx.x ^ 32)]; }
+  float tx_xp4[16]; int tx_xp5[16];
+  #pragma unroll 1
+  for (int tx_k = 2; tx_k <= 4096; tx_k <<= 1) {
+    #pragma unroll 1
+    for (int tx_j = tx_k >> 1; tx_j > 0; tx_j >>= 1) {
+      if (tx_j == 1) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp5[tx_s] = tx_si3[tx_s ^ 1]; }
+      } else if (tx_j == 2) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp5[tx_s] = tx_si3[tx_s ^ 2]; }
+      } else if (tx_j == 4) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp5[tx_s] = tx_si3[tx_s ^ 4]; }
+      } else if (tx_j >= 8 && tx_j <= 128) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], tx_j / 8); tx_xp5[tx_s] = tilex_shfl_xor(tx_si3[tx_s], tx_j / 8); }
+      } else if (tx_j >= 256 && tx_j <= 1024) {
+        // exchange with the thread threadIdx.x ^ tx_j / 8 (another warp) through shared memory
+        __syncthreads();
+        {
+          float* tx_xs6 = reinterpret_cast<float*>(tilex_smem + 0);
+          int* tx_xs7 = reinterpret_cast<int*>(tilex_smem + 16384);
+          #pragma unroll
+          for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs6[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs7[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
+          __syncthreads();
+          #pragma unroll
+          for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_xs6[tx_s * 256 + (threadIdx.x ^ tx_j / 8)]; tx_xp5[tx_s] = tx_xs7[tx_s * 256 + (threadIdx.x ^ tx_j / 8)]; }
+        }
+      } else if (tx_j == 2048) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_sv2[tx_s ^ 8]; tx_xp5[tx_s] = tx_si3[tx_s ^ 8]; }
+      }
+      #pragma unroll
+      for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_j) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_k) == 0)); }
+    }
   }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp76[tx_s], tx_xp77[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0)); }
-  float tx_xp80[16];
-  int tx_xp81[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp80[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 16); tx_xp81[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 16); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp80[tx_s], tx_xp81[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0)); }
-  float tx_xp82[16];
-  int tx_xp83[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp82[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 8); tx_xp83[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 8); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp82[tx_s], tx_xp83[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0)); }
-  float tx_xp84[16];
-  int tx_xp85[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp84[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 4); tx_xp85[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 4); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp84[tx_s], tx_xp85[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0)); }
-  float tx_xp86[16];
-  int tx_xp87[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp86[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 2); tx_xp87[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 2); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp86[tx_s], tx_xp87[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0)); }
-  float tx_xp88[16];
-  int tx_xp89[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp88[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 1); tx_xp89[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 1); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp88[tx_s], tx_xp89[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0)); }
-  float tx_xp90[16];
-  int tx_xp91[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp90[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp91[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp90[tx_s], tx_xp91[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0)); }
-  float tx_xp92[16];
-  int tx_xp93[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp92[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp93[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp92[tx_s], tx_xp93[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0)); }
-  float tx_xp94[16];
-  int tx_xp95[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp94[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp95[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp94[tx_s], tx_xp95[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0)); }
-  float tx_xp96[16];
-  int tx_xp97[16];
-  // exchange with the thread threadIdx.x ^ 64 (another warp) through shared memory
-  __syncthreads();
-  {
-    float* tx_xs98 = reinterpret_cast<float*>(tilex_smem + 0);
-    int* tx_xs99 = reinterpret_cast<int*>(tilex_smem + 16384);
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs98[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs99[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
-    __syncthreads();
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp96[tx_s] = tx_xs98[tx_s * 256 + (threadIdx.x ^ 64)]; tx_xp97[tx_s] = tx_xs99[tx_s * 256 + (threadIdx.x ^ 64)]; }
-  }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp96[tx_s], tx_xp97[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp100[16];
-  int tx_xp101[16];
-  // exchange with the thread threadIdx.x ^ 32 (another warp) through shared memory
-  __syncthreads();
-  {
-    float* tx_xs102 = reinterpret_cast<float*>(tilex_smem + 0);
-    int* tx_xs103 = reinterpret_cast<int*>(tilex_smem + 16384);
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs102[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs103[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
-    __syncthreads();
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp100[tx_s] = tx_xs102[tx_s * 256 + (threadIdx.x ^ 32)]; tx_xp101[tx_s] = tx_xs103[tx_s * 256 + (threadIdx.x ^ 32)]; }
-  }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp100[tx_s], tx_xp101[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp104[16];
-  int tx_xp105[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp104[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 16); tx_xp105[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 16); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp104[tx_s], tx_xp105[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp106[16];
-  int tx_xp107[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp106[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 8); tx_xp107[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 8); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp106[tx_s], tx_xp107[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp108[16];
-  int tx_xp109[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp108[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 4); tx_xp109[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 4); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp108[tx_s], tx_xp109[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp110[16];
-  int tx_xp111[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp110[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 2); tx_xp111[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 2); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp110[tx_s], tx_xp111[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp112[16];
-  int tx_xp113[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp112[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 1); tx_xp113[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 1); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp112[tx_s], tx_xp113[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp114[16];
-  int tx_xp115[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp114[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp115[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp114[tx_s], tx_xp115[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp116[16];
-  int tx_xp117[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp116[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp117[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp116[tx_s], tx_xp117[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp118[16];
-  int tx_xp119[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp118[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp119[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp118[tx_s], tx_xp119[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp120[16];
-  int tx_xp121[16];
-  // exchange with the thread threadIdx.x ^ 128 (another warp) through shared memory
-  __syncthreads();
-  {
-    float* tx_xs122 = reinterpret_cast<float*>(tilex_smem + 0);
-    int* tx_xs123 = reinterpret_cast<int*>(tilex_smem + 16384);
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs122[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs123[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
-    __syncthreads();
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp120[tx_s] = tx_xs122[tx_s * 256 + (threadIdx.x ^ 128)]; tx_xp121[tx_s] = tx_xs123[tx_s * 256 + (threadIdx.x ^ 128)]; }
-  }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp120[tx_s], tx_xp121[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp124[16];
-  int tx_xp125[16];
-  // exchange with the thread threadIdx.x ^ 64 (another warp) through shared memory
-  __syncthreads();
-  {
-    float* tx_xs126 = reinterpret_cast<float*>(tilex_smem + 0);
-    int* tx_xs127 = reinterpret_cast<int*>(tilex_smem + 16384);
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs126[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs127[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
-    __syncthreads();
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp124[tx_s] = tx_xs126[tx_s * 256 + (threadIdx.x ^ 64)]; tx_xp125[tx_s] = tx_xs127[tx_s * 256 + (threadIdx.x ^ 64)]; }
-  }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp124[tx_s], tx_xp125[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp128[16];
-  int tx_xp129[16];
-  // exchange with the thread threadIdx.x ^ 32 (another warp) through shared memory
-  __syncthreads();
-  {
-    float* tx_xs130 = reinterpret_cast<float*>(tilex_smem + 0);
-    int* tx_xs131 = reinterpret_cast<int*>(tilex_smem + 16384);
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs130[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs131[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
-    __syncthreads();
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp128[tx_s] = tx_xs130[tx_s * 256 + (threadIdx.x ^ 32)]; tx_xp129[tx_s] = tx_xs131[tx_s * 256 + (threadIdx.x ^ 32)]; }
-  }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp128[tx_s], tx_xp129[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp132[16];
-  int tx_xp133[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp132[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 16); tx_xp133[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 16); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp132[tx_s], tx_xp133[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp134[16];
-  int tx_xp135[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp134[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 8); tx_xp135[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 8); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp134[tx_s], tx_xp135[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp136[16];
-  int tx_xp137[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp136[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 4); tx_xp137[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 4); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp136[tx_s], tx_xp137[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp138[16];
-  int tx_xp139[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp138[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 2); tx_xp139[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 2); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp138[tx_s], tx_xp139[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp140[16];
-  int tx_xp141[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp140[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 1); tx_xp141[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 1); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp140[tx_s], tx_xp141[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp142[16];
-  int tx_xp143[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp142[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp143[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp142[tx_s], tx_xp143[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp144[16];
-  int tx_xp145[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp144[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp145[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp144[tx_s], tx_xp145[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp146[16];
-  int tx_xp147[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp146[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp147[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp146[tx_s], tx_xp147[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp148[16];
-  int tx_xp149[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp148[tx_s] = tx_sv2[tx_s ^ 8]; tx_xp149[tx_s] = tx_si3[tx_s ^ 8]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp148[tx_s], tx_xp149[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0); }
-  float tx_xp150[16];
-  int tx_xp151[16];
-  // exchange with the thread threadIdx.x ^ 128 (another warp) through shared memory
-  __syncthreads();
-  {
-    float* tx_xs152 = reinterpret_cast<float*>(tilex_smem + 0);
-    int* tx_xs153 = reinterpret_cast<int*>(tilex_smem + 16384);
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs152[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs153[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
-    __syncthreads();
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp150[tx_s] = tx_xs152[tx_s * 256 + (threadIdx.x ^ 128)]; tx_xp151[tx_s] = tx_xs153[tx_s * 256 + (threadIdx.x ^ 128)]; }
-  }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp150[tx_s], tx_xp151[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0); }
-  float tx_xp154[16];
-  int tx_xp155[16];
-  // exchange with the thread threadIdx.x ^ 64 (another warp) through shared memory
-  __syncthreads();
-  {
-    float* tx_xs156 = reinterpret_cast<float*>(tilex_smem + 0);
-    int* tx_xs157 = reinterpret_cast<int*>(tilex_smem + 16384);
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs156[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs157[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
-    __syncthreads();
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp154[tx_s] = tx_xs156[tx_s * 256 + (threadIdx.x ^ 64)]; tx_xp155[tx_s] = tx_xs157[tx_s * 256 + (threadIdx.x ^ 64)]; }
-  }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp154[tx_s], tx_xp155[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0); }
-  float tx_xp158[16];
-  int tx_xp159[16];
-  // exchange with the thread threadIdx.x ^ 32 (another warp) through shared memory
-  __syncthreads();
-  {
-    float* tx_xs160 = reinterpret_cast<float*>(tilex_smem + 0);
-    int* tx_xs161 = reinterpret_cast<int*>(tilex_smem + 16384);
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs160[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs161[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
-    __syncthreads();
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp158[tx_s] = tx_xs160[tx_s * 256 + (threadIdx.x ^ 32)]; tx_xp159[tx_s] = tx_xs161[tx_s * 256 + (threadIdx.x ^ 32)]; }
-  }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp158[tx_s], tx_xp159[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0); }
-  float tx_xp162[16];
-  int tx_xp163[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp162[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 16); tx_xp163[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 16); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp162[tx_s], tx_xp163[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0); }
-  float tx_xp164[16];
-  int tx_xp165[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp164[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 8); tx_xp165[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 8); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp164[tx_s], tx_xp165[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0); }
-  float tx_xp166[16];
-  int tx_xp167[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp166[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 4); tx_xp167[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 4); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp166[tx_s], tx_xp167[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0); }
-  float tx_xp168[16];
-  int tx_xp169[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp168[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 2); tx_xp169[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 2); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp168[tx_s], tx_xp169[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0); }
-  float tx_xp170[16];
-  int tx_xp171[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp170[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 1); tx_xp171[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 1); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp170[tx_s], tx_xp171[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0); }
-  float tx_xp172[16];
-  int tx_xp173[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp172[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp173[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp172[tx_s], tx_xp173[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0); }
-  float tx_xp174[16];
-  int tx_xp175[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp174[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp175[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp174[tx_s], tx_xp175[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0); }
-  float tx_xp176[16];
-  int tx_xp177[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp176[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp177[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp176[tx_s], tx_xp177[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0); }
   // the first 64 along axis 0 of the sorted tile, through shared memory
   __syncthreads();
   #pragma unroll
   for (int tx_s = 0; tx_s < 16; ++tx_s) { reinterpret_cast<int*>(tilex_smem)[((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8)] = tx_si3[tx_s]; }
   __syncthreads();
-  int tx_tk178[8];
+  int tx_tk8[8];
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_tk178[tx_s] = reinterpret_cast<const int*>(tilex_smem)[((((threadIdx.x % 8)) % 8) * 8 + (tx_s))]; }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_tk8[tx_s] = reinterpret_cast<const int*>(tilex_smem)[((((threadIdx.x % 8)) % 8) * 8 + (tx_s))]; }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { p[tx_s] = tilex_wadd<int>(tx_tk178[tx_s], c); }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { p[tx_s] = tilex_wadd<int>(tx_tk8[tx_s], c); }
   // topk.tile:24  o = program_id(1) * 64
   int o = tilex_wmul<int>((int)blockIdx.y, 64);
   // topk.tile:25  pval[row, o : o + 64] = x[row, p, other=-inf]
-  float tx_st179[8];
-  float tx_ld180[8];  // x[row, p, other=-inf]
+  float tx_st9[8];
+  float tx_ld10[8];  // x[row, p, other=-inf]
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(p[tx_s]); tx_ld180[tx_s] = ((unsigned long long)tx_i0 < (unsigned long long)B && (unsigned long long)tx_i1 < (unsigned long long)V) ? (float)tilex_io<tilex_bf16>::get(x[tx_i0 * tx_x_s0 + tx_i1]) : (float)(tilex_round_bf16((float)(__int_as_float(0xff800000)))); }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(p[tx_s]); tx_ld10[tx_s] = ((unsigned long long)tx_i0 < (unsigned long long)B && (unsigned long long)tx_i1 < (unsigned long long)V) ? (float)tilex_io<tilex_bf16>::get(x[tx_i0 * tx_x_s0 + tx_i1]) : (float)(tilex_round_bf16((float)(__int_as_float(0xff800000)))); }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st179[tx_s] = tx_ld180[tx_s]; }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st9[tx_s] = tx_ld10[tx_s]; }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(o) + ((((threadIdx.x % 8)) % 8) * 8 + (tx_s)); tilex_store_chunk<8, tilex_bf16, float>(pval, tx_i0 * tx_pval_s0 + tx_i1, -tx_i1, (long long)W - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)B, &tx_st179[tx_s]); }
+  for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(o) + ((((threadIdx.x % 8)) % 8) * 8 + (tx_s)); tilex_store_chunk<8, tilex_bf16, float>(pval, tx_i0 * tx_pval_s0 + tx_i1, -tx_i1, (long long)W - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)B, &tx_st9[tx_s]); }
   // topk.tile:26  pidx[row, o : o + 64] = p.to(i64)
-  long long tx_st181[8];
+  long long tx_st11[8];
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st181[tx_s] = (long long)(p[tx_s]); }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st11[tx_s] = (long long)(p[tx_s]); }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(o) + ((((threadIdx.x % 8)) % 8) * 8 + (tx_s)); tilex_store_chunk<8, long long, long long>(pidx, tx_i0 * tx_pidx_s0 + tx_i1, -tx_i1, (long long)W - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)B, &tx_st181[tx_s]); }
+  for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(o) + ((((threadIdx.x % 8)) % 8) * 8 + (tx_s)); tilex_store_chunk<8, long long, long long>(pidx, tx_i0 * tx_pidx_s0 + tx_i1, -tx_i1, (long long)W - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)B, &tx_st11[tx_s]); }
 }
 
 // topk.tile:29  kernel topk_merge
@@ -795,583 +283,71 @@ extern "C" __global__ void __launch_bounds__(256) topk_merge(
   float tx_sv2[16]; int tx_si3[16];
   #pragma unroll
   for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_sv2[tx_s] = (float)(v[tx_s]); tx_si3[tx_s] = (((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8; }
-  float tx_xp4[16];
-  int tx_xp5[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp5[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0)); }
-  float tx_xp6[16];
-  int tx_xp7[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp6[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp7[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp6[tx_s], tx_xp7[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0)); }
-  float tx_xp8[16];
-  int tx_xp9[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp8[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp9[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp8[tx_s], tx_xp9[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0)); }
-  float tx_xp10[16];
-  int tx_xp11[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp10[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp11[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp10[tx_s], tx_xp11[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0)); }
-  float tx_xp12[16];
-  int tx_xp13[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp12[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp13[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp12[tx_s], tx_xp13[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0)); }
-  float tx_xp14[16];
-  int tx_xp15[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp14[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp15[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp14[tx_s], tx_xp15[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0)); }
-  float tx_xp16[16];
-  int tx_xp17[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp16[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 1); tx_xp17[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 1); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp16[tx_s], tx_xp17[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0)); }
-  float tx_xp18[16];
-  int tx_xp19[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp18[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp19[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp18[tx_s], tx_xp19[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0)); }
-  float tx_xp20[16];
-  int tx_xp21[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp20[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp21[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp20[tx_s], tx_xp21[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0)); }
-  float tx_xp22[16];
-  int tx_xp23[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp22[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp23[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp22[tx_s], tx_xp23[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0)); }
-  float tx_xp24[16];
-  int tx_xp25[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp24[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 2); tx_xp25[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 2); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp24[tx_s], tx_xp25[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0)); }
-  float tx_xp26[16];
-  int tx_xp27[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp26[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 1); tx_xp27[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 1); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp26[tx_s], tx_xp27[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0)); }
-  float tx_xp28[16];
-  int tx_xp29[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp28[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp29[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp28[tx_s], tx_xp29[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0)); }
-  float tx_xp30[16];
-  int tx_xp31[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp30[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp31[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp30[tx_s], tx_xp31[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0)); }
-  float tx_xp32[16];
-  int tx_xp33[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp32[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp33[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp32[tx_s], tx_xp33[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0)); }
-  float tx_xp34[16];
-  int tx_xp35[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp34[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 4); tx_xp35[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 4); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp34[tx_s], tx_xp35[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0)); }
-  float tx_xp36[16];
-  int tx_xp37[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp36[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 2); tx_xp37[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 2); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp36[tx_s], tx_xp37[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0)); }
-  float tx_xp38[16];
-  int tx_xp39[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp38[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 1); tx_xp39[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 1); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp38[tx_s], tx_xp39[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0)); }
-  float tx_xp40[16];
-  int tx_xp41[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp40[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp41[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp40[tx_s], tx_xp41[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0)); }
-  float tx_xp42[16];
-  int tx_xp43[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp42[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp43[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp42[tx_s], tx_xp43[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0)); }
-  float tx_xp44[16];
-  int tx_xp45[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp44[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp45[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp44[tx_s], tx_xp45[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0)); }
-  float tx_xp46[16];
-  int tx_xp47[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp46[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 8); tx_xp47[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 8); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp46[tx_s], tx_xp47[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0)); }
-  float tx_xp48[16];
-  int tx_xp49[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp48[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 4); tx_xp49[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 4); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp48[tx_s], tx_xp49[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0)); }
-  float tx_xp50[16];
-  int tx_xp51[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp50[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 2); tx_xp51[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 2); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp50[tx_s], tx_xp51[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0)); }
-  float tx_xp52[16];
-  int tx_xp53[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp52[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 1); tx_xp53[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 1); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp52[tx_s], tx_xp53[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0)); }
-  float tx_xp54[16];
-  int tx_xp55[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp54[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp55[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp54[tx_s], tx_xp55[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0)); }
-  float tx_xp56[16];
-  int tx_xp57[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp56[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp57[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp56[tx_s], tx_xp57[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0)); }
-  float tx_xp58[16];
-  int tx_xp59[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp58[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp59[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp58[tx_s], tx_xp59[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0)); }
-  float tx_xp60[16];
-  int tx_xp61[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp60[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 16); tx_xp61[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 16); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp60[tx_s], tx_xp61[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0)); }
-  float tx_xp62[16];
-  int tx_xp63[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp62[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 8); tx_xp63[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 8); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp62[tx_s], tx_xp63[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0)); }
-  float tx_xp64[16];
-  int tx_xp65[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp64[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 4); tx_xp65[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 4); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp64[tx_s], tx_xp65[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0)); }
-  float tx_xp66[16];
-  int tx_xp67[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp66[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 2); tx_xp67[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 2); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp66[tx_s], tx_xp67[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0)); }
-  float tx_xp68[16];
-  int tx_xp69[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp68[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 1); tx_xp69[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 1); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp68[tx_s], tx_xp69[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0)); }
-  float tx_xp70[16];
-  int tx_xp71[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp70[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp71[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp70[tx_s], tx_xp71[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0)); }
-  float tx_xp72[16];
-  int tx_xp73[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp72[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp73[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp72[tx_s], tx_xp73[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0)); }
-  float tx_xp74[16];
-  int tx_xp75[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp74[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp75[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp74[tx_s], tx_xp75[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0)); }
-  float tx_xp76[16];
-  int tx_xp77[16];
-  // exchange with the thread threadIdx.x ^ 32 (another warp) through shared memory
-  __syncthreads();
-  {
-    float* tx_xs78 = reinterpret_cast<float*>(tilex_smem + 0);
-    int* tx_xs79 = reinterpret_cast<int*>(tilex_smem + 16384);
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs78[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs79[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
-    __syncthreads();
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp76[tx_s] = tx_xs78[tx_s * 256 + (threadIdx.x ^ 32)]; tx_xp77[tx_s] = tx_xs79[tx_s * 256 + (threadIdx.x ^ 32)]; }
+  float tx_xp4[16]; int tx_xp5[16];
+  #pragma unroll 1
+  for (int tx_k = 2; tx_k <= 4096; tx_k <<= 1) {
+    #pragma unroll 1
+    for (int tx_j = tx_k >> 1; tx_j > 0; tx_j >>= 1) {
+      if (tx_j == 1) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp5[tx_s] = tx_si3[tx_s ^ 1]; }
+      } else if (tx_j == 2) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp5[tx_s] = tx_si3[tx_s ^ 2]; }
+      } else if (tx_j == 4) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp5[tx_s] = tx_si3[tx_s ^ 4]; }
+      } else if (tx_j >= 8 && tx_j <= 128) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], tx_j / 8); tx_xp5[tx_s] = tilex_shfl_xor(tx_si3[tx_s], tx_j / 8); }
+      } else if (tx_j >= 256 && tx_j <= 1024) {
+        // exchange with the thread threadIdx.x ^ tx_j / 8 (another warp) through shared memory
+        __syncthreads();
+        {
+          float* tx_xs6 = reinterpret_cast<float*>(tilex_smem + 0);
+          int* tx_xs7 = reinterpret_cast<int*>(tilex_smem + 16384);
+          #pragma unroll
+          for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs6[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs7[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
+          __syncthreads();
+          #pragma unroll
+          for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_xs6[tx_s * 256 + (threadIdx.x ^ tx_j / 8)]; tx_xp5[tx_s] = tx_xs7[tx_s * 256 + (threadIdx.x ^ tx_j / 8)]; }
+        }
+      } else if (tx_j == 2048) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_sv2[tx_s ^ 8]; tx_xp5[tx_s] = tx_si3[tx_s ^ 8]; }
+      }
+      #pragma unroll
+      for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_j) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_k) == 0)); }
+    }
   }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp76[tx_s], tx_xp77[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0)); }
-  float tx_xp80[16];
-  int tx_xp81[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp80[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 16); tx_xp81[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 16); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp80[tx_s], tx_xp81[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0)); }
-  float tx_xp82[16];
-  int tx_xp83[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp82[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 8); tx_xp83[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 8); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp82[tx_s], tx_xp83[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0)); }
-  float tx_xp84[16];
-  int tx_xp85[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp84[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 4); tx_xp85[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 4); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp84[tx_s], tx_xp85[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0)); }
-  float tx_xp86[16];
-  int tx_xp87[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp86[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 2); tx_xp87[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 2); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp86[tx_s], tx_xp87[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0)); }
-  float tx_xp88[16];
-  int tx_xp89[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp88[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 1); tx_xp89[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 1); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp88[tx_s], tx_xp89[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0)); }
-  float tx_xp90[16];
-  int tx_xp91[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp90[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp91[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp90[tx_s], tx_xp91[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0)); }
-  float tx_xp92[16];
-  int tx_xp93[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp92[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp93[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp92[tx_s], tx_xp93[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0)); }
-  float tx_xp94[16];
-  int tx_xp95[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp94[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp95[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp94[tx_s], tx_xp95[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0)); }
-  float tx_xp96[16];
-  int tx_xp97[16];
-  // exchange with the thread threadIdx.x ^ 64 (another warp) through shared memory
-  __syncthreads();
-  {
-    float* tx_xs98 = reinterpret_cast<float*>(tilex_smem + 0);
-    int* tx_xs99 = reinterpret_cast<int*>(tilex_smem + 16384);
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs98[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs99[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
-    __syncthreads();
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp96[tx_s] = tx_xs98[tx_s * 256 + (threadIdx.x ^ 64)]; tx_xp97[tx_s] = tx_xs99[tx_s * 256 + (threadIdx.x ^ 64)]; }
-  }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp96[tx_s], tx_xp97[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp100[16];
-  int tx_xp101[16];
-  // exchange with the thread threadIdx.x ^ 32 (another warp) through shared memory
-  __syncthreads();
-  {
-    float* tx_xs102 = reinterpret_cast<float*>(tilex_smem + 0);
-    int* tx_xs103 = reinterpret_cast<int*>(tilex_smem + 16384);
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs102[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs103[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
-    __syncthreads();
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp100[tx_s] = tx_xs102[tx_s * 256 + (threadIdx.x ^ 32)]; tx_xp101[tx_s] = tx_xs103[tx_s * 256 + (threadIdx.x ^ 32)]; }
-  }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp100[tx_s], tx_xp101[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp104[16];
-  int tx_xp105[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp104[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 16); tx_xp105[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 16); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp104[tx_s], tx_xp105[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp106[16];
-  int tx_xp107[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp106[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 8); tx_xp107[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 8); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp106[tx_s], tx_xp107[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp108[16];
-  int tx_xp109[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp108[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 4); tx_xp109[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 4); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp108[tx_s], tx_xp109[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp110[16];
-  int tx_xp111[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp110[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 2); tx_xp111[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 2); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp110[tx_s], tx_xp111[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp112[16];
-  int tx_xp113[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp112[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 1); tx_xp113[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 1); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp112[tx_s], tx_xp113[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp114[16];
-  int tx_xp115[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp114[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp115[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp114[tx_s], tx_xp115[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp116[16];
-  int tx_xp117[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp116[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp117[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp116[tx_s], tx_xp117[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp118[16];
-  int tx_xp119[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp118[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp119[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp118[tx_s], tx_xp119[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0)); }
-  float tx_xp120[16];
-  int tx_xp121[16];
-  // exchange with the thread threadIdx.x ^ 128 (another warp) through shared memory
-  __syncthreads();
-  {
-    float* tx_xs122 = reinterpret_cast<float*>(tilex_smem + 0);
-    int* tx_xs123 = reinterpret_cast<int*>(tilex_smem + 16384);
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs122[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs123[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
-    __syncthreads();
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp120[tx_s] = tx_xs122[tx_s * 256 + (threadIdx.x ^ 128)]; tx_xp121[tx_s] = tx_xs123[tx_s * 256 + (threadIdx.x ^ 128)]; }
-  }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp120[tx_s], tx_xp121[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp124[16];
-  int tx_xp125[16];
-  // exchange with the thread threadIdx.x ^ 64 (another warp) through shared memory
-  __syncthreads();
-  {
-    float* tx_xs126 = reinterpret_cast<float*>(tilex_smem + 0);
-    int* tx_xs127 = reinterpret_cast<int*>(tilex_smem + 16384);
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs126[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs127[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
-    __syncthreads();
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp124[tx_s] = tx_xs126[tx_s * 256 + (threadIdx.x ^ 64)]; tx_xp125[tx_s] = tx_xs127[tx_s * 256 + (threadIdx.x ^ 64)]; }
-  }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp124[tx_s], tx_xp125[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp128[16];
-  int tx_xp129[16];
-  // exchange with the thread threadIdx.x ^ 32 (another warp) through shared memory
-  __syncthreads();
-  {
-    float* tx_xs130 = reinterpret_cast<float*>(tilex_smem + 0);
-    int* tx_xs131 = reinterpret_cast<int*>(tilex_smem + 16384);
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs130[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs131[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
-    __syncthreads();
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp128[tx_s] = tx_xs130[tx_s * 256 + (threadIdx.x ^ 32)]; tx_xp129[tx_s] = tx_xs131[tx_s * 256 + (threadIdx.x ^ 32)]; }
-  }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp128[tx_s], tx_xp129[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp132[16];
-  int tx_xp133[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp132[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 16); tx_xp133[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 16); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp132[tx_s], tx_xp133[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp134[16];
-  int tx_xp135[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp134[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 8); tx_xp135[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 8); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp134[tx_s], tx_xp135[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp136[16];
-  int tx_xp137[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp136[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 4); tx_xp137[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 4); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp136[tx_s], tx_xp137[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp138[16];
-  int tx_xp139[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp138[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 2); tx_xp139[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 2); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp138[tx_s], tx_xp139[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp140[16];
-  int tx_xp141[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp140[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 1); tx_xp141[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 1); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp140[tx_s], tx_xp141[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp142[16];
-  int tx_xp143[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp142[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp143[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp142[tx_s], tx_xp143[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp144[16];
-  int tx_xp145[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp144[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp145[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp144[tx_s], tx_xp145[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp146[16];
-  int tx_xp147[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp146[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp147[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp146[tx_s], tx_xp147[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0)); }
-  float tx_xp148[16];
-  int tx_xp149[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp148[tx_s] = tx_sv2[tx_s ^ 8]; tx_xp149[tx_s] = tx_si3[tx_s ^ 8]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp148[tx_s], tx_xp149[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2048) == 0); }
-  float tx_xp150[16];
-  int tx_xp151[16];
-  // exchange with the thread threadIdx.x ^ 128 (another warp) through shared memory
-  __syncthreads();
-  {
-    float* tx_xs152 = reinterpret_cast<float*>(tilex_smem + 0);
-    int* tx_xs153 = reinterpret_cast<int*>(tilex_smem + 16384);
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs152[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs153[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
-    __syncthreads();
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp150[tx_s] = tx_xs152[tx_s * 256 + (threadIdx.x ^ 128)]; tx_xp151[tx_s] = tx_xs153[tx_s * 256 + (threadIdx.x ^ 128)]; }
-  }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp150[tx_s], tx_xp151[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1024) == 0); }
-  float tx_xp154[16];
-  int tx_xp155[16];
-  // exchange with the thread threadIdx.x ^ 64 (another warp) through shared memory
-  __syncthreads();
-  {
-    float* tx_xs156 = reinterpret_cast<float*>(tilex_smem + 0);
-    int* tx_xs157 = reinterpret_cast<int*>(tilex_smem + 16384);
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs156[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs157[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
-    __syncthreads();
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp154[tx_s] = tx_xs156[tx_s * 256 + (threadIdx.x ^ 64)]; tx_xp155[tx_s] = tx_xs157[tx_s * 256 + (threadIdx.x ^ 64)]; }
-  }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp154[tx_s], tx_xp155[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 512) == 0); }
-  float tx_xp158[16];
-  int tx_xp159[16];
-  // exchange with the thread threadIdx.x ^ 32 (another warp) through shared memory
-  __syncthreads();
-  {
-    float* tx_xs160 = reinterpret_cast<float*>(tilex_smem + 0);
-    int* tx_xs161 = reinterpret_cast<int*>(tilex_smem + 16384);
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs160[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs161[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
-    __syncthreads();
-    #pragma unroll
-    for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp158[tx_s] = tx_xs160[tx_s * 256 + (threadIdx.x ^ 32)]; tx_xp159[tx_s] = tx_xs161[tx_s * 256 + (threadIdx.x ^ 32)]; }
-  }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp158[tx_s], tx_xp159[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 256) == 0); }
-  float tx_xp162[16];
-  int tx_xp163[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp162[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 16); tx_xp163[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 16); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp162[tx_s], tx_xp163[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 128) == 0); }
-  float tx_xp164[16];
-  int tx_xp165[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp164[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 8); tx_xp165[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 8); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp164[tx_s], tx_xp165[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 64) == 0); }
-  float tx_xp166[16];
-  int tx_xp167[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp166[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 4); tx_xp167[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 4); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp166[tx_s], tx_xp167[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 32) == 0); }
-  float tx_xp168[16];
-  int tx_xp169[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp168[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 2); tx_xp169[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 2); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp168[tx_s], tx_xp169[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 16) == 0); }
-  float tx_xp170[16];
-  int tx_xp171[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp170[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], 1); tx_xp171[tx_s] = tilex_shfl_xor(tx_si3[tx_s], 1); }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp170[tx_s], tx_xp171[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 8) == 0); }
-  float tx_xp172[16];
-  int tx_xp173[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp172[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp173[tx_s] = tx_si3[tx_s ^ 4]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp172[tx_s], tx_xp173[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 4) == 0); }
-  float tx_xp174[16];
-  int tx_xp175[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp174[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp175[tx_s] = tx_si3[tx_s ^ 2]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp174[tx_s], tx_xp175[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 2) == 0); }
-  float tx_xp176[16];
-  int tx_xp177[16];
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp176[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp177[tx_s] = tx_si3[tx_s ^ 1]; }
-  #pragma unroll
-  for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp176[tx_s], tx_xp177[tx_s], (((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & 1) == 0); }
   // the first 64 along axis 0 of the sorted tile, through shared memory
   __syncthreads();
   #pragma unroll
   for (int tx_s = 0; tx_s < 16; ++tx_s) { reinterpret_cast<int*>(tilex_smem)[((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8)] = tx_si3[tx_s]; }
   __syncthreads();
-  int tx_tk178[8];
+  int tx_tk8[8];
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_tk178[tx_s] = reinterpret_cast<const int*>(tilex_smem)[((((threadIdx.x % 8)) % 8) * 8 + (tx_s))]; }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_tk8[tx_s] = reinterpret_cast<const int*>(tilex_smem)[((((threadIdx.x % 8)) % 8) * 8 + (tx_s))]; }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { p[tx_s] = tilex_wadd<int>(tx_tk178[tx_s], c); }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { p[tx_s] = tilex_wadd<int>(tx_tk8[tx_s], c); }
   // topk.tile:37  o = program_id(1) * 64
   int o = tilex_wmul<int>((int)blockIdx.y, 64);
   // topk.tile:38  oval[row, o : o + 64] = pval[row, p, other=-inf]
-  float tx_st179[8];
-  float tx_ld180[8];  // pval[row, p, other=-inf]
+  float tx_st9[8];
+  float tx_ld10[8];  // pval[row, p, other=-inf]
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(p[tx_s]); tx_ld180[tx_s] = ((unsigned long long)tx_i0 < (unsigned long long)B && (unsigned long long)tx_i1 < (unsigned long long)W) ? (float)tilex_io<tilex_bf16>::get(pval[tx_i0 * tx_pval_s0 + tx_i1]) : (float)(tilex_round_bf16((float)(__int_as_float(0xff800000)))); }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(p[tx_s]); tx_ld10[tx_s] = ((unsigned long long)tx_i0 < (unsigned long long)B && (unsigned long long)tx_i1 < (unsigned long long)W) ? (float)tilex_io<tilex_bf16>::get(pval[tx_i0 * tx_pval_s0 + tx_i1]) : (float)(tilex_round_bf16((float)(__int_as_float(0xff800000)))); }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st179[tx_s] = tx_ld180[tx_s]; }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st9[tx_s] = tx_ld10[tx_s]; }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(o) + ((((threadIdx.x % 8)) % 8) * 8 + (tx_s)); tilex_store_chunk<8, tilex_bf16, float>(oval, tx_i0 * tx_oval_s0 + tx_i1, -tx_i1, (long long)W2 - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)B, &tx_st179[tx_s]); }
+  for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(o) + ((((threadIdx.x % 8)) % 8) * 8 + (tx_s)); tilex_store_chunk<8, tilex_bf16, float>(oval, tx_i0 * tx_oval_s0 + tx_i1, -tx_i1, (long long)W2 - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)B, &tx_st9[tx_s]); }
   // topk.tile:39  oidx[row, o : o + 64] = pidx[row, p].to(i64)
-  long long tx_st181[8];
-  int tx_ld182[8];  // pidx[row, p]
+  long long tx_st11[8];
+  int tx_ld12[8];  // pidx[row, p]
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(p[tx_s]); tx_ld182[tx_s] = ((unsigned long long)tx_i0 < (unsigned long long)B && (unsigned long long)tx_i1 < (unsigned long long)W) ? (int)tilex_io<int>::get(pidx[tx_i0 * tx_pidx_s0 + tx_i1]) : (int)(0); }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(p[tx_s]); tx_ld12[tx_s] = ((unsigned long long)tx_i0 < (unsigned long long)B && (unsigned long long)tx_i1 < (unsigned long long)W) ? (int)tilex_io<int>::get(pidx[tx_i0 * tx_pidx_s0 + tx_i1]) : (int)(0); }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st181[tx_s] = (long long)(tx_ld182[tx_s]); }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st11[tx_s] = (long long)(tx_ld12[tx_s]); }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(o) + ((((threadIdx.x % 8)) % 8) * 8 + (tx_s)); tilex_store_chunk<8, long long, long long>(oidx, tx_i0 * tx_oidx_s0 + tx_i1, -tx_i1, (long long)W2 - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)B, &tx_st181[tx_s]); }
+  for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(o) + ((((threadIdx.x % 8)) % 8) * 8 + (tx_s)); tilex_store_chunk<8, long long, long long>(oidx, tx_i0 * tx_oidx_s0 + tx_i1, -tx_i1, (long long)W2 - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)B, &tx_st11[tx_s]); }
 }
