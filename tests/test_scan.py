@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import tilex
+from test_nvcc import assert_no_branch_among_shuffles
 from tilex.diagnostics import CompileError
 from tilex.layout import Layout, canonical, mma_fragment
 from tilex.layout_bits import axis_bits
@@ -233,17 +234,8 @@ def test_shuffles_without_branches_among_them(kernel, tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = (tmp_path / "k.ptx").read_text().splitlines()
-    shfl = [i for i, line in enumerate(lines) if "shfl.sync" in line]
-    assert len(shfl) >= 8
-    runs, start = [], shfl[0]
-    for a, b in zip(shfl, shfl[1:]):
-        if b - a > 12:
-            runs.append((start, a))
-            start = b
-    runs.append((start, shfl[-1]))
-    for lo, hi in runs:
-        inside = [lines[i].strip() for i in range(lo, hi + 1) if "bra" in lines[i]]
-        assert not inside, f"branch among warp shuffles (lines {lo}-{hi}): {inside}"
+    assert sum("shfl.sync" in line for line in lines) >= 8
+    assert_no_branch_among_shuffles(lines)
 
 
 BAD = [

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from .. import ast as A
 from ..builtins import scan_args
-from ..layout import Layout, flat_index
+from ..layout import Layout
 from ..layout_bits import AxisBit, axis_bits
+from ..types import DType
 from .c import reg
 from .context import KernelFacts, Scope
 from .writer import Writer
@@ -167,15 +168,6 @@ class ScanEmitter:
 
     def _first_k(self, e: A.Call, vals: str, idx: str, have: Layout, sa) -> tuple[str, Layout]:
         """The first K along the axis of the sorted (vals, idx), read at the call's layout through shared memory."""
-        out = self.out
-        want = e.ty.layout
-        full = have.shape
-        arr, t = (idx, "int") if sa.indices else (vals, reg(e.args[0].ty.dtype.compute))
-        res = out.fresh("tx_tk")
-        out.emit(f"// the first {sa.k} along axis {sa.axis} of the sorted tile, through shared memory")
-        out.emit(self.scope.barrier)
-        out.unrolled(have.slots, f"reinterpret_cast<{t}*>({self.facts.smem})[{flat_index(have, full)}] = {arr}[tx_s];")
-        out.emit(self.scope.barrier)
-        out.emit(f"{t} {res}[{want.slots}];")
-        out.unrolled(want.slots, f"{res}[tx_s] = reinterpret_cast<const {t}*>({self.facts.smem})[{flat_index(want, full)}];")
-        return res, want
+        self.out.emit(f"// the first {sa.k} along axis {sa.axis} of the sorted tile")
+        dt = DType.I32 if sa.indices else e.args[0].ty.dtype.compute
+        return self.expr.convert(idx if sa.indices else vals, have, e.ty.layout, dt), e.ty.layout

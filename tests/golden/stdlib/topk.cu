@@ -222,16 +222,17 @@ extern "C" __global__ void __launch_bounds__(256) topk_chunks(
       for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_j) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_k) == 0)); }
     }
   }
-  // the first 64 along axis 0 of the sorted tile, through shared memory
+  // the first 64 along axis 0 of the sorted tile
+  // layout conversion of tx_si3 through shared memory
   __syncthreads();
   #pragma unroll
   for (int tx_s = 0; tx_s < 16; ++tx_s) { reinterpret_cast<int*>(tilex_smem)[((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8)] = tx_si3[tx_s]; }
   __syncthreads();
-  int tx_tk8[8];
+  int tx_cv8[8];
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_tk8[tx_s] = reinterpret_cast<const int*>(tilex_smem)[((((threadIdx.x % 8)) % 8) * 8 + (tx_s))]; }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_cv8[tx_s] = reinterpret_cast<const int*>(tilex_smem)[((((threadIdx.x % 8)) % 8) * 8 + (tx_s))]; }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { p[tx_s] = tilex_wadd<int>(tx_tk8[tx_s], c); }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { p[tx_s] = tilex_wadd<int>(tx_cv8[tx_s], c); }
   // topk.tile:24  o = program_id(1) * 64
   int o = tilex_wmul<int>((int)blockIdx.y, 64);
   // topk.tile:25  pval[row, o : o + 64] = x[row, p, other=-inf]
@@ -320,16 +321,17 @@ extern "C" __global__ void __launch_bounds__(256) topk_merge(
       for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_j) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_k) == 0)); }
     }
   }
-  // the first 64 along axis 0 of the sorted tile, through shared memory
+  // the first 64 along axis 0 of the sorted tile
+  // layout conversion of tx_si3 through shared memory
   __syncthreads();
   #pragma unroll
   for (int tx_s = 0; tx_s < 16; ++tx_s) { reinterpret_cast<int*>(tilex_smem)[((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8)] = tx_si3[tx_s]; }
   __syncthreads();
-  int tx_tk8[8];
+  int tx_cv8[8];
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_tk8[tx_s] = reinterpret_cast<const int*>(tilex_smem)[((((threadIdx.x % 8)) % 8) * 8 + (tx_s))]; }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_cv8[tx_s] = reinterpret_cast<const int*>(tilex_smem)[((((threadIdx.x % 8)) % 8) * 8 + (tx_s))]; }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { p[tx_s] = tilex_wadd<int>(tx_tk8[tx_s], c); }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { p[tx_s] = tilex_wadd<int>(tx_cv8[tx_s], c); }
   // topk.tile:37  o = program_id(1) * 64
   int o = tilex_wmul<int>((int)blockIdx.y, 64);
   // topk.tile:38  oval[row, o : o + 64] = pval[row, p, other=-inf]
