@@ -1,12 +1,17 @@
-"""tilex.stdlib.topk against torch.topk on CUDA (bf16 logits [B, 152064], k = 50): CUDA events after
-warm-up, the median of 50 runs each, in one process. Run: python benchmarks/bench_topk.py"""
+"""tilex.stdlib.topk against torch.topk on CUDA (bf16 logits [B, 152064]): CUDA events after warm-up, the
+median of 50 runs each, in one process; tilex at first-pass chunks of 1024, 2048 and 4096 elements
+(transpiler/stdlib/topk.py CHUNK). Run: python benchmarks/bench_topk.py"""
 from __future__ import annotations
 
+import importlib
 import statistics
 
 import torch
 
 import tilex.stdlib as S
+from tilex.stdlib import _launch as L
+
+T = importlib.import_module("tilex.stdlib.topk")
 
 
 def median_ms(fn, n=50):
@@ -25,12 +30,22 @@ def median_ms(fn, n=50):
 
 
 def main():
+    default = T.CHUNK
     for b in (1, 8, 64):
         for k in (50, 1024):
             x = torch.randn((b, 152064), device="cuda").to(torch.bfloat16)
-            t_tilex = median_ms(lambda: S.topk(x, k))
+            ref_v, _ = torch.topk(x, k, dim=-1)
+            cols = []
+            for chunk in (1024, 2048, 4096):
+                T.CHUNK = chunk
+                L.clear_fastpath()  # the memoized launches were planned at the previous chunk
+                v, _ = S.topk(x, k)
+                assert torch.equal(v, ref_v), (b, k, chunk)
+                cols.append(f"chunk {chunk} {median_ms(lambda: S.topk(x, k)) * 1e3:.1f} us")
+            T.CHUNK = default
+            L.clear_fastpath()
             t_torch = median_ms(lambda: torch.topk(x, k, dim=-1))
-            print(f"topk [{b}, 152064] k={k}: tilex {t_tilex * 1e3:.1f} us, torch {t_torch * 1e3:.1f} us")
+            print(f"topk [{b}, 152064] k={k}: tilex {', '.join(cols)}; torch {t_torch * 1e3:.1f} us")
 
 
 if __name__ == "__main__":

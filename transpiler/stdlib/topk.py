@@ -9,12 +9,13 @@ CHUNK = 4096  # elements of x one program sorts (a [4096] tile: 16 (value, index
 
 def plan(v: int, k2: int) -> tuple[int, list[int]]:
     """(the first pass's chunk, the merges' chunks in order) for rows of `v` and a power-of-two k2:
-    each merge takes C >= 2 k2 workspace entries (a multiple of k2) to their top k2."""
+    each merge takes C >= 2 k2 workspace entries (a multiple of k2; 4 k2 when that is more than CHUNK, so a
+    large k2 shrinks the workspace 4x per merge) to their top k2."""
     ch = min(max(CHUNK, 2 * k2), max(k2, L.next_pow2(v)))
     width = -(-v // ch) * k2
     merges = []
     while width > k2:
-        c = min(max(CHUNK, 2 * k2), L.next_pow2(width))
+        c = min(max(CHUNK, 4 * k2), L.next_pow2(width))
         merges.append(c)
         width = -(-width // c) * k2
     return ch, merges
