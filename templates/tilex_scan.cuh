@@ -13,3 +13,9 @@ template <bool D, typename T>
 __device__ __forceinline__ void tilex_bitonic(T& v, int& i, T pv, int pi, bool first) {
   if (tilex_sort_before<D>(v, i, pv, pi) != first) { v = pv; i = pi; }
 }
+// a compare-exchange of two elements one thread holds (lo has the lower coordinate): lo keeps the pair's
+// first element in the order when `fwd`, else the second
+template <bool D, typename T>
+__device__ __forceinline__ void tilex_bitonic_pair(T& vlo, int& ilo, T& vhi, int& ihi, bool fwd) {
+  if (tilex_sort_before<D>(vhi, ihi, vlo, ilo) == fwd) { const T v = vlo; const int i = ilo; vlo = vhi; ilo = ihi; vhi = v; ihi = i; }
+}

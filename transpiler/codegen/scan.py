@@ -152,18 +152,26 @@ class ScanEmitter:
             return v, ix
         pv, pi = out.fresh("tx_xp"), out.fresh("tx_xp")
         out.emit(f"{t} {pv}[{n}]; int {pi}[{n}];")
-        # the stages run as loops (one copy of each kind of exchange, chosen by the uniform bit j), not
-        # unrolled: a sort of 4096 is 78 stages, too much straight-line code for ptxas
+        # the stages run as loops (one copy of each kind of step, chosen by the uniform bit j), not unrolled: a
+        # sort of 4096 is 78 stages, too much straight-line code for ptxas. A bit held in the thread's slots
+        # compares each pair of slots once (the lower slot has the lower coordinate); a lane or warp bit
+        # exchanges with the partner thread, and each side keeps its element of the pair.
+        fwd = f"((({coord}) & tx_k) == 0)"
         out.emit("#pragma unroll 1")
         with out.block(f"for (int tx_k = 2; tx_k <= {L}; tx_k <<= 1) {{"):
             out.emit("#pragma unroll 1")
             with out.block("for (int tx_j = tx_k >> 1; tx_j > 0; tx_j >>= 1) {"):
                 for i, (cond, bit, mask) in enumerate(_runs(bits, "tx_j")):
                     with out.block(("if" if i == 0 else "} else if") + f" ({cond}) {{", tail=None):
+                        if bit.where == "slot":
+                            m = bit.mask
+                            out.unrolled(n, f"if ((tx_s & {m}) == 0) tilex_bitonic_pair<{desc}>({v}[tx_s], {ix}[tx_s], "
+                                            f"{v}[tx_s | {m}], {ix}[tx_s | {m}], {fwd});")
+                            continue
                         self._exchange([(v, t), (ix, "int")], have, bit, [pv, pi], mask)
+                        first = f"((({coord}) & tx_j) == 0) == {fwd}"
+                        out.unrolled(n, f"tilex_bitonic<{desc}>({v}[tx_s], {ix}[tx_s], {pv}[tx_s], {pi}[tx_s], {first});")
                 out.emit("}")
-                first = f"((({coord}) & tx_j) == 0) == ((({coord}) & tx_k) == 0)"
-                out.unrolled(n, f"tilex_bitonic<{desc}>({v}[tx_s], {ix}[tx_s], {pv}[tx_s], {pi}[tx_s], {first});")
         return v, ix
 
     def _first_k(self, e: A.Call, vals: str, idx: str, have: Layout, sa) -> tuple[str, Layout]:

@@ -104,6 +104,12 @@ template <bool D, typename T>
 __device__ __forceinline__ void tilex_bitonic(T& v, int& i, T pv, int pi, bool first) {
   if (tilex_sort_before<D>(v, i, pv, pi) != first) { v = pv; i = pi; }
 }
+// a compare-exchange of two elements one thread holds (lo has the lower coordinate): lo keeps the pair's
+// first element in the order when `fwd`, else the second
+template <bool D, typename T>
+__device__ __forceinline__ void tilex_bitonic_pair(T& vlo, int& ilo, T& vhi, int& ihi, bool fwd) {
+  if (tilex_sort_before<D>(vhi, ihi, vlo, ilo) == fwd) { const T v = vlo; const int i = ilo; vlo = vhi; ilo = ihi; vhi = v; ihi = i; }
+}
 // tilex device helpers: masked, vectorized global loads and stores.
 // Elements [first, last) of a VEC-element chunk are inside the tensor; the rest are skipped (loads give `other`).
 // Whole, 16-byte aligned chunks move as 16-byte vectors; edge chunks element by element.
@@ -192,16 +198,18 @@ extern "C" __global__ void __launch_bounds__(256) topk_chunks(
     for (int tx_j = tx_k >> 1; tx_j > 0; tx_j >>= 1) {
       if (tx_j == 1) {
         #pragma unroll
-        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp5[tx_s] = tx_si3[tx_s ^ 1]; }
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 1) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 1], tx_si3[tx_s | 1], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_k) == 0)); }
       } else if (tx_j == 2) {
         #pragma unroll
-        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp5[tx_s] = tx_si3[tx_s ^ 2]; }
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 2) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 2], tx_si3[tx_s | 2], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_k) == 0)); }
       } else if (tx_j == 4) {
         #pragma unroll
-        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp5[tx_s] = tx_si3[tx_s ^ 4]; }
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 4) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 4], tx_si3[tx_s | 4], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_k) == 0)); }
       } else if (tx_j >= 8 && tx_j <= 128) {
         #pragma unroll
         for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], tx_j / 8); tx_xp5[tx_s] = tilex_shfl_xor(tx_si3[tx_s], tx_j / 8); }
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_j) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_k) == 0)); }
       } else if (tx_j >= 256 && tx_j <= 1024) {
         // exchange with the thread threadIdx.x ^ tx_j / 8 (another warp) through shared memory
         __syncthreads();
@@ -214,12 +222,12 @@ extern "C" __global__ void __launch_bounds__(256) topk_chunks(
           #pragma unroll
           for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_xs6[tx_s * 256 + (threadIdx.x ^ tx_j / 8)]; tx_xp5[tx_s] = tx_xs7[tx_s * 256 + (threadIdx.x ^ tx_j / 8)]; }
         }
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_j) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_k) == 0)); }
       } else if (tx_j == 2048) {
         #pragma unroll
-        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_sv2[tx_s ^ 8]; tx_xp5[tx_s] = tx_si3[tx_s ^ 8]; }
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 8) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 8], tx_si3[tx_s | 8], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_k) == 0)); }
       }
-      #pragma unroll
-      for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_j) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_k) == 0)); }
     }
   }
   // the first 64 along axis 0 of the sorted tile
@@ -291,16 +299,18 @@ extern "C" __global__ void __launch_bounds__(256) topk_merge(
     for (int tx_j = tx_k >> 1; tx_j > 0; tx_j >>= 1) {
       if (tx_j == 1) {
         #pragma unroll
-        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_sv2[tx_s ^ 1]; tx_xp5[tx_s] = tx_si3[tx_s ^ 1]; }
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 1) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 1], tx_si3[tx_s | 1], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_k) == 0)); }
       } else if (tx_j == 2) {
         #pragma unroll
-        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_sv2[tx_s ^ 2]; tx_xp5[tx_s] = tx_si3[tx_s ^ 2]; }
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 2) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 2], tx_si3[tx_s | 2], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_k) == 0)); }
       } else if (tx_j == 4) {
         #pragma unroll
-        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_sv2[tx_s ^ 4]; tx_xp5[tx_s] = tx_si3[tx_s ^ 4]; }
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 4) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 4], tx_si3[tx_s | 4], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_k) == 0)); }
       } else if (tx_j >= 8 && tx_j <= 128) {
         #pragma unroll
         for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], tx_j / 8); tx_xp5[tx_s] = tilex_shfl_xor(tx_si3[tx_s], tx_j / 8); }
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_j) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_k) == 0)); }
       } else if (tx_j >= 256 && tx_j <= 1024) {
         // exchange with the thread threadIdx.x ^ tx_j / 8 (another warp) through shared memory
         __syncthreads();
@@ -313,12 +323,12 @@ extern "C" __global__ void __launch_bounds__(256) topk_merge(
           #pragma unroll
           for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_xs6[tx_s * 256 + (threadIdx.x ^ tx_j / 8)]; tx_xp5[tx_s] = tx_xs7[tx_s * 256 + (threadIdx.x ^ tx_j / 8)]; }
         }
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_j) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_k) == 0)); }
       } else if (tx_j == 2048) {
         #pragma unroll
-        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_sv2[tx_s ^ 8]; tx_xp5[tx_s] = tx_si3[tx_s ^ 8]; }
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 8) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 8], tx_si3[tx_s | 8], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_k) == 0)); }
       }
-      #pragma unroll
-      for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_j) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_k) == 0)); }
     }
   }
   // the first 64 along axis 0 of the sorted tile
