@@ -38,7 +38,10 @@ def both(kernel, arrays: dict, outs: dict, defines=None, **scalars):
 def test_cumsum_rows(n, excl, b):
     x = np.random.default_rng().standard_normal((3, n)).astype(np.float32)
     gpu, host = both("cumrows", {"x": x}, {"y": np.full_like(x, np.nan)}, {"B": b, "EXCL": excl})
-    np.testing.assert_allclose(gpu["y"], host["y"], rtol=1e-6, atol=1e-5)
+    # each tile's cumsum is the interpreter's order; the carried sum(t) is a reduction (its own order)
+    np.testing.assert_allclose(gpu["y"], host["y"], rtol=1e-6, atol=1e-5 + 1e-7 * n)
+    if n <= b:  # one tile, no carry: the same f32 numbers
+        np.testing.assert_array_equal(gpu["y"], host["y"])
     ref = np.cumsum(x.astype(np.float64), axis=1) - (x if excl else 0)
     np.testing.assert_allclose(gpu["y"], ref, rtol=0, atol=1e-6 * n + 1e-6)
 
