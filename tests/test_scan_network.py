@@ -47,42 +47,55 @@ def exchange(vals, bit, mask_expr, j, T):
     return [[vals[t ^ m][s] for s in range(len(vals[0]))] for t in range(T)]
 
 
-def simulate_sort(layout: Layout, axis: int, T: int, x, desc: bool):
-    """The bitonic loop as emitted: x[line][coord] -> (values, positions) per thread and slot."""
+def simulate_sort(layout: Layout, axis: int, T: int, x, desc: bool, K: int | None = None):
+    """The bitonic loops as emitted (a sort, or top-K's rounds): x[line][coord] -> (values, positions) per
+    thread and slot."""
     bits = axis_bits(layout, axis)
     L = 1 << len(bits)
+    K = K or L
     c, line = coords(layout, axis, T)
     n = layout.slots
     v = [[x[line[t][s]][c[t][s]] for s in range(n)] for t in range(T)]
     ix = [[int(c[t][s]) for s in range(n)] for t in range(T)]
     runs = _runs(bits, "tx_j")
+
+    def step(j, fwd):  # fwd(coordinate) -> bool, as codegen/scan.py's _step
+        hit = [r for r in runs if c_eval(r[0], tx_j=j)]
+        assert len(hit) == 1, (j, runs)
+        cond, bit, mask = hit[0]
+        if bit.where == "slot":
+            m = bit.mask
+            for t in range(T):
+                for s in range(n):
+                    if s & m == 0:
+                        lo, hi = s, s | m
+                        assert c[t][lo] & j == 0 and c[t][hi] == c[t][lo] | j
+                        if before(v[t][hi], ix[t][hi], v[t][lo], ix[t][lo], desc) == fwd(c[t][lo]):
+                            v[t][lo], v[t][hi] = v[t][hi], v[t][lo]
+                            ix[t][lo], ix[t][hi] = ix[t][hi], ix[t][lo]
+            return
+        pv, pi = exchange(v, bit, mask, j, T), exchange(ix, bit, mask, j, T)
+        for t in range(T):
+            for s in range(n):
+                first = ((c[t][s] & j) == 0) == fwd(c[t][s])
+                if before(v[t][s], ix[t][s], pv[t][s], pi[t][s], desc) != first:
+                    v[t][s], ix[t][s] = pv[t][s], pi[t][s]
+
     k = 2
-    while k <= L:
+    while k <= K:
         j = k // 2
         while j >= 1:
-            hit = [r for r in runs if c_eval(r[0], tx_j=j)]
-            assert len(hit) == 1, (j, runs)
-            cond, bit, mask = hit[0]
-            if bit.where == "slot":
-                m = bit.mask
-                for t in range(T):
-                    for s in range(n):
-                        if s & m == 0:
-                            lo, hi = s, s | m
-                            assert c[t][lo] & j == 0 and c[t][hi] == c[t][lo] | j
-                            fwd = (c[t][lo] & k) == 0
-                            if before(v[t][hi], ix[t][hi], v[t][lo], ix[t][lo], desc) == fwd:
-                                v[t][lo], v[t][hi] = v[t][hi], v[t][lo]
-                                ix[t][lo], ix[t][hi] = ix[t][hi], ix[t][lo]
-            else:
-                pv, pi = exchange(v, bit, mask, j, T), exchange(ix, bit, mask, j, T)
-                for t in range(T):
-                    for s in range(n):
-                        first = ((c[t][s] & j) == 0) == ((c[t][s] & k) == 0)
-                        if before(v[t][s], ix[t][s], pv[t][s], pi[t][s], desc) != first:
-                            v[t][s], ix[t][s] = pv[t][s], pi[t][s]
+            step(j, lambda cc, k=k: (cc & k) == 0)
             j //= 2
         k *= 2
+    r = K
+    while r < L:
+        step(r, lambda cc: True)
+        j = K // 2
+        while j >= 1:
+            step(j, lambda cc, r=r: (cc & (2 * r)) == 0)
+            j //= 2
+        r *= 2
     return v, ix, c, line
 
 
@@ -139,6 +152,20 @@ def test_sort_network_sorts(name, layout, axis, T, desc):
                     assert ix[t][s] == want[c[t][s]], (name, key, t, s)
 
 
+@pytest.mark.parametrize("K", [1, 4, 16])
+@pytest.mark.parametrize("name,layout,axis,T", LAYOUTS[1:], ids=[x[0] for x in LAYOUTS[1:]])
+def test_topk_network_keeps_the_first_k(name, layout, axis, T, K):
+    """argtopk's rounds: coordinates 0 .. K-1 hold the first K of the descending order."""
+    x = values(layout, axis)
+    v, ix, c, line = simulate_sort(layout, axis, T, x, True, K)
+    for key, row in x.items():
+        want = sorted(range(len(row)), key=lambda i: (0 if math.isnan(row[i]) else 1, 0 if math.isnan(row[i]) else -row[i], i))
+        for t in range(T):
+            for s in range(layout.slots):
+                if line[t][s] == key and c[t][s] < K:
+                    assert ix[t][s] == want[c[t][s]], (name, key, t, s)
+
+
 @pytest.mark.parametrize("name,layout,axis,T", LAYOUTS, ids=[x[0] for x in LAYOUTS])
 def test_scan_network_scans(name, layout, axis, T):
     x = {k: np.nan_to_num(r) for k, r in values(layout, axis).items()}
@@ -147,3 +174,14 @@ def test_scan_network_scans(name, layout, axis, T):
         for s in range(layout.slots):
             row = x[line[t][s]]
             assert pre[t][s] == pytest.approx(row[: c[t][s] + 1].sum()), (name, t, s)
+
+
+def test_topk_network_at_the_library_chunk():
+    """The stdlib's first pass: argtopk(t, 64) of a [4096] tile on 256 threads."""
+    name, layout, axis, T = LAYOUTS[0]
+    x = values(layout, axis)
+    v, ix, c, line = simulate_sort(layout, axis, T, x, True, 64)
+    row = x[()]
+    want = sorted(range(4096), key=lambda i: (0 if math.isnan(row[i]) else 1, 0 if math.isnan(row[i]) else -row[i], i))
+    got = {c[t][s]: ix[t][s] for t in range(T) for s in range(layout.slots) if c[t][s] < 64}
+    assert [got[i] for i in range(64)] == want[:64]

@@ -153,26 +153,46 @@ class ScanEmitter:
         pv, pi = out.fresh("tx_xp"), out.fresh("tx_xp")
         out.emit(f"{t} {pv}[{n}]; int {pi}[{n}];")
         # the stages run as loops (one copy of each kind of step, chosen by the uniform bit j), not unrolled: a
-        # sort of 4096 is 78 stages, too much straight-line code for ptxas. A bit held in the thread's slots
-        # compares each pair of slots once (the lower slot has the lower coordinate); a lane or warp bit
-        # exchanges with the partner thread, and each side keeps its element of the pair.
-        fwd = f"((({coord}) & tx_k) == 0)"
+        # sort of 4096 is 78 stages, too much straight-line code for ptxas
+        step = lambda fwd: self._step(v, ix, pv, pi, t, have, bits, coord, desc, fwd)  # noqa: E731
+        K = sa.k if sa.k is not None else L
         out.emit("#pragma unroll 1")
-        with out.block(f"for (int tx_k = 2; tx_k <= {L}; tx_k <<= 1) {{"):
+        with out.block(f"for (int tx_k = 2; tx_k <= {K}; tx_k <<= 1) {{"):  # blocks of K sorted, alternating
             out.emit("#pragma unroll 1")
             with out.block("for (int tx_j = tx_k >> 1; tx_j > 0; tx_j >>= 1) {"):
-                for i, (cond, bit, mask) in enumerate(_runs(bits, "tx_j")):
-                    with out.block(("if" if i == 0 else "} else if") + f" ({cond}) {{", tail=None):
-                        if bit.where == "slot":
-                            m = bit.mask
-                            out.unrolled(n, f"if ((tx_s & {m}) == 0) tilex_bitonic_pair<{desc}>({v}[tx_s], {ix}[tx_s], "
-                                            f"{v}[tx_s | {m}], {ix}[tx_s | {m}], {fwd});")
-                            continue
-                        self._exchange([(v, t), (ix, "int")], have, bit, [pv, pi], mask)
-                        first = f"((({coord}) & tx_j) == 0) == {fwd}"
-                        out.unrolled(n, f"tilex_bitonic<{desc}>({v}[tx_s], {ix}[tx_s], {pv}[tx_s], {pi}[tx_s], {first});")
-                out.emit("}")
+                step(f"((({coord}) & tx_k) == 0)")
+        if K < L:
+            # top-K: the survivors of round r are the K-blocks at coordinates c % r < K, sorted forward where
+            # c & r == 0; the lower of two (one forward, one reversed) keeps the better of each pair (the
+            # K best of both, a bitonic sequence) and sorts it for the next round: 1 + log2(K) steps a round
+            out.emit(f"// top {K}: {len(bits) - K.bit_length() + 1} rounds keep the better half")
+            out.emit("#pragma unroll 1")
+            with out.block(f"for (int tx_r = {K}; tx_r < {L}; tx_r <<= 1) {{"):
+                with out.block():
+                    out.emit("const int tx_j = tx_r;")
+                    step("true")
+                out.emit("#pragma unroll 1")
+                with out.block(f"for (int tx_j = {K // 2}; tx_j > 0; tx_j >>= 1) {{"):
+                    step(f"((({coord}) & (tx_r << 1)) == 0)")
         return v, ix
+
+    def _step(self, v, ix, pv, pi, t, have: Layout, bits, coord: str, desc: str, fwd: str) -> None:
+        """One compare-exchange step of the network on the bit `tx_j` (uniform): the lower element of each pair
+        keeps the first in the order where `fwd` (a C condition on the slot's coordinate), else the second. A
+        bit held in the thread's slots compares each pair of slots once (the lower slot has the lower
+        coordinate); a lane or warp bit exchanges with the partner thread, and each side keeps its element."""
+        out, n = self.out, have.slots
+        for i, (cond, bit, mask) in enumerate(_runs(bits, "tx_j")):
+            with out.block(("if" if i == 0 else "} else if") + f" ({cond}) {{", tail=None):
+                if bit.where == "slot":
+                    m = bit.mask
+                    out.unrolled(n, f"if ((tx_s & {m}) == 0) tilex_bitonic_pair<{desc}>({v}[tx_s], {ix}[tx_s], "
+                                    f"{v}[tx_s | {m}], {ix}[tx_s | {m}], {fwd});")
+                    continue
+                self._exchange([(v, t), (ix, "int")], have, bit, [pv, pi], mask)
+                first = f"((({coord}) & tx_j) == 0) == {fwd}"
+                out.unrolled(n, f"tilex_bitonic<{desc}>({v}[tx_s], {ix}[tx_s], {pv}[tx_s], {pi}[tx_s], {first});")
+        out.emit("}")
 
     def _first_k(self, e: A.Call, vals: str, idx: str, have: Layout, sa) -> tuple[str, Layout]:
         """The first K along the axis of the sorted (vals, idx), read at the call's layout through shared memory."""

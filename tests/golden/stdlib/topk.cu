@@ -193,7 +193,7 @@ extern "C" __global__ void __launch_bounds__(256) topk_chunks(
   for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_sv2[tx_s] = (float)(t[tx_s]); tx_si3[tx_s] = (((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8; }
   float tx_xp4[16]; int tx_xp5[16];
   #pragma unroll 1
-  for (int tx_k = 2; tx_k <= 4096; tx_k <<= 1) {
+  for (int tx_k = 2; tx_k <= 64; tx_k <<= 1) {
     #pragma unroll 1
     for (int tx_j = tx_k >> 1; tx_j > 0; tx_j >>= 1) {
       if (tx_j == 1) {
@@ -230,34 +230,108 @@ extern "C" __global__ void __launch_bounds__(256) topk_chunks(
       }
     }
   }
+  // top 64: 6 rounds keep the better half
+  #pragma unroll 1
+  for (int tx_r = 64; tx_r < 4096; tx_r <<= 1) {
+    {
+      const int tx_j = tx_r;
+      if (tx_j == 1) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 1) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 1], tx_si3[tx_s | 1], true); }
+      } else if (tx_j == 2) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 2) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 2], tx_si3[tx_s | 2], true); }
+      } else if (tx_j == 4) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 4) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 4], tx_si3[tx_s | 4], true); }
+      } else if (tx_j >= 8 && tx_j <= 128) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], tx_j / 8); tx_xp5[tx_s] = tilex_shfl_xor(tx_si3[tx_s], tx_j / 8); }
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_j) == 0) == true); }
+      } else if (tx_j >= 256 && tx_j <= 1024) {
+        // exchange with the thread threadIdx.x ^ tx_j / 8 (another warp) through shared memory
+        __syncthreads();
+        {
+          float* tx_xs8 = reinterpret_cast<float*>(tilex_smem + 0);
+          int* tx_xs9 = reinterpret_cast<int*>(tilex_smem + 16384);
+          #pragma unroll
+          for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs8[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs9[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
+          __syncthreads();
+          #pragma unroll
+          for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_xs8[tx_s * 256 + (threadIdx.x ^ tx_j / 8)]; tx_xp5[tx_s] = tx_xs9[tx_s * 256 + (threadIdx.x ^ tx_j / 8)]; }
+        }
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_j) == 0) == true); }
+      } else if (tx_j == 2048) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 8) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 8], tx_si3[tx_s | 8], true); }
+      }
+    }
+    #pragma unroll 1
+    for (int tx_j = 32; tx_j > 0; tx_j >>= 1) {
+      if (tx_j == 1) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 1) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 1], tx_si3[tx_s | 1], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & (tx_r << 1)) == 0)); }
+      } else if (tx_j == 2) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 2) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 2], tx_si3[tx_s | 2], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & (tx_r << 1)) == 0)); }
+      } else if (tx_j == 4) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 4) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 4], tx_si3[tx_s | 4], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & (tx_r << 1)) == 0)); }
+      } else if (tx_j >= 8 && tx_j <= 128) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], tx_j / 8); tx_xp5[tx_s] = tilex_shfl_xor(tx_si3[tx_s], tx_j / 8); }
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_j) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & (tx_r << 1)) == 0)); }
+      } else if (tx_j >= 256 && tx_j <= 1024) {
+        // exchange with the thread threadIdx.x ^ tx_j / 8 (another warp) through shared memory
+        __syncthreads();
+        {
+          float* tx_xs10 = reinterpret_cast<float*>(tilex_smem + 0);
+          int* tx_xs11 = reinterpret_cast<int*>(tilex_smem + 16384);
+          #pragma unroll
+          for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs10[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs11[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
+          __syncthreads();
+          #pragma unroll
+          for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_xs10[tx_s * 256 + (threadIdx.x ^ tx_j / 8)]; tx_xp5[tx_s] = tx_xs11[tx_s * 256 + (threadIdx.x ^ tx_j / 8)]; }
+        }
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_j) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & (tx_r << 1)) == 0)); }
+      } else if (tx_j == 2048) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 8) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 8], tx_si3[tx_s | 8], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & (tx_r << 1)) == 0)); }
+      }
+    }
+  }
   // the first 64 along axis 0 of the sorted tile
   // layout conversion of tx_si3 through shared memory
   __syncthreads();
   #pragma unroll
   for (int tx_s = 0; tx_s < 16; ++tx_s) { reinterpret_cast<int*>(tilex_smem)[((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8)] = tx_si3[tx_s]; }
   __syncthreads();
-  int tx_cv8[8];
+  int tx_cv12[8];
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_cv8[tx_s] = reinterpret_cast<const int*>(tilex_smem)[((((threadIdx.x % 8)) % 8) * 8 + (tx_s))]; }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_cv12[tx_s] = reinterpret_cast<const int*>(tilex_smem)[((((threadIdx.x % 8)) % 8) * 8 + (tx_s))]; }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { p[tx_s] = tilex_wadd<int>(tx_cv8[tx_s], c); }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { p[tx_s] = tilex_wadd<int>(tx_cv12[tx_s], c); }
   // topk.tile:24  o = program_id(1) * 64
   int o = tilex_wmul<int>((int)blockIdx.y, 64);
   // topk.tile:25  pval[row, o : o + 64] = x[row, p, other=-inf]
-  float tx_st9[8];
-  float tx_ld10[8];  // x[row, p, other=-inf]
+  float tx_st13[8];
+  float tx_ld14[8];  // x[row, p, other=-inf]
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(p[tx_s]); tx_ld10[tx_s] = ((unsigned long long)tx_i0 < (unsigned long long)B && (unsigned long long)tx_i1 < (unsigned long long)V) ? (float)tilex_io<tilex_bf16>::get(x[tx_i0 * tx_x_s0 + tx_i1]) : (float)(tilex_round_bf16((float)(__int_as_float(0xff800000)))); }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(p[tx_s]); tx_ld14[tx_s] = ((unsigned long long)tx_i0 < (unsigned long long)B && (unsigned long long)tx_i1 < (unsigned long long)V) ? (float)tilex_io<tilex_bf16>::get(x[tx_i0 * tx_x_s0 + tx_i1]) : (float)(tilex_round_bf16((float)(__int_as_float(0xff800000)))); }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st9[tx_s] = tx_ld10[tx_s]; }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st13[tx_s] = tx_ld14[tx_s]; }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(o) + ((((threadIdx.x % 8)) % 8) * 8 + (tx_s)); tilex_store_chunk<8, tilex_bf16, float>(pval, tx_i0 * tx_pval_s0 + tx_i1, -tx_i1, (long long)W - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)B, &tx_st9[tx_s]); }
+  for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(o) + ((((threadIdx.x % 8)) % 8) * 8 + (tx_s)); tilex_store_chunk<8, tilex_bf16, float>(pval, tx_i0 * tx_pval_s0 + tx_i1, -tx_i1, (long long)W - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)B, &tx_st13[tx_s]); }
   // topk.tile:26  pidx[row, o : o + 64] = p.to(i64)
-  long long tx_st11[8];
+  long long tx_st15[8];
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st11[tx_s] = (long long)(p[tx_s]); }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st15[tx_s] = (long long)(p[tx_s]); }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(o) + ((((threadIdx.x % 8)) % 8) * 8 + (tx_s)); tilex_store_chunk<8, long long, long long>(pidx, tx_i0 * tx_pidx_s0 + tx_i1, -tx_i1, (long long)W - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)B, &tx_st11[tx_s]); }
+  for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(o) + ((((threadIdx.x % 8)) % 8) * 8 + (tx_s)); tilex_store_chunk<8, long long, long long>(pidx, tx_i0 * tx_pidx_s0 + tx_i1, -tx_i1, (long long)W - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)B, &tx_st15[tx_s]); }
 }
 
 // topk.tile:29  kernel topk_merge
@@ -294,7 +368,7 @@ extern "C" __global__ void __launch_bounds__(256) topk_merge(
   for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_sv2[tx_s] = (float)(v[tx_s]); tx_si3[tx_s] = (((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8; }
   float tx_xp4[16]; int tx_xp5[16];
   #pragma unroll 1
-  for (int tx_k = 2; tx_k <= 4096; tx_k <<= 1) {
+  for (int tx_k = 2; tx_k <= 64; tx_k <<= 1) {
     #pragma unroll 1
     for (int tx_j = tx_k >> 1; tx_j > 0; tx_j >>= 1) {
       if (tx_j == 1) {
@@ -331,35 +405,109 @@ extern "C" __global__ void __launch_bounds__(256) topk_merge(
       }
     }
   }
+  // top 64: 6 rounds keep the better half
+  #pragma unroll 1
+  for (int tx_r = 64; tx_r < 4096; tx_r <<= 1) {
+    {
+      const int tx_j = tx_r;
+      if (tx_j == 1) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 1) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 1], tx_si3[tx_s | 1], true); }
+      } else if (tx_j == 2) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 2) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 2], tx_si3[tx_s | 2], true); }
+      } else if (tx_j == 4) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 4) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 4], tx_si3[tx_s | 4], true); }
+      } else if (tx_j >= 8 && tx_j <= 128) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], tx_j / 8); tx_xp5[tx_s] = tilex_shfl_xor(tx_si3[tx_s], tx_j / 8); }
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_j) == 0) == true); }
+      } else if (tx_j >= 256 && tx_j <= 1024) {
+        // exchange with the thread threadIdx.x ^ tx_j / 8 (another warp) through shared memory
+        __syncthreads();
+        {
+          float* tx_xs8 = reinterpret_cast<float*>(tilex_smem + 0);
+          int* tx_xs9 = reinterpret_cast<int*>(tilex_smem + 16384);
+          #pragma unroll
+          for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs8[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs9[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
+          __syncthreads();
+          #pragma unroll
+          for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_xs8[tx_s * 256 + (threadIdx.x ^ tx_j / 8)]; tx_xp5[tx_s] = tx_xs9[tx_s * 256 + (threadIdx.x ^ tx_j / 8)]; }
+        }
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_j) == 0) == true); }
+      } else if (tx_j == 2048) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 8) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 8], tx_si3[tx_s | 8], true); }
+      }
+    }
+    #pragma unroll 1
+    for (int tx_j = 32; tx_j > 0; tx_j >>= 1) {
+      if (tx_j == 1) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 1) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 1], tx_si3[tx_s | 1], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & (tx_r << 1)) == 0)); }
+      } else if (tx_j == 2) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 2) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 2], tx_si3[tx_s | 2], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & (tx_r << 1)) == 0)); }
+      } else if (tx_j == 4) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 4) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 4], tx_si3[tx_s | 4], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & (tx_r << 1)) == 0)); }
+      } else if (tx_j >= 8 && tx_j <= 128) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tilex_shfl_xor(tx_sv2[tx_s], tx_j / 8); tx_xp5[tx_s] = tilex_shfl_xor(tx_si3[tx_s], tx_j / 8); }
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_j) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & (tx_r << 1)) == 0)); }
+      } else if (tx_j >= 256 && tx_j <= 1024) {
+        // exchange with the thread threadIdx.x ^ tx_j / 8 (another warp) through shared memory
+        __syncthreads();
+        {
+          float* tx_xs10 = reinterpret_cast<float*>(tilex_smem + 0);
+          int* tx_xs11 = reinterpret_cast<int*>(tilex_smem + 16384);
+          #pragma unroll
+          for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xs10[tx_s * 256 + threadIdx.x] = tx_sv2[tx_s]; tx_xs11[tx_s * 256 + threadIdx.x] = tx_si3[tx_s]; }
+          __syncthreads();
+          #pragma unroll
+          for (int tx_s = 0; tx_s < 16; ++tx_s) { tx_xp4[tx_s] = tx_xs10[tx_s * 256 + (threadIdx.x ^ tx_j / 8)]; tx_xp5[tx_s] = tx_xs11[tx_s * 256 + (threadIdx.x ^ tx_j / 8)]; }
+        }
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { tilex_bitonic<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_xp4[tx_s], tx_xp5[tx_s], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & tx_j) == 0) == ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & (tx_r << 1)) == 0)); }
+      } else if (tx_j == 2048) {
+        #pragma unroll
+        for (int tx_s = 0; tx_s < 16; ++tx_s) { if ((tx_s & 8) == 0) tilex_bitonic_pair<true>(tx_sv2[tx_s], tx_si3[tx_s], tx_sv2[tx_s | 8], tx_si3[tx_s | 8], ((((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8) & (tx_r << 1)) == 0)); }
+      }
+    }
+  }
   // the first 64 along axis 0 of the sorted tile
   // layout conversion of tx_si3 through shared memory
   __syncthreads();
   #pragma unroll
   for (int tx_s = 0; tx_s < 16; ++tx_s) { reinterpret_cast<int*>(tilex_smem)[((((tx_s / 8)) * 256 + (threadIdx.x)) * 8 + (tx_s) % 8)] = tx_si3[tx_s]; }
   __syncthreads();
-  int tx_cv8[8];
+  int tx_cv12[8];
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_cv8[tx_s] = reinterpret_cast<const int*>(tilex_smem)[((((threadIdx.x % 8)) % 8) * 8 + (tx_s))]; }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_cv12[tx_s] = reinterpret_cast<const int*>(tilex_smem)[((((threadIdx.x % 8)) % 8) * 8 + (tx_s))]; }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { p[tx_s] = tilex_wadd<int>(tx_cv8[tx_s], c); }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { p[tx_s] = tilex_wadd<int>(tx_cv12[tx_s], c); }
   // topk.tile:37  o = program_id(1) * 64
   int o = tilex_wmul<int>((int)blockIdx.y, 64);
   // topk.tile:38  oval[row, o : o + 64] = pval[row, p, other=-inf]
-  float tx_st9[8];
-  float tx_ld10[8];  // pval[row, p, other=-inf]
+  float tx_st13[8];
+  float tx_ld14[8];  // pval[row, p, other=-inf]
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(p[tx_s]); tx_ld10[tx_s] = ((unsigned long long)tx_i0 < (unsigned long long)B && (unsigned long long)tx_i1 < (unsigned long long)W) ? (float)tilex_io<tilex_bf16>::get(pval[tx_i0 * tx_pval_s0 + tx_i1]) : (float)(tilex_round_bf16((float)(__int_as_float(0xff800000)))); }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(p[tx_s]); tx_ld14[tx_s] = ((unsigned long long)tx_i0 < (unsigned long long)B && (unsigned long long)tx_i1 < (unsigned long long)W) ? (float)tilex_io<tilex_bf16>::get(pval[tx_i0 * tx_pval_s0 + tx_i1]) : (float)(tilex_round_bf16((float)(__int_as_float(0xff800000)))); }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st9[tx_s] = tx_ld10[tx_s]; }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st13[tx_s] = tx_ld14[tx_s]; }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(o) + ((((threadIdx.x % 8)) % 8) * 8 + (tx_s)); tilex_store_chunk<8, tilex_bf16, float>(oval, tx_i0 * tx_oval_s0 + tx_i1, -tx_i1, (long long)W2 - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)B, &tx_st9[tx_s]); }
+  for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(o) + ((((threadIdx.x % 8)) % 8) * 8 + (tx_s)); tilex_store_chunk<8, tilex_bf16, float>(oval, tx_i0 * tx_oval_s0 + tx_i1, -tx_i1, (long long)W2 - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)B, &tx_st13[tx_s]); }
   // topk.tile:39  oidx[row, o : o + 64] = pidx[row, p].to(i64)
-  long long tx_st11[8];
-  int tx_ld12[8];  // pidx[row, p]
+  long long tx_st15[8];
+  int tx_ld16[8];  // pidx[row, p]
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(p[tx_s]); tx_ld12[tx_s] = ((unsigned long long)tx_i0 < (unsigned long long)B && (unsigned long long)tx_i1 < (unsigned long long)W) ? (int)tilex_io<int>::get(pidx[tx_i0 * tx_pidx_s0 + tx_i1]) : (int)(0); }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(p[tx_s]); tx_ld16[tx_s] = ((unsigned long long)tx_i0 < (unsigned long long)B && (unsigned long long)tx_i1 < (unsigned long long)W) ? (int)tilex_io<int>::get(pidx[tx_i0 * tx_pidx_s0 + tx_i1]) : (int)(0); }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st11[tx_s] = (long long)(tx_ld12[tx_s]); }
+  for (int tx_s = 0; tx_s < 8; ++tx_s) { tx_st15[tx_s] = (long long)(tx_ld16[tx_s]); }
   #pragma unroll
-  for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(o) + ((((threadIdx.x % 8)) % 8) * 8 + (tx_s)); tilex_store_chunk<8, long long, long long>(oidx, tx_i0 * tx_oidx_s0 + tx_i1, -tx_i1, (long long)W2 - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)B, &tx_st11[tx_s]); }
+  for (int tx_s = 0; tx_s < 8; tx_s += 8) { const long long tx_i0 = (long long)(row); const long long tx_i1 = (long long)(o) + ((((threadIdx.x % 8)) % 8) * 8 + (tx_s)); tilex_store_chunk<8, long long, long long>(oidx, tx_i0 * tx_oidx_s0 + tx_i1, -tx_i1, (long long)W2 - tx_i1, (unsigned long long)tx_i0 < (unsigned long long)B, &tx_st15[tx_s]); }
 }
