@@ -181,6 +181,28 @@ kernel k(x: bf16[N], y: out bf16[N], p: out i32[N])
     np.testing.assert_array_equal(y.astype(np.float32), x.astype(np.float32)[o])
 
 
+def test_mixed_operands():
+    """A reduction's slice layout, i64 and f16 tiles, a bool count, an exclusive i64 cumsum."""
+    rng = np.random.default_rng()
+    M, N = 16, 64
+    x = rng.standard_normal((M, N)).astype(np.float32)
+    a = rng.integers(-9, 9, N).astype(np.int64)
+    a[::5] = 2**62  # wraps in the cumsum
+    h = rng.standard_normal(N).astype(np.float16)
+    outs = [np.zeros(M, np.float32), np.zeros(N, np.int64), np.zeros(N, np.float16), np.zeros(N, np.int32),
+            np.zeros(N, np.int64), np.zeros((M, N), np.float32)]
+    mod().interp("mixed", x, a, h, *outs)
+    b, c, d, e, f, g = outs
+    np.testing.assert_allclose(b, np.cumsum(x.astype(np.float64).sum(1)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(c, np.sort(a)[::-1])
+    np.testing.assert_array_equal(d[:16], np.sort(h)[::-1][:16])
+    np.testing.assert_array_equal(e, np.cumsum(a > 0))
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(f, np.cumsum(a) - a)  # int64 wraps in NumPy too
+    ref = np.maximum.accumulate(x, 0) + x.astype(np.float64).sum(1, keepdims=True) + np.sort(x, 1)[:, ::-1]
+    np.testing.assert_allclose(g, ref, rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------- layouts
 
 @pytest.mark.parametrize("shape,T", [((1024,), 128), ((32, 64), 128), ((8, 512), 256), ((64,), 128), ((2, 4), 32)])
@@ -204,7 +226,7 @@ def test_axis_bits_of_an_mma_fragment():
 
 # ---------------------------------------------------------------- builds and errors
 
-KERNELS = ["cumrows", "cum2d", "cummma", "sortrows", "sortcols", "topkrows"]
+KERNELS = ["cumrows", "cum2d", "cummma", "sortrows", "sortcols", "topkrows", "mixed"]
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

@@ -110,3 +110,20 @@ def test_topk_rows(n, k, desc):
     gpu, host = both("topkrows", {"x": x}, outs, {"K": k, "DESC": desc}, pad=-np.inf if desc else np.inf)
     np.testing.assert_array_equal(gpu["p"], host["p"])
     np.testing.assert_array_equal(gpu["v"], host["v"])
+
+
+def test_mixed_operands():
+    rng = np.random.default_rng()
+    M, N = 16, 64
+    x = rng.standard_normal((M, N)).astype(np.float32)
+    a = rng.integers(-9, 9, N).astype(np.int64)
+    a[::5] = 2**62
+    h = rng.standard_normal(N).astype(np.float16)
+    outs = {"b": np.full(M, np.nan, np.float32), "c": np.full(N, -1, np.int64), "d": np.full(N, np.nan, np.float16),
+            "e": np.full(N, -1, np.int32), "f": np.full(N, -1, np.int64), "g": np.full((M, N), np.nan, np.float32)}
+    gpu, host = both("mixed", {"x": x, "a": a, "h": h}, outs)
+    for k in "cef":
+        np.testing.assert_array_equal(gpu[k], host[k], err_msg=k)
+    np.testing.assert_array_equal(gpu["d"][:16], host["d"][:16])
+    np.testing.assert_allclose(gpu["b"], host["b"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gpu["g"], host["g"], rtol=1e-5, atol=1e-5)
