@@ -1,32 +1,17 @@
-"""tilex.stdlib.topk against torch.topk on CUDA (bf16 logits [B, 152064]): CUDA events after warm-up, the
-median of 50 runs each, in one process; tilex at first-pass chunks of 1024, 2048 and 4096 elements
+"""tilex.stdlib.topk against torch.topk on CUDA (bf16 logits [B, 152064]): medians of CUDA-event timings after
+warm-up (bench_attention.bench), in one process; tilex at first-pass chunks of 1024, 2048 and 4096 elements
 (transpiler/stdlib/topk.py CHUNK). Run: python benchmarks/bench_topk.py"""
 from __future__ import annotations
 
 import importlib
-import statistics
 
 import torch
+from bench_attention import bench as median_ms  # median ms: CUDA events after warm-up (or triton's do_bench)
 
 import tilex.stdlib as S
 from tilex.stdlib import _launch as L
 
 T = importlib.import_module("tilex.stdlib.topk")
-
-
-def median_ms(fn, n=50):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(n):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
 
 
 def main():
