@@ -314,8 +314,13 @@ def test_integer_reductions_shuffle_without_branches(tmp_path, nvcc):
     proc = _nvcc(nvcc, ["-ptx", "-arch=sm_90a", "k.cu", "-o", "k.ptx"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = (tmp_path / "k.ptx").read_text().splitlines()
+    assert sum("shfl.sync" in line for line in lines) >= 20  # four reductions of five butterfly steps (argmax: value and index)
+    assert_no_branch_among_shuffles(lines)
+
+
+def assert_no_branch_among_shuffles(lines: list[str]) -> None:
+    """PTX `lines`: no branch inside a run of shfl.sync (shuffles at most 12 lines apart)."""
     shfl = [i for i, line in enumerate(lines) if "shfl.sync" in line]
-    assert len(shfl) >= 20  # four reductions of five butterfly steps (argmax: value and index)
     runs, start = [], shfl[0]
     for a, b in zip(shfl, shfl[1:]):
         if b - a > 12:

@@ -24,6 +24,9 @@ class BuiltinKind(StrEnum):
     AXIS = "axis"  # program_id, num_programs
     SCALAR = "scalar"  # integer scalar functions (cdiv)
     ATOMIC = "atomic"  # a statement: atomic read-modify-write of tensor elements (ATOMICS below)
+    SCAN = "scan"  # cumulative sum/max/min along an axis (same shape)
+    SORT = "sort"  # sort / argsort along an axis (same shape)
+    TOPK = "topk"  # the K first of a sort along an axis (values or i32 indices)
 
 
 K = BuiltinKind
@@ -75,6 +78,14 @@ FUNCTIONS: dict[str, Builtin] = dict([
     _b("zeros", K.CTOR, 1, 1, doc="zeros(f32[B, C]): a tile of zeros"),
     _b("full", K.CTOR, 2, 2, doc="full(f32[B], value): a tile filled with a scalar"),
     _b("arange", K.ARANGE, 2, 2, doc="arange(start, stop): i32 tile start..stop-1, stop-start constant"),
+    # scans, sorts and top-k along one axis (transpiler/passes/scan_rules.py, codegen/scan.py, interp_scan.py)
+    _b("cumsum", K.SCAN, 1, 1, ("axis", "exclusive"), doc="running sum along an axis (floats in f32)"),
+    _b("cummax", K.SCAN, 1, 1, ("axis", "exclusive"), doc="running max along an axis (NaN ignored)"),
+    _b("cummin", K.SCAN, 1, 1, ("axis", "exclusive"), doc="running min along an axis (NaN ignored)"),
+    _b("sort", K.SORT, 1, 1, ("axis", "descending"), doc="values sorted along an axis (stable, NaN largest)"),
+    _b("argsort", K.SORT, 1, 1, ("axis", "descending"), doc="i32 positions that sort along an axis (stable)"),
+    _b("topk", K.TOPK, 2, 2, ("axis", "descending"), doc="topk(t, K): the K largest along an axis, in order"),
+    _b("argtopk", K.TOPK, 2, 2, ("axis", "descending"), doc="argtopk(t, K): their i32 positions"),
     # scalars
     _b("program_id", K.AXIS, 1, 1, doc="index of this program along grid axis 0, 1 or 2"),
     _b("num_programs", K.AXIS, 1, 1, doc="number of programs along grid axis 0, 1 or 2"),
@@ -120,6 +131,32 @@ ATOMICS: dict[str, Atomic] = dict([
 ATOMIC_OPS = {a.op: a for a in ATOMICS.values()}
 # the atomic that an augmented store through repeating indices means (`t[ids] += v`: atomic_add)
 ATOMIC_FOR_UPDATE = {"+": "atomic_add", "-": "atomic_add", "max": "atomic_max", "min": "atomic_min"}
+
+
+def is_scan(call) -> bool:
+    """Whether a builtin call (an `ast.Call`) is a scan, sort or top-k along an axis (a tile result)."""
+    return FUNCTIONS[call.func].kind in (K.SCAN, K.SORT, K.TOPK)
+
+
+@dataclass(frozen=True)
+class ScanArgs:
+    """The arguments of a scan, sort or top-k call after infer_shapes (which writes `axis=` and K as literals)."""
+
+    axis: int  # >= 0
+    flag: bool  # exclusive= of a scan, descending= of a sort or top-k
+    k: int | None  # top-k's K
+    indices: bool  # argsort / argtopk: the result is the i32 positions
+
+
+def scan_args(call) -> ScanArgs:
+    kind = FUNCTIONS[call.func].kind
+    axis = call.kwarg("axis")
+    flag = call.kwarg("exclusive" if kind is K.SCAN else "descending")
+    return ScanArgs(int(axis.value) if axis is not None else -1,
+                    bool(flag.value) if flag is not None else kind is K.TOPK,
+                    int(call.args[1].value) if kind is K.TOPK else None,
+                    call.func in ("argsort", "argtopk"))
+
 
 # NumPy implementations (float32 in, float32 out) used by the interpreter
 NUMPY_MATH = {

@@ -15,6 +15,7 @@ It implements the same numeric semantics as the CUDA code generator:
   marked `distinct = True` raises when its indices repeat;
 * `max`/`min` ignore NaN (like CUDA fmaxf); `argmax`/`argmin` give the first extremum
   and NaN never wins (all-NaN gives 0); sums accumulate in f32 (ints in i32/i64).
+* scans add in the GPU's butterfly order, sorts are stable with NaN largest (`interp_scan`).
 
 The arithmetic itself (casts, wrapping ints, the math table, reductions) is in `interp_numeric`.
 `launch` binds NumPy arrays and Python scalars to a kernel's parameters with the same
@@ -35,6 +36,7 @@ from .exprs import unparse
 from .interp_atomic import atomic_update, check_distinct
 from .interp_numeric import (COMPARE, MATH, MATH_ENV, NP_DTYPES, B, InterpError, argreduce, arith, cast,  # noqa: F401
                              dtype_of, lit, reduce_minmax)  # InterpError: re-exported (tilex.interp.InterpError)
+from .interp_scan import run_scan
 from .passes.infer_dtypes import operand_dtype
 from .types import DType, TyWhat
 
@@ -214,6 +216,8 @@ class _Interp:
             return cast(np.fmax(a, b) if f == "max" else np.fmin(a, b), dt)
         if kind in (K.MINMAX, K.REDUCE, K.ARGREDUCE):
             return self.reduce(c)
+        if kind in (K.SCAN, K.SORT, K.TOPK):
+            return run_scan(c, self.ev(c.args[0]))
         if kind is K.WHERE:
             cond = self.ev_as(c.args[0], DType.BOOL)
             a, b = self.ev_as(c.args[1], dt), self.ev_as(c.args[2], dt)

@@ -7,7 +7,7 @@ that owns it (AccessEmitter, ReductionEmitter, ProductEmitter), which `bind` con
 from __future__ import annotations
 
 from .. import ast as A
-from ..builtins import CUDA_MATH, FUNCTIONS, BuiltinKind as K, is_reduction
+from ..builtins import CUDA_MATH, FUNCTIONS, BuiltinKind as K, is_reduction, is_scan
 from ..diagnostics import CompileError
 from ..exprs import unparse
 from ..layout import Layout, flat_index
@@ -108,6 +108,9 @@ class ExprEmitter:
         if isinstance(e, A.Call) and is_reduction(e):
             name, layout = self.reductions.reduction(e)
             return self.read_array(name, layout, want, e.ty.dtype)
+        if isinstance(e, A.Call) and is_scan(e):
+            name, layout = self.reductions.scan(e)
+            return self.read_array(name, layout, want, e.ty.dtype)
         if isinstance(e, A.Call) and e.func == "zeros":
             return "0"
         if isinstance(e, A.Call) and e.func == "full":
@@ -131,7 +134,11 @@ class ExprEmitter:
     def read_array(self, name: str, have: Layout, want: Layout, dt: DType) -> str:
         if have.compatible(want):
             return f"{name}[{have.slot_map(want)}]"
-        # a layout conversion through shared memory
+        return f"{self.convert(name, have, want, dt)}[tx_s]"
+
+    def convert(self, name: str, have: Layout, want: Layout, dt: DType) -> str:
+        """A new array holding `name` (in `have`) at `want`'s slots, through shared memory: each element goes
+        to its row-major place in `have`'s shape (`want` may read a leading part of it, as top-k does)."""
         out, smem = self.out, self.facts.smem
         out.need("tilex_types.cuh")
         cv = out.fresh("tx_cv")
@@ -143,7 +150,7 @@ class ExprEmitter:
         out.emit(self.scope.barrier)
         out.emit(f"{rt} {cv}[{want.slots}];")
         out.unrolled(want.slots, f"{cv}[tx_s] = reinterpret_cast<const {rt}*>({smem})[{flat_index(want, shape)}];")
-        return f"{cv}[tx_s]"
+        return cv
 
     # ---- elementwise operators (shared by scalar and tile paths)
     def elementwise(self, e: A.Expr, sub) -> str:

@@ -7,6 +7,7 @@ from ..layout import Layout, flat_index, reduction_plan
 from ..types import numel
 from .c import reg
 from .context import KernelFacts, Scope
+from .scan import ScanEmitter
 from .writer import Writer
 
 
@@ -16,6 +17,11 @@ class ReductionEmitter:
 
     def __init__(self, facts: KernelFacts, out: Writer, scope: Scope, expr):
         self.facts, self.out, self.scope, self.expr = facts, out, scope, expr
+        self.scans = ScanEmitter(facts, out, scope, expr)
+
+    def scan(self, e: A.Call) -> tuple[str, Layout]:
+        """A scan, sort or top-k along an axis (codegen/scan.py): its result array and layout."""
+        return self.scans.emit(e)
 
     def reduction(self, e: A.Call) -> tuple[str, Layout | None]:
         out = self.out

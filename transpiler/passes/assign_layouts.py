@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ast as A
-from ..builtins import FUNCTIONS, BuiltinKind as K, is_reduction
+from ..builtins import FUNCTIONS, BuiltinKind as K, is_reduction, is_scan
 from ..diagnostics import CompileError
 from ..exprs import unparse, untransposed
 from ..layout import Fragment, Layout, canonical, mma_fragment, mma_warp_grid, reduction_plan
@@ -28,6 +28,7 @@ from .base import Rewriter, Walker, fail
 from .choose_threads import planned_loops
 from .budget_smem import ring_what
 from .memory_info import SmemUse
+from .scan_rules import scan_layout
 
 
 def compute_bytes(dt) -> int:
@@ -254,6 +255,8 @@ class LayoutAssigner(Rewriter):
                 return replace(e, args=args, kwargs=kwargs, ty=replace(ty, space=MemSpace.UNIFORM, layout=None))
             self.convert_if_needed(e, out, want)
             return replace(e, args=args, kwargs=kwargs, ty=replace(ty, space=MemSpace.REGISTERS, layout=out))
+        if isinstance(e, A.Call) and is_scan(e):
+            return scan_layout(self, e, want)
         if isinstance(e, A.Call):  # constructors: materialized where consumed
             layout = want or self.canon(ty.shape)
             return self._children(e, None, MemSpace.REGISTERS, layout)

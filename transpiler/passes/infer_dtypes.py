@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from .. import ast as A
 from ..builtins import ATOMIC_OPS, FUNCTIONS, BuiltinKind as K
+from .scan_rules import scan_dtype
 from ..diagnostics import CompileError
 from ..targets import DEFAULT_ARCH, FP8_MIN_CC, Target, target
 from ..types import SUPPORTED, DType, Ty, TyWhat, promote
@@ -221,6 +222,8 @@ class _Dtypes(Rewriter):
             return replace(c, ty=_v(dt))
         if kind is K.ARGREDUCE:
             return replace(c, ty=_v(DType.I32))
+        if kind in (K.SCAN, K.SORT, K.TOPK):
+            return replace(c, ty=_v(scan_dtype(c, args)))
         if kind is K.WHERE:
             self._bool(args[0], "the condition of where()")
             return replace(c, ty=_v(operand_dtype(args[1], args[2])))

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from .. import ast as A
 from ..builtins import FUNCTIONS, BuiltinKind as K
+from .scan_rules import scan_shape
 from ..exprs import affine, const_int, unparse
 from ..types import TyWhat, numel
 from .base import Rewriter, fail
@@ -144,6 +145,8 @@ class _Shapes(Rewriter):
             return _with(c, out)
         if kind in (K.MINMAX, K.REDUCE, K.ARGREDUCE):
             return self._reduce(c, shapes[0])
+        if kind in (K.SCAN, K.SORT, K.TOPK):
+            return _with(*scan_shape(c, shapes, self._const))
         if kind is K.CTOR:
             if c.func == "full":
                 self._scalar(args[1], "the fill value of full()")

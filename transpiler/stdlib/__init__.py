@@ -15,10 +15,11 @@ from .rope import rope
 from .linear import gated_mlp, linear, linear_qkv
 from .fused import linear_add_rms_norm, linear_qkv_rope_cache
 from .sampling import argmax, sample
+from .topk import topk
 
 __all__ = [
     "rms_norm", "fused_add_rms_norm", "layer_norm", "rope", "silu_and_mul", "gelu_and_mul",
     "softmax", "embedding", "kv_cache_write", "argmax", "sample",
     "linear", "linear_qkv", "gated_mlp", "attention_prefill", "attention_decode",
-    "linear_qkv_rope_cache", "linear_add_rms_norm",
+    "linear_qkv_rope_cache", "linear_add_rms_norm", "topk",
 ]
