@@ -1,6 +1,7 @@
 """`tilex.compile`: translate a .tile file (or source text) and get launchable kernels."""
 from __future__ import annotations
 
+from .dtype_binding import free_dtype_params
 from .pipeline import Options
 from .source import read_source
 from .targets import DEFAULT_ARCH, resolve_arch, target
@@ -19,6 +20,8 @@ class Module:
     `tilex.compile` passes) one whose translation wants facts `where` does not give, is a
     `tilex.specialize.Specializer`: each call picks the configuration for the sizes' bucket and
     the variant compiled with the launch facts the arguments satisfy (each translated and built once).
+    A kernel whose dtype parameters (`<T: dtype = bf16>`) `defines` does not set is a
+    `tilex.dtype_binding.DtypeBinder`: each call runs the translation for its arrays' dtypes.
     """
 
     def __init__(self, translation: Translation, arch: str | None = None, cache_dir=None,
@@ -44,6 +47,11 @@ class Module:
 
             base = Kernel(self.specs[name], self.cuda, arch=self._arch, cache_dir=self._cache_dir)
             k = self.translation.program.kernel(name)
+            if free_dtype_params(k, self.defines):  # <T: dtype = ...> not given: bound from each call's arrays
+                from .dtype_binding import DtypeBinder
+
+                self._kernels[name] = DtypeBinder(self, name, base)
+                return self._kernels[name]
             auto = any(c.auto and c.name not in self.defines for c in k.cparams)
             wants = bool(getattr(k.facts, "wanted", None))
             if auto or (self.specialize and wants):
@@ -79,6 +87,9 @@ class Module:
         if name not in self.specs:
             raise LaunchError(f"no kernel named '{name}' (this module has: {', '.join(self.specs)})")
 
+        k = self.translation.program.kernel(name)
+        if free_dtype_params(k, self.defines):  # the specialization for these arrays' dtypes
+            return self.kernel(name).module_for(args, kwargs).interp(name, *args, **kwargs)
         return launch(self.translation.program, name, *args, **kwargs)
 
 
