@@ -854,7 +854,7 @@ def test_program_id_axis_may_be_a_constant_expression():
 def _attention_sm80(stages: int) -> A.Program:
     from tilex.stdlib import _launch as L
 
-    return compile_program(L.source("attention_prefill", ()), "a.tile",
+    return compile_program(L.source("attention_prefill"), "a.tile",
                            Options(arch="sm_80", defines=dict(STAGES=stages)), stop_after="choose_threads")
 
 

@@ -15,7 +15,7 @@ from tilex.pipeline import Options
 from tilex.stdlib import _launch as L
 from tilex.translate import translate
 
-PREFILL = L.source("attention_prefill", ())
+PREFILL = L.source("attention_prefill")
 
 # q resident, k read both as `k.T` (K-major B) and `k` (N-major B) from one swizzled ring
 TOY = """
@@ -119,7 +119,7 @@ def test_a_loop_with_products_in_an_inner_loop_stays_on_mma_sync():
 
 
 def test_f32_attention_has_no_tensor_core_products():
-    fs, _, _ = _compile(L.source("attention_prefill", (("T", "f32"),)), D=64)
+    fs, _, _ = _compile(L.source("attention_prefill"), D=64, T="f32")
     assert all(f.mma is None for f in fs)
 
 

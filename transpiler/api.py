@@ -1,7 +1,7 @@
 """`tilex.compile`: translate a .tile file (or source text) and get launchable kernels."""
 from __future__ import annotations
 
-from .dtype_binding import free_dtype_params
+from .dtype_params import free_dtype_params
 from .pipeline import Options
 from .source import read_source
 from .targets import DEFAULT_ARCH, resolve_arch, target
@@ -104,12 +104,13 @@ def compile(path_or_source: str, arch: str | None = None, cache_dir=None, **defi
 
 
 def tuned_defines(path_or_source: str, kernel: str, shapes: dict, arch: str | None = None,
-                  cache_dir=None) -> dict:
+                  cache_dir=None, dtypes: dict | None = None) -> dict:
     """The compile-time parameters `tilex tune` stored for `kernel` of this .tile file (path or
     source text) at the shape bucket of `shapes` (every symbol, e.g. {"M": 16, "N": 13824,
     "K": 5120}) on `arch` (default: the current GPU's); {} when nothing was tuned (or there is
     no GPU to name the arch). Wrappers merge it under explicit defines:
-    `tilex.compile(path, **{**tilex.tuned_defines(path, "linear", shapes), **user_defines})`."""
+    `tilex.compile(path, **{**tilex.tuned_defines(path, "linear", shapes), **user_defines})`. `dtypes`: the
+    kernel's dtype parameters where they are not the defaults (`{"T": "f16"}`): each dtype is tuned on its own."""
     from .tune import best
 
     if arch is None:
@@ -119,4 +120,4 @@ def tuned_defines(path_or_source: str, kernel: str, shapes: dict, arch: str | No
             arch = default_arch()
         except Exception:  # no CuPy or no GPU: nothing tuned applies
             return {}
-    return best(path_or_source, kernel, shapes, arch, cache_dir=cache_dir) or {}
+    return best(path_or_source, kernel, shapes, arch, cache_dir=cache_dir, dtypes=dtypes) or {}

@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from . import ast as A
 from .diagnostics import CompileError
+from .dtype_params import changed_dtypes
 from .explain import stmt_exprs as _stmt_exprs, walk_exprs as _walk, walk_stmts
 
 # ---------------------------------------------------------------- the machine (H200 SXM, bf16 dense)
@@ -420,7 +421,7 @@ def choose(source: str, file: str, kernel: str, shapes: Mapping[str, int], arch:
     space = {n: tuple(v) for n, v in (dict(given) if given is not None else declared_space(kdecl)).items()
              if n not in fixed}
     if tuned and space:
-        stored = _tuned(source, kernel, shapes, arch, cache_dir)
+        stored = _tuned(source, kernel, shapes, arch, cache_dir, changed_dtypes(kdecl, fixed))
         if stored is not None and set(space) <= set(stored):
             choice = Choice(kernel, dict(shapes), bucket, arch, {n: stored[n] for n in space}, "tuned", [], space)
             return _remember(key, choice)
@@ -498,11 +499,11 @@ def _itemsize(dtype: str) -> int:
     return DType(dtype).itemsize
 
 
-def _tuned(source, kernel, shapes, arch, cache_dir):
+def _tuned(source, kernel, shapes, arch, cache_dir, dtypes=None):
     try:
         from .tune import best
 
-        return best(source, kernel, shapes, arch, cache_dir=cache_dir)
+        return best(source, kernel, shapes, arch, cache_dir=cache_dir, dtypes=dtypes)
     except Exception:  # an unreadable store never stops a launch (it warns)
         return None
 

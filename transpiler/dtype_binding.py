@@ -11,16 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import ast as A
 from .diagnostics import LaunchError
+from .dtype_params import free_dtype_params
 from .runtime.arrays import describe_array
 
 _MISSING = object()
-
-
-def free_dtype_params(kernel: A.Kernel, defines: dict) -> tuple[str, ...]:
-    """The dtype parameters of `kernel` that `defines` does not set (the runtime binds them)."""
-    return tuple(c.name for c in kernel.cparams if c.kind == A.CParamKind.DTYPE and c.name not in defines)
 
 
 class DtypeBinder:
