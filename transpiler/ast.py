@@ -33,6 +33,9 @@ class BinOpKind(Enum):
     OR = "or"
     BITAND = "&"
     BITOR = "|"
+    BITXOR = "^"
+    SHL = "<<"  # `<<` and `>>` on ints; `>>` is arithmetic for signed ints
+    SHR = ">>"
     MAX = "max"  # only from `max=` augmented assignment
     MIN = "min"
 
@@ -51,6 +54,7 @@ _COMPARES = {BinOpKind.EQ, BinOpKind.NE, BinOpKind.LT, BinOpKind.LE, BinOpKind.G
 class UnaryOpKind(Enum):
     NEG = "-"
     NOT = "not"
+    INVERT = "~"  # bitwise not of an int
 
 
 class NameKind(Enum):

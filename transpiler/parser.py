@@ -356,6 +356,18 @@ class _ToAst(Transformer):
         return self._bin(meta, A.BinOpKind.BITAND, ch[0], ch[1])
 
     @v_args(meta=True)
+    def bitxor(self, meta, ch):
+        return self._bin(meta, A.BinOpKind.BITXOR, ch[0], ch[1])
+
+    @v_args(meta=True)
+    def shift_op(self, meta, ch):
+        return self._bin(meta, A.BinOpKind(str(ch[1])), ch[0], ch[2])
+
+    @v_args(meta=True)
+    def invert(self, meta, ch):
+        return A.UnaryOp(A.UnaryOpKind.INVERT, ch[0], self._span(meta))
+
+    @v_args(meta=True)
     def binop(self, meta, ch):
         return self._bin(meta, A.BinOpKind(str(ch[1])), ch[0], ch[2])
 

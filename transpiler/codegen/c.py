@@ -18,7 +18,8 @@ def rounded_scalar(p: A.Param) -> bool:
     kernel rounds to the dtype on entry, as the interpreter does when the launch binds it."""
     return p.type.dims is None and DType(p.type.dtype) in ROUND
 C_BINOP = {B.ADD: "+", B.SUB: "-", B.MUL: "*", B.EQ: "==", B.NE: "!=", B.LT: "<", B.LE: "<=", B.GT: ">", B.GE: ">=",
-           B.AND: "&&", B.OR: "||", B.BITAND: "&", B.BITOR: "|"}
+           B.AND: "&&", B.OR: "||", B.BITAND: "&", B.BITOR: "|",
+           B.BITXOR: "^"}
 
 
 def reg(dt: DType) -> str:

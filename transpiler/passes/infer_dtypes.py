@@ -157,13 +157,18 @@ class _Dtypes(Rewriter):
                 if side.ty.dtype is not DType.BOOL:
                     fail(f"'{op.value}' needs bool operands, got {side.ty.dtype}")
             return replace(e, ty=_v(DType.BOOL))
-        if op in (B.BITAND, B.BITOR):
+        if op in (B.BITAND, B.BITOR, B.BITXOR):
             if da.is_float or db.is_float:
                 fail(f"'{op.value}' needs bool or integer operands, got {da} and {db}")
-            return replace(e, ty=_v(operand_dtype(lhs, rhs)))
+            return replace(e, ty=_v(operand_dtype(lhs, rhs).widened))
+        if op in (B.SHL, B.SHR):  # the left operand's dtype, as C (the shift amount does not widen it)
+            if not (da.is_int and db.is_int):
+                fail(f"'{op.value}' needs integer operands, got {da} and {db}")
+            dt = DType.I32 if _weak(lhs) and da is DType.I32 else da
+            return replace(e, ty=_v(dt.widened))
         if op in (B.FLOORDIV, B.MOD) and (da.is_float or db.is_float) and op is B.FLOORDIV:
             fail(f"'//' is integer division; got {da} and {db} (use / for floats)")
-        dt = operand_dtype(lhs, rhs)
+        dt = operand_dtype(lhs, rhs).widened  # narrow ints compute in i32 (C's integer promotion)
         if dt is DType.BOOL:
             dt = DType.I32
         if op is B.DIV and not dt.is_float:
@@ -176,9 +181,13 @@ class _Dtypes(Rewriter):
             if x.ty.dtype is not DType.BOOL:
                 fail(f"'not' needs a bool, got {x.ty.dtype}")
             return replace(e, operand=x, ty=_v(DType.BOOL))
+        if e.op is A.UnaryOpKind.INVERT:
+            if not x.ty.dtype.is_int:
+                fail(f"'~' needs an integer, got {x.ty.dtype}" + ("; use 'not'" if x.ty.dtype is DType.BOOL else ""))
+            return replace(e, operand=x, ty=_v(x.ty.dtype.widened))
         if x.ty.dtype is DType.BOOL:
             fail("cannot negate a bool; use 'not'")
-        return replace(e, operand=x, ty=_v(x.ty.dtype))
+        return replace(e, operand=x, ty=_v(x.ty.dtype.widened))
 
     # ---- calls
     def visit_Call(self, c):
@@ -209,7 +218,7 @@ class _Dtypes(Rewriter):
             dt = args[0].ty.dtype
             return replace(c, ty=_v(dt if dt.is_float else DType.F32))
         if kind is K.ABS:
-            return replace(c, ty=_v(args[0].ty.dtype))
+            return replace(c, ty=_v(args[0].ty.dtype.widened))
         if kind is K.MINMAX and len(args) == 2:
             return replace(c, ty=_v(operand_dtype(args[0], args[1])))
         if kind in (K.MINMAX, K.REDUCE):

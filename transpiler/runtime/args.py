@@ -21,6 +21,7 @@ import numpy as np
 
 from ..diagnostics import LaunchError
 from ..spec import KernelSpec, ParamSpec
+from ..types import PARAM_DTYPES
 from .arrays import (_CUPY_TYPES, _NUMPY_NAMES, _PLAIN_SCALARS, _TORCH_NAMES, _TORCH_TO_TILEX,  # noqa: F401
                      _TORCH_TYPES, ArrayInfo, _numpy_dtypes, describe_array, is_array, is_cupy_array,
                      is_torch_tensor, numpy_dtype, tilex_dtype_of_numpy, torch_dtype_names)
@@ -219,6 +220,9 @@ def constraint_message(spec: KernelSpec, c, symbols: Mapping[str, Any]) -> str:
 _FLOAT_MAX = {"f16": 65504.0, "bf16": 3.3895313892515355e38, "f32": 3.4028234663852886e38}
 
 
+_INT_RANGES = {d.value: d.int_range for d in PARAM_DTYPES if d.is_int}  # i8 ... i64: the values a scalar may have
+
+
 def _check_scalar(p: ParamSpec, v: Any) -> Any:
     """Check a scalar's Python/NumPy type and range; return a plain Python value."""
     if isinstance(v, np.generic):
@@ -229,12 +233,12 @@ def _check_scalar(p: ParamSpec, v: Any) -> Any:
         if not isinstance(v, bool):
             raise LaunchError(f"argument '{p.name}': expected a bool scalar, got {type(v).__name__} {v!r}")
         return v
-    if p.dtype in ("i32", "i64"):
+    if p.dtype in _INT_RANGES:
         if isinstance(v, bool) or not isinstance(v, int):
             raise LaunchError(f"argument '{p.name}': expected an integer ({p.dtype}), "
                               f"got {type(v).__name__} {v!r}")
-        bits = 32 if p.dtype == "i32" else 64
-        if not -(2 ** (bits - 1)) <= v < 2 ** (bits - 1):
+        lo, hi = _INT_RANGES[p.dtype]
+        if not lo <= v <= hi:
             raise LaunchError(f"argument '{p.name}': {v} does not fit in {p.dtype}")
         return v
     if p.dtype in ("f16", "bf16", "f32", "f8e4m3"):
