@@ -106,3 +106,24 @@ def test_explain_shows_dtype_parameters():
 
     text = dump_ir(compile_program(SCALE, "s.tile", Options(defines={"T": "f16"}), stop_after="resolve_names"))
     assert "kernel scale<T: dtype = bf16, BLOCK: int = 256>" in text and "defines: T = f16, BLOCK = 256" in text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", ["f16", "bf16", "f32"])
+def test_gpu_binds_the_arrays_dtypes(dt):
+    import cupy as cp
+
+    rng = np.random.default_rng()
+    n = 100003
+    x, w = (rng.standard_normal(n).astype(NP[dt]) for _ in range(2))
+    mod = tilex.compile(SCALE)
+    y = cp.full(n, np.nan, NP[dt])
+    mod.scale(cp.asarray(x), cp.asarray(w), y, a=0.75)
+    ref = _ref(x, w, 0.75)
+    got = cp.asnumpy(y).astype(np.float64)
+    assert np.max(np.abs(got - ref)) / np.max(np.abs(ref)) <= TOL[dt]
+    host = np.zeros(n, NP[dt])
+    mod.interp("scale", x, w, host, a=0.75)
+    assert np.array_equal(cp.asnumpy(y).view(np.uint8), host.view(np.uint8))  # GPU == interpreter, bit for bit
+    with pytest.raises(LaunchError, match="dtype parameter T is bound"):
+        mod.scale(cp.asarray(x), cp.asarray(w.astype(np.float32 if dt != "f32" else np.float16)), y, a=1.0)
