@@ -24,6 +24,10 @@ HELPER_ORDER = ["tilex_types.cuh", "tilex_fp8.cuh", "tilex_bits.cuh", "tilex_mat
                 "tilex_tma.cuh"]
 
 
+# a TMA map's CUtensorMapDataType per operand dtype (fp8 as bytes)
+TMA_DATA_TYPE = {"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
+                 "f8e4m3": "CU_TENSOR_MAP_DATA_TYPE_UINT8"}
+
 # the helper file a dtype's storage needs, for the dtypes that have one
 DTYPE_HELPERS = {DType.F8E4M3: "tilex_fp8.cuh", DType.I8: "tilex_bits.cuh", DType.U8: "tilex_bits.cuh",
                  DType.I16: "tilex_bits.cuh", DType.U16: "tilex_bits.cuh"}
@@ -110,8 +114,7 @@ def _host(program: A.Program, specs: dict, ctx: dict) -> str:
         call_args = [p.name for p in k.params] + [f"(int){s}" for s in k.symbols] + [m.param for m in spec.tma]
         params = {p.name: p for p in spec.params}
         tma = [dict(param=m.param, tensor=m.tensor, box_rows=m.box_rows, box_cols=m.box_cols,
-                    type={"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"}[params[m.tensor].dtype],
-                    item=2, rows=params[m.tensor].dims[0], cols=params[m.tensor].dims[1],
+                    type=TMA_DATA_TYPE[params[m.tensor].dtype], item=DType(params[m.tensor].dtype).itemsize, rows=params[m.tensor].dims[0], cols=params[m.tensor].dims[1],
                     # an N-D map (a streamed loop's ring): the tensor's dims outermost first, the box innermost first
                     box=list(m.box), dims=[f"(long long){d}" for d in params[m.tensor].dims]) for m in spec.tma]
         cons = []
