@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
+from pathlib import Path
 
 import torch
 
 import tilex
-from tests.test_fp8_wgmma import GEMM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from test_fp8_wgmma import GEMM  # noqa: E402
 
 BF16 = GEMM.replace("f8e4m3", "bf16").replace("BK: int = 128", "BK: int = 64").replace("mm8", "mm16")
 
