@@ -54,14 +54,20 @@ def _loop(src, arch="sm_90a", **defines):
     return explain(prog)[0]["matmul_loops"]
 
 
-def test_fp8_product_is_a_wgmma_main_loop_on_sm90a():
-    (loop,) = _loop(GEMM)
+def _e5m2(src):
+    return src.replace("f8e4m3", "f8e5m2")
+
+
+@pytest.mark.parametrize("ptx", ["e4m3", "e5m2"])
+def test_fp8_product_is_a_wgmma_main_loop_on_sm90a(ptx):
+    src = GEMM if ptx == "e4m3" else _e5m2(GEMM)
+    (loop,) = _loop(src)
     assert loop["strategy"] == "wgmma", loop
-    cuda = translate(GEMM, "mm8.tile", Options(arch="sm_90a")).cuda
-    assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in cuda
+    cuda = translate(src, "mm8.tile", Options(arch="sm_90a")).cuda
+    assert f"wgmma.mma_async.sync.aligned.m64n128k32.f32.{ptx}.{ptx}" in cuda
     assert ", p, 1, 1;" in cuda  # fp8 wgmma has no transpose operands
     assert "tx_kk < 64; tx_kk += 16" in cuda  # 128 fp8 columns: four k32 steps of 32 bytes
-    spec = translate(GEMM, "mm8.tile", Options(arch="sm_90a")).specs["mm8"]
+    spec = translate(src, "mm8.tile", Options(arch="sm_90a")).specs["mm8"]
     assert [m.box_cols for m in spec.tma] == [128, 128]  # one 128-byte swizzled row of fp8 elements
 
 
@@ -73,13 +79,14 @@ def test_elsewhere_the_generic_product(src, arch, defines):
     assert "wgmma.mma_async" not in translate(src, "mm8.tile", Options(arch=arch, defines=defines)).cuda
 
 
+@pytest.mark.parametrize("f8", [F8, ml_dtypes.float8_e5m2])
 @pytest.mark.parametrize("m,n,k", [(1, 16, 16), (130, 200, 272), (256, 128, 1024)])
-def test_interpreter_against_float64(m, n, k):
+def test_interpreter_against_float64(m, n, k, f8):
     rng = np.random.default_rng()
-    a = rng.standard_normal((m, k)).astype(F8)
-    b = rng.standard_normal((n, k)).astype(F8)
+    a = rng.standard_normal((m, k)).astype(f8)
+    b = rng.standard_normal((n, k)).astype(f8)
     c = np.full((m, n), np.nan, np.float32)
-    tilex.compile(GEMM).interp("mm8", a, b, c)
+    tilex.compile(GEMM if f8 is F8 else _e5m2(GEMM)).interp("mm8", a, b, c)
     ref = a.astype(np.float64) @ b.astype(np.float64).T
     assert np.max(np.abs(c - ref)) / np.max(np.abs(ref)) <= 1e-5  # fp8 products are exact in f32; f32 sums
 
@@ -88,7 +95,7 @@ def test_interpreter_against_float64(m, n, k):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 @pytest.mark.parametrize("src, defines", [(GEMM, {}), (GEMM, {"BM": 64, "BN": 256, "BK": 128}),
                                           (GEMM, {"BM": 128, "BN": 256, "BK": 256, "STAGES": 3}), (GEMM, {"BK": 64}),
-                                          (N_MAJOR, {})])
+                                          (N_MAJOR, {}), (_e5m2(GEMM), {})])
 def test_builds_with_nvcc(src, defines, tmp_path):
     cu = tmp_path / "k.cu"
     cu.write_text(translate(src, "mm8.tile", Options(arch="sm_90a", defines=defines)).cuda)
@@ -97,15 +104,31 @@ def test_builds_with_nvcc(src, defines, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
+def test_e5m2_conversions_saturate_like_e4m3():
+    src = """kernel k(x: f32[N], y: out f8e5m2[N], z: out f32[N]) grid (1,) {
+        t = x[0 : 8]
+        y[0 : 8] = t.to(f8e5m2)
+        z[0 : 8] = t.to(f8e5m2).to(f32) * 2.0
+    }"""
+    x = np.array([1e6, -1e6, np.inf, 3.0, 0.1, -57344.0, np.nan, 60000.0], np.float32)
+    y, z = np.zeros(8, ml_dtypes.float8_e5m2), np.zeros(8, np.float32)
+    tilex.compile(src).interp("k", x, y, z)
+    want = np.clip(x, -57344, 57344).astype(ml_dtypes.float8_e5m2)  # cvt.rn.satfinite: +-57344, NaN stays
+    assert np.array_equal(y.astype(np.float32), want.astype(np.float32), equal_nan=True)
+    assert np.array_equal(z, want.astype(np.float32) * 2, equal_nan=True)
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("e5m2", [False, True])
 @pytest.mark.parametrize("m,n,k", [(1, 16, 16), (130, 200, 272), (512, 384, 1024), (4096, 4096, 4096)])
-def test_gpu_against_torch_scaled_mm_and_the_interpreter(m, n, k):
+def test_gpu_against_torch_scaled_mm_and_the_interpreter(m, n, k, e5m2):
     torch = pytest.importorskip("torch")
     g = torch.Generator(device="cuda").manual_seed(m + n + k)
-    a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
-    b = torch.randn(n, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    tdt = torch.float8_e5m2 if e5m2 else torch.float8_e4m3fn
+    a = torch.randn(m, k, device="cuda", generator=g).to(tdt)
+    b = torch.randn(n, k, device="cuda", generator=g).to(tdt)
     c = torch.full((m, n), float("nan"), device="cuda")
-    mod = tilex.compile(GEMM)
+    mod = tilex.compile(_e5m2(GEMM) if e5m2 else GEMM)
     mod.mm8(a, b, c)
     torch.cuda.synchronize()
     ref64 = a.double() @ b.double().T
@@ -114,10 +137,11 @@ def test_gpu_against_torch_scaled_mm_and_the_interpreter(m, n, k):
     # wgmma's fp8 accumulation keeps fewer bits than an f32 FMA chain (the H100/H200 fp8 tensor cores): loose
     assert err64 <= 2e-2, err64
     one = torch.ones((), device="cuda")
-    if m % 16 == 0 and n % 16 == 0 and k % 16 == 0:
+    if m % 16 == 0 and n % 16 == 0 and k % 16 == 0 and not e5m2:  # cuBLASLt takes e5m2 x e5m2 on few GPUs
         ref = torch._scaled_mm(a, b.T, scale_a=one, scale_b=one, out_dtype=torch.float32)
         assert (c - ref).abs().max().item() / scale <= 2e-2
     if m * n * k <= 512 * 384 * 1024:
         host = np.full((m, n), np.nan, np.float32)
-        mod.interp("mm8", a.cpu().view(torch.uint8).numpy().view(F8), b.cpu().view(torch.uint8).numpy().view(F8), host)
+        f8 = ml_dtypes.float8_e5m2 if e5m2 else F8
+        mod.interp("mm8", a.cpu().view(torch.uint8).numpy().view(f8), b.cpu().view(torch.uint8).numpy().view(f8), host)
         assert np.max(np.abs(c.cpu().numpy() - host)) / scale <= 2e-2

@@ -24,7 +24,7 @@ SYMBOL_MAX = 2**31 - 1  # shape symbols are i32 in generated kernels
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # relative tolerance of a compared output, by dtype; 0 means exact
-TOLERANCE = {"bf16": 1e-2, "f16": 1e-2, "f8e4m3": 1e-2, "f32": 1e-5, "f64": 1e-5}
+TOLERANCE = {"bf16": 1e-2, "f16": 1e-2, "f8e4m3": 1e-2, "f8e5m2": 1e-2, "f32": 1e-5, "f64": 1e-5}
 
 
 class InputError(TilexError):

@@ -21,7 +21,7 @@ for _dt in DType:
         pass
 _FROM_NP: dict[np.dtype, DType] = {v: k for k, v in NP_DTYPES.items()}
 _F32 = np.dtype(np.float32)
-_F8_MAX = np.float32(448.0)  # the largest finite f8e4m3 value
+_F8_MAX = {DType.F8E4M3: np.float32(448.0), DType.F8E5M2: np.float32(57344.0)}  # the largest finite values
 
 
 class InterpError(TilexError, RuntimeError):
@@ -77,8 +77,8 @@ def cast(v, dt: DType):
         if src.is_float and src.compute is not src:
             v = v.astype(_F32)
         return v != 0
-    if dt is DType.F8E4M3:  # via f32, saturating like PTX cvt.rn.satfinite (NaN stays NaN)
-        return np.clip(v.astype(_F32), -_F8_MAX, _F8_MAX).astype(npdt)
+    if dt in _F8_MAX:  # via f32, saturating like PTX cvt.rn.satfinite (NaN stays NaN)
+        return np.clip(v.astype(_F32), -_F8_MAX[dt], _F8_MAX[dt]).astype(npdt)
     return v.astype(npdt)
 
 

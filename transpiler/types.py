@@ -86,7 +86,7 @@ class DType(StrEnum):
     @property
     def compute(self) -> "DType":
         """The dtype arithmetic is done in: narrow floats compute in f32, then round."""
-        return DType.F32 if self in (DType.F16, DType.BF16, DType.F8E4M3) else self
+        return DType.F32 if self in (DType.F16, DType.BF16, DType.F8E4M3, DType.F8E5M2) else self
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ DTYPES: dict[DType, DTypeInfo] = dict([
     _d(DType.I32, _I, 32, "int", "int", "int32", "int32", 3, True, "c_int32"),
     _d(DType.I64, _I, 64, "long long", "long long", "int64", "int64", 4, True, "c_int64"),
     _d(DType.F8E4M3, _F, 8, "tilex_fp8e4m3", "float", "float8_e4m3fn", "float8_e4m3fn", 0, True, "c_float"),
-    _d(DType.F8E5M2, _F, 8, "tilex_fp8e5m2", "float", "float8_e5m2", "float8_e5m2", 0, True),
+    _d(DType.F8E5M2, _F, 8, "tilex_fp8e5m2", "float", "float8_e5m2", "float8_e5m2", 0, True, "c_float"),
     _d(DType.F16, _F, 16, "tilex_f16", "float", "float16", "float16", 1, True, "c_float"),
     _d(DType.BF16, _F, 16, "tilex_bf16", "float", "bfloat16", "bfloat16", 1, True, "c_float"),
     _d(DType.F32, _F, 32, "float", "float", "float32", "float32", 2, True, "c_float"),
@@ -136,7 +136,7 @@ DTYPES: dict[DType, DTypeInfo] = dict([
 
 # the dtypes a kernel parameter may have, in the order the runtime lists them
 PARAM_DTYPES: tuple[DType, ...] = (DType.F16, DType.BF16, DType.F32, DType.I32, DType.I64, DType.BOOL, DType.F8E4M3,
-                                   DType.I8, DType.U8, DType.I16, DType.U16)
+                                   DType.I8, DType.U8, DType.I16, DType.U16, DType.F8E5M2)
 assert {d for d in PARAM_DTYPES} == {d for d, i in DTYPES.items() if i.param}
 
 # dtypes a kernel may use in this version (parsing accepts more, so the error is precise)

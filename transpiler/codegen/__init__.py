@@ -26,11 +26,11 @@ HELPER_ORDER = ["tilex_types.cuh", "tilex_fp8.cuh", "tilex_bits.cuh", "tilex_mat
 
 # a TMA map's CUtensorMapDataType per operand dtype (fp8 as bytes)
 TMA_DATA_TYPE = {"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
-                 "f8e4m3": "CU_TENSOR_MAP_DATA_TYPE_UINT8"}
+                 "f8e4m3": "CU_TENSOR_MAP_DATA_TYPE_UINT8", "f8e5m2": "CU_TENSOR_MAP_DATA_TYPE_UINT8"}
 
 # the helper file a dtype's storage needs, for the dtypes that have one
-DTYPE_HELPERS = {DType.F8E4M3: "tilex_fp8.cuh", DType.I8: "tilex_bits.cuh", DType.U8: "tilex_bits.cuh",
-                 DType.I16: "tilex_bits.cuh", DType.U16: "tilex_bits.cuh"}
+DTYPE_HELPERS = {DType.F8E4M3: "tilex_fp8.cuh", DType.F8E5M2: "tilex_fp8.cuh", DType.I8: "tilex_bits.cuh",
+                 DType.U8: "tilex_bits.cuh", DType.I16: "tilex_bits.cuh", DType.U16: "tilex_bits.cuh"}
 
 
 def _dtype_helpers(k: A.Kernel) -> set[str]:

@@ -20,9 +20,9 @@ from .context import KernelFacts, Scope
 from .env import macros, template
 from .writer import Writer
 
-PTX_TYPE = {DType.BF16: "bf16", DType.F16: "f16", DType.F8E4M3: "e4m3"}
+PTX_TYPE = {DType.BF16: "bf16", DType.F16: "f16", DType.F8E4M3: "e4m3", DType.F8E5M2: "e5m2"}
 # K of one wgmma instruction per operand dtype: 32 bytes of K either way (k16 of bf16/f16, k32 of fp8)
-WGMMA_K = {DType.BF16: 16, DType.F16: 16, DType.F8E4M3: 32}
+WGMMA_K = {DType.BF16: 16, DType.F16: 16, DType.F8E4M3: 32, DType.F8E5M2: 32}
 PRODUCER_REGS = 40
 REGISTER_FILE = 65536
 

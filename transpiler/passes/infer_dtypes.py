@@ -24,7 +24,7 @@ B = A.BinOpKind
 
 # dtypes the hardware has only from some compute capability on: the fp8 conversions
 # (cvt.*.e4m3x2) need sm_89 (Ada) or later (`Target.fp8`)
-MIN_SM = {DType.F8E4M3: FP8_MIN_CC}
+MIN_SM = {DType.F8E4M3: FP8_MIN_CC, DType.F8E5M2: FP8_MIN_CC}
 
 
 def infer_dtypes(program: A.Program, tgt: Target | None = None) -> A.Program:
@@ -34,7 +34,7 @@ def infer_dtypes(program: A.Program, tgt: Target | None = None) -> A.Program:
 
 def _too_old(dt: DType, tgt: Target) -> bool:
     """Whether `tgt` lacks `dt` (the archs it cannot read are taken to have it)."""
-    return dt is DType.F8E4M3 and not tgt.fp8
+    return dt in MIN_SM and not tgt.fp8
 
 
 def _dtype(name: str) -> DType:

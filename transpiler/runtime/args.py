@@ -241,7 +241,7 @@ def _check_scalar(p: ParamSpec, v: Any) -> Any:
         if not lo <= v <= hi:
             raise LaunchError(f"argument '{p.name}': {v} does not fit in {p.dtype}")
         return v
-    if p.dtype in ("f16", "bf16", "f32", "f8e4m3"):
+    if p.dtype in ("f16", "bf16", "f32", "f8e4m3", "f8e5m2"):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise LaunchError(f"argument '{p.name}': expected a number ({p.dtype}), "
                               f"got {type(v).__name__} {v!r}")

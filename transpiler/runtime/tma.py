@@ -17,8 +17,8 @@ import numpy as np
 from ..diagnostics import LaunchError
 
 # CUtensorMapDataType, CUtensorMapSwizzle, CUtensorMapL2promotion (cuda.h)
-_DATA_TYPE = {"f16": 6, "bf16": 9, "f32": 7, "f8e4m3": 0}  # fp8: UINT8 (TMA moves bytes; wgmma reads e4m3)
-_ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4, "f8e4m3": 1}
+_DATA_TYPE = {"f16": 6, "bf16": 9, "f32": 7, "f8e4m3": 0, "f8e5m2": 0}  # fp8: UINT8 (TMA moves bytes)
+_ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4, "f8e4m3": 1, "f8e5m2": 1}
 _SWIZZLE_128B = 3
 _L2_PROMOTION_256B = 3
 
