@@ -9,7 +9,8 @@ import ml_dtypes
 import numpy as np
 
 DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32, "int32": np.int32,
-          "int64": np.int64, "bool": np.bool_, "float8_e4m3fn": ml_dtypes.float8_e4m3fn}
+          "int64": np.int64, "bool": np.bool_, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+          "float8_e5m2": ml_dtypes.float8_e5m2, "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16}
 
 
 class Dtype:

@@ -130,7 +130,7 @@ def test_persistent_tile_loops_count_their_trips():
     LN = importlib.import_module("tilex.stdlib.linear")
     from tilex.stdlib import _launch as L
 
-    src = L.source("linear", (("T", "bf16"),))
+    src = L.source("linear")
     cfg = dict(BM=(128,), BN=(128,), BK=(64,), STAGES=(4,))
     one = AC.choose(src, "linear.tile", "linear", dict(M=4096, N=2304, K=2048), space=cfg, tuned=False)
     per = AC.choose(src, "linear.tile", "linear_persistent", dict(M=4096, N=2304, K=2048),

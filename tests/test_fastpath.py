@@ -124,8 +124,8 @@ def test_cached_call_skips_checks_binding_and_the_configuration(fp):
     x, w = T(fp, 16, 512), T(fp, 384, 512)
     linear(x, w)
     counts = call_counts(lambda: linear(x, w))
-    for name in ("args.py:bind_arguments", "_launch.py:check_float", "_launch.py:check_rank", "linear.py:_tuned",
-                 "linear.py:_model_config", "_launch.py:_load", "plan.py:signature", "_launch.py:kind_of",
+    for name in ("args.py:bind_arguments", "_arrays.py:check_float", "_arrays.py:check_rank", "linear.py:_tuned",
+                 "linear.py:_model_config", "_kernels.py:_load", "plan.py:signature", "_arrays.py:kind_of",
                  "linear.py:linear", "launch.py:replay"):
         assert name not in counts, name
     assert counts["plan.py:fire"] == len(lib().linear.memo[next(iter(lib().linear.memo))].launches) >= 1

@@ -111,7 +111,7 @@ def test_bind_describes_each_tensor_once(torch):
     x, w, y = torch.tensor((64, 256)), torch.tensor((256,)), torch.tensor((64, 256))
     bind_arguments(spec, (x, w, y))
     counts = call_counts(lambda: bind_arguments(spec, (x, w, y), {"eps": 1e-5}))
-    assert counts["args.py:describe_array"] == 4  # the three tensors, and eps (a float: not an array at once)
+    assert counts["arrays.py:describe_array"] == 4  # the three tensors, and eps (a float: not an array at once)
     assert "args.py:eval_expr" not in counts  # the grid of a shape seen before is remembered
 
 
@@ -221,10 +221,10 @@ def test_tuned_reads_the_store_once_and_sees_changes(monkeypatch, store):
     monkeypatch.setattr(nvrtc, "default_arch", lambda: "sm_90a")
     default = dict(LINEAR._LARGE)
     assert LINEAR._tuned("linear", "bf16", 512, 5120, 5120, default) == default
-    digest = source_sha256(L.source("linear", (("T", "bf16"),)))
+    digest = source_sha256(L.source("linear"))
     store.put(store_key(digest, "linear", {"M": 512, "N": 5120, "K": 5120}, "sm_90a"), {"defines": {"BN": 128}})
     assert LINEAR._tuned("linear", "bf16", 300, 5000, 8000, default) == {**default, "BN": 128}  # same bucket
-    assert LINEAR._tuned("linear", "f16", 512, 5120, 5120, default) == default  # another source text
+    assert LINEAR._tuned("linear", "f16", 512, 5120, 5120, default) == default  # another dtype: its own entries
     assert LINEAR._tuned("linear", "bf16", 2000, 5120, 5120, default) == default  # another bucket
     store.put(store_key(digest, "linear", {"M": 512, "N": 5120, "K": 5120}, "sm_90a"),
               {"defines": {"BN": 64, "STAGES": 3}})  # a rewrite (another size) is seen at once
@@ -275,7 +275,7 @@ def test_linear_prelaunch_work(torch, store):
     assert bound.symbols == {"M": 256, "N": 384, "K": 512} and bound.uses_torch
     counts = call_counts(lambda: LINEAR.linear(x, w))
     # x, weight (dtype checks), the output's dtype, and the three tensors bind_arguments checks
-    assert counts["args.py:describe_array"] <= 6
+    assert counts["arrays.py:describe_array"] <= 6
     assert counts.get("<built-in method posix.stat>", 0) == 0  # the tuned lookup is memoized (TUNED_RECHECK_S)
     assert "pathlib.py:resolve" not in counts and "tune.py:__init__" not in counts
     with pytest.raises(TypeError, match="weight: expected dtype bf16"):
@@ -503,7 +503,7 @@ def test_replay_does_no_binding_work(direct):
                  "launch.py:_new_plan", "plan.py:__init__", "tma.py:encode_nd"):
         assert name not in counts, name
     assert counts["args.py:_check_scalar"] == 1  # eps: a scalar's range depends on its value
-    assert counts["args.py:describe_array"] == 1  # eps's "not an array" test, none for the tensors
+    assert counts["arrays.py:describe_array"] == 1  # eps's "not an array" test, none for the tensors
     assert counts["plan.py:signature"] == 1 and counts["plan.py:replay"] == 1
     assert len(drv.launches) == 2 and len(k._plans) == 1
     k(*args)  # eps left to its default: another layout, checked in full once
@@ -667,8 +667,8 @@ def test_stdlib_replays_skip_the_kind_checks(direct, monkeypatch, tmp_cache_dir)
     try:
         rms_norm(x, w)
         counts = call_counts(lambda: rms_norm(x, w))
-        assert "args.py:bind_arguments" not in counts and "_launch.py:is_array" not in counts
-        assert counts["_launch.py:kind_of"] == 2  # rms_norm checking weight against x, and sm_count; none in run
+        assert "args.py:bind_arguments" not in counts and "arrays.py:is_array" not in counts
+        assert counts["_arrays.py:kind_of"] == 2  # rms_norm checking weight against x, and sm_count; none in run
         assert counts["launch.py:replay"] == 1 and len(seen) == 2 and seen[0] == seen[1]
         with pytest.raises(TypeError, match="weight: expected dtype bf16"):
             rms_norm(x, direct.tensor((256,), "float16"))

@@ -128,7 +128,7 @@ def test_the_pipeline_runs_the_memory_passes_again_until_the_kernel_fits():
     from tilex.stdlib import _launch as L
 
     def stages(stop):
-        p = compile_program(L.source("attention_prefill", ()), "a.tile", Options(arch="sm_80", defines=dict(STAGES=3)),
+        p = compile_program(L.source("attention_prefill"), "a.tile", Options(arch="sm_80", defines=dict(STAGES=3)),
                             stop_after=stop)
         return {t.stages for k in p.kernels for f in nodes(k.body, A.For) for t in f.stream}, p.kernels[0].info
     (first, plan), (final, mem) = stages("plan_streams"), stages("budget_smem")
@@ -892,7 +892,7 @@ def test_program_id_axis_may_be_a_constant_expression():
 def _attention_sm80(stages: int) -> A.Program:
     from tilex.stdlib import _launch as L
 
-    return compile_program(L.source("attention_prefill", ()), "a.tile",
+    return compile_program(L.source("attention_prefill"), "a.tile",
                            Options(arch="sm_80", defines=dict(STAGES=stages)), stop_after="choose_mma")
 
 

@@ -348,8 +348,8 @@ def test_wgmma_says_when_warps_is_ignored():
     from tilex.pipeline import Options, compile_program
 
     text = (Path(__file__).resolve().parents[1] / "stdlib_kernels" / "linear.tile").read_text()
-    text = text.replace("STAGES: int = 4, GROUP: int = 8>(\n    x: bf16[M, K], w: bf16[N, K], y: out bf16[M, N])\n    where",
-                        "STAGES: int = 4, GROUP: int = 8, WARPS: int = 4>(\n    x: bf16[M, K], w: bf16[N, K], y: out bf16[M, N])\n    where", 1)
+    text = text.replace("STAGES: int = 4, GROUP: int = 8>(\n    x: T[M, K], w: T[N, K], y: out T[M, N])\n    where",
+                        "STAGES: int = 4, GROUP: int = 8, WARPS: int = 4>(\n    x: T[M, K], w: T[N, K], y: out T[M, N])\n    where", 1)
     prog = compile_program(text, "linear.tile", Options(arch="sm_90a", kernel="linear"))
     loop = explain(prog)[0]["matmul_loops"][0]
     assert loop["strategy"] == "wgmma" and "WARPS=4 ignored" in loop["note"]

@@ -487,12 +487,16 @@ def test_launch_helpers():
     assert L.empty(x, (1, 2)).dtype == BF16
     with pytest.raises(TypeError, match="expected a NumPy array"):
         L.kind_of([1, 2])
-    with pytest.raises(ValueError, match="declares"):
+    from tilex.diagnostics import CompileError
+
+    with pytest.raises(CompileError, match="no kernel in .*rms_norm.tile has a compile-time parameter 'X'"):
         L.load("rms_norm", X="f16")
-    src = L.kernel_path("rope").read_text()
-    assert L.placeholders(src) == {"T": "bf16", "I": "i64"}
-    out = L.specialize(src, {"T": "f16", "I": "i32"})
-    assert "bf16[" not in out and "i64[" not in out and "f16[S, HQ" in out
+    with pytest.raises(CompileError, match="'T' is a dtype, got 'f17'"):
+        L.load("rms_norm", T="f17")
+    mod = L.load("rope", kernel="rope", T="f16", I="i32")  # dtype parameters, set as any -D
+    assert [p.dtype for p in mod.specs["rope"].params[:3]] == ["f16", "f16", "i32"]
+    assert mod.defines["T"] == "f16" and type(mod.kernel("rope")).__name__ == "Kernel"  # never bound per call
+    assert "bf16" not in L.source("rope").split("\n", 1)[1].replace("= bf16", "")  # no text to substitute
 
 
 # ----------------------------------------------------------------------------- nvcc
@@ -514,10 +518,16 @@ KERNELS = {  # file -> (kernel restriction or None, placeholders, extra defines 
 }
 
 
+def _dtype_params(name):
+    from tilex.ast import CParamKind
+    from tilex.parser import parse
+
+    return {c.name for k in parse(L.source(name), name).kernels for c in k.cparams if c.kind == CParamKind.DTYPE}
+
+
 def _variants():
     for name, extras in KERNELS.items():
-        src = L.kernel_path(name).read_text()
-        ph = L.placeholders(src)
+        ph = _dtype_params(name)
         for dt in DTYPES:
             for extra in extras:
                 dts = {"T": dt}
@@ -534,8 +544,7 @@ def _nvcc(name, dts, extra, tmp):
     from tilex.pipeline import Options
     from tilex.translate import translate
 
-    src = L.specialize(L.kernel_path(name).read_text(), dts)
-    cu = translate(src, f"{name}.tile", Options(defines=extra)).cuda
+    cu = translate(L.source(name), f"{name}.tile", Options(defines={**dts, **extra})).cuda
     path = tmp / f"{name}-{abs(hash((tuple(dts.items()), tuple(extra.items()))))}.cu"
     path.write_text(cu)
     return subprocess.run(["nvcc", "-cubin", "-gencode=arch=compute_90a,code=sm_90a", str(path),

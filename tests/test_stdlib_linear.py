@@ -166,6 +166,9 @@ def test_tuned_lookup_passes_every_size_symbol(monkeypatch):
 
     lin = importlib.import_module("tilex.stdlib.linear")
     seen = []
-    monkeypatch.setattr(tilex.api, "tuned_defines", lambda src, kernel, shapes: seen.append((kernel, shapes)) or {"BK": 64})
+    monkeypatch.setattr(tilex.api, "tuned_defines",
+                        lambda src, kernel, shapes, dtypes: seen.append((kernel, shapes, dtypes)) or {"BK": 64})
     assert lin._tuned("linear_swap_splitk", "bf16", 1, 64, 128, dict(BN=64, BK=128), S=1) == dict(BN=64, BK=64)
-    assert seen == [("linear_swap_splitk", dict(M=1, N=64, K=128, S=1))]
+    assert lin._tuned("linear_swap_splitk", "f16", 1, 64, 128, dict(BN=64, BK=128), S=1) == dict(BN=64, BK=64)
+    assert seen == [("linear_swap_splitk", dict(M=1, N=64, K=128, S=1), {}),  # bf16: the default, as tuned
+                    ("linear_swap_splitk", dict(M=1, N=64, K=128, S=1), {"T": "f16"})]  # f16: its own entries

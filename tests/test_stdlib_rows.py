@@ -310,12 +310,12 @@ def _chosen():
     return sorted(out.items())
 
 
-def _ptxas(file, kernel, cfg, tmp_path):
+def _ptxas(file, kernel, cfg, tmp_path, dt="bf16"):
     from tilex.pipeline import Options
     from tilex.translate import translate
 
-    src = L.kernel_path(file).read_text()
-    cu = translate(src, f"{file}.tile", Options(defines=cfg, kernel=kernel, arch="sm_90a")).cuda
+    src = L.source(file)
+    cu = translate(src, f"{file}.tile", Options(defines={"T": dt, **cfg}, kernel=kernel, arch="sm_90a")).cuda
     path = tmp_path / f"k{abs(hash(tuple(cfg.items())))}.cu"
     path.write_text(cu)
     r = subprocess.run(["nvcc", "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas", "-v", str(path),
@@ -364,17 +364,7 @@ def _wide_dtype_pieces():
 def test_pieces_configs_build_without_spills_f16_f32(vid, spec, tmp_path, monkeypatch):
     """f16 and f32 take more registers than bf16 (fused_add_rms_norm_k2 at K = 9: 246), still no spills."""
     dt, file, kernel, cfg = spec
-    real = L.kernel_path
-
-    class _Specialized:  # kernel_path(file).read_text() with the dtype placeholder set
-        def __init__(self, p):
-            self.p = p
-
-        def read_text(self, **kw):
-            return L.specialize(self.p.read_text(**kw), {"T": dt})
-
-    monkeypatch.setattr(L, "kernel_path", lambda name: _Specialized(real(name)))
-    spills, regs, log = _ptxas(file, kernel, cfg, tmp_path)
+    spills, regs, log = _ptxas(file, kernel, cfg, tmp_path, dt)
     assert spills == 0 and regs <= 255, log[-2000:]
 
 

@@ -78,13 +78,12 @@ def test_streamed_into_registers(src, tile):
 
 
 def test_attention_prefill_streams_k_and_v():
-    src = L.source("attention_prefill", ())
+    src = L.source("attention_prefill")
     loops, cuda = _loops(src, D=128)
     assert [[t.name for t in f.stream] for f in loops] == [["kt", "vt"], ["kt", "vt"]]
     # both products read their right operand where the loop put it: nothing is staged for them
     assert "stage [" not in cuda
-    f32 = L.source("attention_prefill", (("T", "f32"),))
-    loops, _ = _loops(f32, D=64)
+    loops, _ = _loops(src, D=64, T="f32")
     assert all(f.stream == () for f in loops)  # cp.async streaming is for 2-byte operands (ldmatrix)
 
 
@@ -206,7 +205,7 @@ def test_gather_not_streamed_when_an_index_is_loop_carried():
 
 
 def test_attention_decode_streams_gathered_k_and_v():
-    src = L.source("attention_decode", ())
+    src = L.source("attention_decode")
     loops, cuda = _loops(src, GP=16, BN=64, D=128)
     split = [f for f in loops if f.stream]
     assert [[t.name for t in f.stream] for f in split] == [["kt", "vt"]]
@@ -265,14 +264,14 @@ def test_ring_that_does_not_fit_gets_fewer_stages():
     tiles do not fit with its other shared memory on sm_80 (163 KB), so the ring gets 2; a ring of
     tiles read into registers that does not fit even with 2 stages is not streamed (the loads go
     through registers as before)."""
-    t = translate(L.source("attention_prefill", ()), "a.tile", Options(arch="sm_80", defines=dict(STAGES=3)))
+    t = translate(L.source("attention_prefill"), "a.tile", Options(arch="sm_80", defines=dict(STAGES=3)))
     fs = [f for k in t.program.kernels for f in loops(k)]
     assert {s.stages for f in fs for s in f.stream} == {2}
     assert "pipeline(stages=3, 2 used: the ring did not fit)" in t.cuda
-    t90 = translate(L.source("attention_prefill", ()), "a.tile", Options(arch="sm_90a", defines=dict(STAGES=3)))
+    t90 = translate(L.source("attention_prefill"), "a.tile", Options(arch="sm_90a", defines=dict(STAGES=3)))
     assert {s.stages for k in t90.program.kernels for f in loops(k) for s in f.stream} == {3}
     # fused_add_rms_norm streams two [1, 16384] tiles: 2 x 2 x 32 KB > 99 KB on sm_89
-    src = L.source("fused_add_rms_norm", ())
+    src = L.source("fused_add_rms_norm")
     big = dict(BLOCK=16384, WARPS=32)
     t89 = translate(src, "f.tile", Options(arch="sm_89", kernel="fused_add_rms_norm", defines=big))
     assert all(f.stream == () for k in t89.program.kernels for f in loops(k))
@@ -303,7 +302,7 @@ def test_explain_lists_streamed_loops():
     t = translate(ROWS.replace("stages = 2", "stages = 3"), "g.tile", Options())
     (loop,) = explain(t.program)[0]["streamed_loops"]
     assert loop["tiles"] == ["t"] and loop["into_registers"] == ["t"] and loop["stages"] == loop["asked"] == 3
-    t = translate(L.source("attention_prefill", ()), "a.tile", Options(arch="sm_80", defines=dict(STAGES=3)))
+    t = translate(L.source("attention_prefill"), "a.tile", Options(arch="sm_80", defines=dict(STAGES=3)))
     loops = explain(t.program)[0]["streamed_loops"]
     assert [(x["tiles"], x["stages"], x["asked"], x["into_registers"]) for x in loops] == [(["kt", "vt"], 2, 3, [])] * 2
 
@@ -370,7 +369,7 @@ def test_in_place_load_after_a_store_is_not_streamed():
 
 def test_rope_inplace_streams_its_heads():
     """rope_inplace rotates rows h : h + HB of q (k) in place; the next heads load while these rotate."""
-    src = L.source("rope", ())
+    src = L.source("rope")
     t = translate(src, "rope.tile", Options(kernel="rope_inplace", defines=dict(HB=8, HALFB=64, WARPS=2)))
     loops_ = [f for k in t.program.kernels for f in loops(k)]
     assert [[s.name for s in f.stream] for f in loops_] == [["a", "b"], ["a", "b"]]

@@ -19,7 +19,7 @@ from tilex.spec import KernelSpec, ParamSpec, TmaMap
 from tilex.stdlib import _launch as L
 from tilex.translate import translate
 
-PREFILL = L.source("attention_prefill", ())
+PREFILL = L.source("attention_prefill")
 
 # k's row pitch is N elements: TMA needs it provably a multiple of 16 bytes (`where N % 8 == 0`)
 TOY = """
@@ -144,7 +144,7 @@ def test_other_targets_keep_cp_async(arch):
 
 
 def test_gathered_decode_keeps_cp_async():
-    t = translate(L.source("attention_decode", ()), "attention_decode.tile", Options(arch="sm_90a"))
+    t = translate(L.source("attention_decode"), "attention_decode.tile", Options(arch="sm_90a"))
     assert "tilex_tma_box" not in t.cuda and "tilex_mbar" not in t.cuda
 
 

@@ -15,7 +15,7 @@ from tilex.pipeline import Options
 from tilex.stdlib import _launch as L
 from tilex.translate import translate
 
-PREFILL = L.source("attention_prefill", ())
+PREFILL = L.source("attention_prefill")
 
 # q resident, k read both as `k.T` (K-major B) and `k` (N-major B) from one swizzled ring
 TOY = """
@@ -119,7 +119,7 @@ def test_a_loop_with_products_in_an_inner_loop_stays_on_mma_sync():
 
 
 def test_f32_attention_has_no_tensor_core_products():
-    fs, _, _ = _compile(L.source("attention_prefill", (("T", "f32"),)), D=64)
+    fs, _, _ = _compile(L.source("attention_prefill"), D=64, T="f32")
     assert all(f.mma is None for f in fs)
 
 
@@ -147,7 +147,7 @@ def test_choose_mma_gives_mma_sync_for_what_the_memory_passes_find(change, why):
 
 @pytest.mark.parametrize("src, defines", [
     (PREFILL, dict(D=128)), (PREFILL, dict(D=64, BN=128)), (PREFILL, dict(D=128, BM=64, WARPS=4)),
-    (L.source("attention_prefill_gqa", ()), {}),
+    (L.source("attention_prefill_gqa"), {}),
     (TOY, {}), (TOY.replace("        s = qt @ kt.T\n", "        s = (qt.to(f32) * 2.0).to(bf16) @ kt.T\n"), {}),
     (TOY.replace("        acc = acc + s.to(bf16) @ kt\n", "        acc = acc + s.to(bf16) @ kt\n        o[0, 0] = sum(kt.to(f32))\n"), {}),
 ])

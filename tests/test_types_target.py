@@ -64,9 +64,10 @@ def test_launch_specs_carry_enum_kinds_and_dtypes():
     assert spec.params[0].kind == ParamKind.TENSOR
 
 
-def test_f8e5m2_is_read_but_not_supported_yet():
-    with pytest.raises(CompileError, match="dtype f8e5m2 is not supported yet"):
-        compile_program("kernel k(x: f8e5m2[N], y: out f32[N]) grid (1,) {\n y[0 : 16] = x[0 : 16].to(f32)\n}\n")
+def test_f64_is_read_but_not_supported_yet():
+    compile_program("kernel k(x: f8e5m2[N], y: out f32[N]) grid (1,) {\n y[0 : 16] = x[0 : 16].to(f32)\n}\n")
+    with pytest.raises(CompileError, match="dtype f64 is not supported yet"):
+        compile_program("kernel k(x: f64[N], y: out f32[N]) grid (1,) {\n y[0 : 16] = x[0 : 16].to(f32)\n}\n")
 
 
 def test_builtin_kinds_and_reductions():
@@ -100,23 +101,24 @@ def test_kernel_parameter_facts():
     assert set(PARAM_DTYPES) == SUPPORTED == {d for d, i in DTYPES.items() if i.param}
     for d in PARAM_DTYPES:
         c = getattr(ctypes, d.info.scalar_arg)
-        # narrow floats are passed as float (the kernel rounds); the others at their own width
-        assert ctypes.sizeof(c) == (4 if d.is_float else d.itemsize)
+        # narrow floats are passed as float (the kernel rounds), narrow ints as int; the others at their own width
+        assert ctypes.sizeof(c) == (4 if d.is_float or d.is_narrow_int else d.itemsize)  # narrow ones as int
 
 
 def test_the_runtime_tables_are_the_hand_written_ones():
     """The tables of runtime/args, runtime/plan and stdlib/_launch, now read from DTYPES, have the values
     they were written with."""
     from tilex.runtime import args, plan
-    from tilex.stdlib import _launch
-
-    assert args._NUMPY_NAMES == _launch._DTYPE_NAMES == ("f16", "bf16", "f32", "i32", "i64", "bool", "f8e4m3")
+    narrow = ("i8", "u8", "i16", "u16")
+    assert args._NUMPY_NAMES == ("f16", "bf16", "f32", "i32", "i64", "bool", "f8e4m3", *narrow, "f8e5m2")
     assert args._TORCH_NAMES == {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32",
                                  "i32": "torch.int32", "i64": "torch.int64", "bool": "torch.bool",
-                                 "f8e4m3": "torch.float8_e4m3fn"}
+                                 "f8e4m3": "torch.float8_e4m3fn", "i8": "torch.int8", "u8": "torch.uint8",
+                                 "i16": "torch.int16", "u16": "torch.uint16", "f8e5m2": "torch.float8_e5m2"}
     assert plan._SCALAR_CTYPES == {"f32": ctypes.c_float, "f16": ctypes.c_float, "bf16": ctypes.c_float,
                                    "f8e4m3": ctypes.c_float, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
-                                   "bool": ctypes.c_bool}
+                                   "bool": ctypes.c_bool, **{n: ctypes.c_int32 for n in narrow},
+                                   "f8e5m2": ctypes.c_float}
     assert args.numpy_dtype("bf16") == numpy_dtype(DType.BF16) and args.numpy_dtype("i64") == np.dtype(np.int64)
 
 

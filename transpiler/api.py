@@ -1,6 +1,7 @@
 """`tilex.compile`: translate a .tile file (or source text) and get launchable kernels."""
 from __future__ import annotations
 
+from .dtype_params import free_dtype_params
 from .pipeline import Options
 from .source import read_source
 from .targets import DEFAULT_ARCH, resolve_arch, target
@@ -19,6 +20,8 @@ class Module:
     `tilex.compile` passes) one whose translation wants facts `where` does not give, is a
     `tilex.specialize.Specializer`: each call picks the configuration for the sizes' bucket and
     the variant compiled with the launch facts the arguments satisfy (each translated and built once).
+    A kernel whose dtype parameters (`<T: dtype = bf16>`) `defines` does not set is a
+    `tilex.dtype_binding.DtypeBinder`: each call runs the translation for its arrays' dtypes.
     """
 
     def __init__(self, translation: Translation, arch: str | None = None, cache_dir=None,
@@ -44,6 +47,11 @@ class Module:
 
             base = Kernel(self.specs[name], self.cuda, arch=self._arch, cache_dir=self._cache_dir)
             k = self.translation.program.kernel(name)
+            if free_dtype_params(k, self.defines):  # <T: dtype = ...> not given: bound from each call's arrays
+                from .dtype_binding import DtypeBinder
+
+                self._kernels[name] = DtypeBinder(self, name, base)
+                return self._kernels[name]
             auto = any(c.auto and c.name not in self.defines for c in k.cparams)
             wants = bool(getattr(k.facts, "wanted", None))
             if auto or (self.specialize and wants):
@@ -79,6 +87,9 @@ class Module:
         if name not in self.specs:
             raise LaunchError(f"no kernel named '{name}' (this module has: {', '.join(self.specs)})")
 
+        k = self.translation.program.kernel(name)
+        if free_dtype_params(k, self.defines):  # the specialization for these arrays' dtypes
+            return self.kernel(name).module_for(args, kwargs).interp(name, *args, **kwargs)
         return launch(self.translation.program, name, *args, **kwargs)
 
 
@@ -93,12 +104,13 @@ def compile(path_or_source: str, arch: str | None = None, cache_dir=None, **defi
 
 
 def tuned_defines(path_or_source: str, kernel: str, shapes: dict, arch: str | None = None,
-                  cache_dir=None) -> dict:
+                  cache_dir=None, dtypes: dict | None = None) -> dict:
     """The compile-time parameters `tilex tune` stored for `kernel` of this .tile file (path or
     source text) at the shape bucket of `shapes` (every symbol, e.g. {"M": 16, "N": 13824,
     "K": 5120}) on `arch` (default: the current GPU's); {} when nothing was tuned (or there is
     no GPU to name the arch). Wrappers merge it under explicit defines:
-    `tilex.compile(path, **{**tilex.tuned_defines(path, "linear", shapes), **user_defines})`."""
+    `tilex.compile(path, **{**tilex.tuned_defines(path, "linear", shapes), **user_defines})`. `dtypes`: the
+    kernel's dtype parameters where they are not the defaults (`{"T": "f16"}`): each dtype is tuned on its own."""
     from .tune import best
 
     if arch is None:
@@ -108,4 +120,4 @@ def tuned_defines(path_or_source: str, kernel: str, shapes: dict, arch: str | No
             arch = default_arch()
         except Exception:  # no CuPy or no GPU: nothing tuned applies
             return {}
-    return best(path_or_source, kernel, shapes, arch, cache_dir=cache_dir) or {}
+    return best(path_or_source, kernel, shapes, arch, cache_dir=cache_dir, dtypes=dtypes) or {}

@@ -33,6 +33,9 @@ class BinOpKind(Enum):
     OR = "or"
     BITAND = "&"
     BITOR = "|"
+    BITXOR = "^"
+    SHL = "<<"  # `<<` and `>>` on ints; `>>` is arithmetic for signed ints
+    SHR = ">>"
     MAX = "max"  # only from `max=` augmented assignment
     MIN = "min"
 
@@ -51,6 +54,7 @@ _COMPARES = {BinOpKind.EQ, BinOpKind.NE, BinOpKind.LT, BinOpKind.LE, BinOpKind.G
 class UnaryOpKind(Enum):
     NEG = "-"
     NOT = "not"
+    INVERT = "~"  # bitwise not of an int
 
 
 class NameKind(Enum):
@@ -301,6 +305,7 @@ class CParamKind(StrEnum):
     BOOL = "bool"
     WARPS = "warps"  # warps per block (a power of two, 1 to 32)
     MIN_BLOCKS = "min_blocks"  # resident blocks per SM asked of ptxas (__launch_bounds__), 0: none
+    DTYPE = "dtype"  # a dtype (`<T: dtype = bf16>`): usable wherever a dtype is written, never as a value
 
     @property
     def value_kind(self) -> "CParamKind":
@@ -315,7 +320,7 @@ class CParam:
 
     name: str
     kind: CParamKind | str  # a CParamKind; the parser keeps any other name as written (resolve_names reports it)
-    default: int | float | bool | None
+    default: int | float | bool | DType | None
     span: Span = NO_SPAN
     auto: bool = False  # chosen by tilex (tilex.autoconfig) unless defined
     space: tuple | None = None  # the declared candidates of `in (...)`; None: implied by the role (`= auto`)
@@ -323,9 +328,10 @@ class CParam:
 
 @dataclass(frozen=True)
 class TypeExpr:
-    dtype: DType
+    dtype: DType | None  # None until resolve_names when written as a dtype parameter
     dims: tuple[Expr, ...] | None  # None: a scalar
     span: Span = NO_SPAN
+    param: str | None = None  # the dtype parameter written (`x: T[M, N]`), kept for the runtime's binding
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from .autoconfig_model import (  # noqa: F401  (the model's names, read as autoc
     DRAM_BW, REGS_SM, SMS, Estimate, Work, estimate, program_work)
 from .autoconfig_space import IMPLIED, auto_params, bucket_of, declared_space, model_bucket, role  # noqa: F401
 from .diagnostics import CompileError
+from .dtype_params import changed_dtypes
 
 NOMINAL_SIZE = 4096  # the size of every symbol when no shapes are known (`tilex translate`, module.cuda)
 
@@ -123,7 +124,7 @@ def choose(source: str, file: str, kernel: str, shapes: Mapping[str, int], arch:
     space = {n: tuple(v) for n, v in (dict(given) if given is not None else declared_space(kdecl)).items()
              if n not in fixed}
     if tuned and space:
-        stored = _tuned(source, kernel, shapes, arch, cache_dir)
+        stored = _tuned(source, kernel, shapes, arch, cache_dir, changed_dtypes(kdecl, fixed))
         if stored is not None and set(space) <= set(stored):
             choice = Choice(kernel, dict(shapes), bucket, arch, {n: stored[n] for n in space}, "tuned", [], space)
             return _remember(key, choice)
@@ -192,11 +193,11 @@ def _evaluate(source, file, kernel, defines, cfg, bucket, arch, assume, src_dige
     return Candidate(cfg, "ok", "", est)
 
 
-def _tuned(source, kernel, shapes, arch, cache_dir):
+def _tuned(source, kernel, shapes, arch, cache_dir, dtypes=None):
     try:
         from .tune import best
 
-        return best(source, kernel, shapes, arch, cache_dir=cache_dir)
+        return best(source, kernel, shapes, arch, cache_dir=cache_dir, dtypes=dtypes)
     except Exception:  # an unreadable store never stops a launch (it warns)
         return None
 

@@ -130,7 +130,7 @@ FILE_ARG = typer.Argument(..., metavar="FILE", help="The .tile source file.", sh
 DEFINE_OPT = typer.Option(
     None, "-D", "--define", metavar="NAME=VALUE",
     help="Set a compile-time parameter, e.g. -D BLOCK=512 (repeatable). "
-         "VALUE is an int, a float, or True/False.")
+         "VALUE is an int, a float, True/False, or a dtype (-D T=f16) for a dtype parameter.")
 KERNEL_OPT = typer.Option(None, "--kernel", "-k", metavar="NAME",
                           help="Only this kernel of the file.")
 ARG_OPT = typer.Option(

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 from . import ast as A
 from .exprs import unparse, unparse_stmt
 from .spec import ParamKind
-from .types import TyWhat
+from .types import DType, TyWhat
 
 __all__ = ["dump_ir", "explain", "has_matmul", "has_product", "walk_exprs", "walk_stmts"]
 
@@ -105,8 +105,13 @@ def _param_text(p: A.Param) -> str:
     return text
 
 
+def _value_text(v) -> str:
+    """A compile-time parameter's value as written: 256, True, bf16 (a dtype parameter's)."""
+    return str(v) if isinstance(v, DType) else repr(v)
+
+
 def _cparam_text(c: A.CParam) -> str:
-    return f"{c.name}: {c.kind}" + ("" if c.default is None else f" = {c.default!r}")
+    return f"{c.name}: {c.kind}" + ("" if c.default is None else f" = {_value_text(c.default)}")
 
 
 def _stmt_head(s: A.Stmt) -> str:
@@ -142,7 +147,7 @@ def dump_ir(program: A.Program) -> str:
         cps = f"<{', '.join(_cparam_text(c) for c in k.cparams)}>" if k.cparams else ""
         out.append(f"kernel {k.name}{cps}    # {k.span.file}:{k.span.line}")
         if k.defines:
-            out.append("  defines: " + ", ".join(f"{n} = {v!r}" for n, v in k.defines))
+            out.append("  defines: " + ", ".join(f"{n} = {_value_text(v)}" for n, v in k.defines))
         if k.symbols:
             out.append("  symbols: " + ", ".join(k.symbols))
         for p in k.params:

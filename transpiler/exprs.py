@@ -12,7 +12,7 @@ from . import ast as A
 
 _PREC = {
     "or": 1, "and": 2, "not": 3, "==": 4, "!=": 4, "<": 4, "<=": 4, ">": 4, ">=": 4,
-    "|": 5, "&": 6, "+": 7, "-": 7, "*": 8, "/": 8, "//": 8, "%": 8, "@": 8, "neg": 9, "**": 10,
+    "|": 5, "^": 5.5, "&": 6, "<<": 6.5, ">>": 6.5, "+": 7, "-": 7, "*": 8, "/": 8, "//": 8, "%": 8, "@": 8, "neg": 9, "**": 10,
 }
 
 
@@ -88,7 +88,7 @@ def _unparse(e, ctx: int) -> str:
         if e.op is A.UnaryOpKind.NOT:
             s = f"not {_unparse(e.operand, 3)}"
             return f"({s})" if 3 < ctx else s
-        return f"-{_unparse(e.operand, 9)}"
+        return f"{'~' if e.op is A.UnaryOpKind.INVERT else '-'}{_unparse(e.operand, 9)}"
     if isinstance(e, A.Call):
         parts = [unparse(a) for a in e.args] + [f"{k}={unparse(v)}" for k, v in e.kwargs]
         return f"{e.func}({', '.join(parts)})"
@@ -171,6 +171,8 @@ def fold(e: A.Expr):
         v = fold(e.operand)
         if v is None:
             return None
+        if e.op is A.UnaryOpKind.INVERT:
+            return ~v if isinstance(v, int) and not isinstance(v, bool) else None
         return (not v) if e.op is A.UnaryOpKind.NOT else -v
     if isinstance(e, A.BinOp):
         a, b = fold(e.lhs), fold(e.rhs)
@@ -208,6 +210,7 @@ _PY_BINOPS = {
     A.BinOpKind.OR: lambda a, b: a or b,
     A.BinOpKind.MAX: max,
     A.BinOpKind.MIN: min,
+    A.BinOpKind.BITXOR: lambda a, b: a ^ b,
 }
 
 
@@ -220,7 +223,8 @@ def to_python(e: A.Expr) -> str:
             return f"{op}({to_python(e.lhs)}, {to_python(e.rhs)})"
         return f"({to_python(e.lhs)} {op} {to_python(e.rhs)})"
     if isinstance(e, A.UnaryOp):
-        return f"(not {to_python(e.operand)})" if e.op is A.UnaryOpKind.NOT else f"(-{to_python(e.operand)})"
+        op = {A.UnaryOpKind.NOT: "not ", A.UnaryOpKind.INVERT: "~"}.get(e.op, "-")
+        return f"({op}{to_python(e.operand)})"
     if isinstance(e, A.Call):
         return f"{e.func}({', '.join(to_python(a) for a in e.args)})"
     return unparse(e)
@@ -236,7 +240,8 @@ def to_c(e: A.Expr) -> str:
             return f"tilex_{'floordiv' if e.op is A.BinOpKind.FLOORDIV else 'mod'}({to_c(e.lhs)}, {to_c(e.rhs)})"
         return f"({to_c(e.lhs)} {ops.get(e.op.value, e.op.value)} {to_c(e.rhs)})"
     if isinstance(e, A.UnaryOp):
-        return f"(!{to_c(e.operand)})" if e.op is A.UnaryOpKind.NOT else f"(-{to_c(e.operand)})"
+        op = {A.UnaryOpKind.NOT: "!", A.UnaryOpKind.INVERT: "~"}.get(e.op, "-")
+        return f"({op}{to_c(e.operand)})"
     if isinstance(e, A.Call):
         return f"tilex_{e.func}({', '.join(to_c(a) for a in e.args)})"
     if isinstance(e, A.IntLit):

@@ -18,11 +18,13 @@ from .runtime.args import eval_expr, expr_symbols
 from .spec import KernelSpec, ParamKind, ParamSpec
 from .types import DType, numpy_dtype
 
+DTYPE_NAMES = frozenset(d.value for d in DType)  # `-D T=f16`: a dtype parameter's value
+
 SYMBOL_MAX = 2**31 - 1  # shape symbols are i32 in generated kernels
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # relative tolerance of a compared output, by dtype; 0 means exact
-TOLERANCE = {"bf16": 1e-2, "f16": 1e-2, "f8e4m3": 1e-2, "f32": 1e-5, "f64": 1e-5}
+TOLERANCE = {"bf16": 1e-2, "f16": 1e-2, "f8e4m3": 1e-2, "f8e5m2": 1e-2, "f32": 1e-5, "f64": 1e-5}
 
 
 class InputError(TilexError):
@@ -39,9 +41,11 @@ def split_assignment(text: str, option: str) -> tuple[str, str]:
     return name, value
 
 
-def parse_literal(text: str) -> int | float | bool:
-    """An int, a float, or True/False (as `-D` values are written)."""
+def parse_literal(text: str) -> int | float | bool | str:
+    """An int, a float, True/False, or a dtype name (for a dtype parameter: `-D T=f16`), as `-D` values are written."""
     t = text.strip()
+    if t in DTYPE_NAMES:
+        return t
     if t in ("True", "true"):
         return True
     if t in ("False", "false"):
@@ -55,7 +59,7 @@ def parse_literal(text: str) -> int | float | bool:
     try:
         return float(t)
     except ValueError:
-        raise InputError(f"{text!r} is not an int, a float or True/False") from None
+        raise InputError(f"{text!r} is not an int, a float, True/False or a dtype") from None
 
 
 def parse_defines(items: Sequence[str]) -> dict[str, int | float | bool]:

@@ -198,6 +198,8 @@ class _Interp:
         if e.op is A.UnaryOpKind.NOT:
             return np.logical_not(self.ev(e.operand))
         dt = e.ty.dtype
+        if e.op is A.UnaryOpKind.INVERT:
+            return np.invert(self.ev_as(e.operand, dt))
         return cast(np.negative(self.ev_as(e.operand, dt.compute)), dt)
 
     def e_call(self, c: A.Call):

@@ -21,7 +21,7 @@ for _dt in DType:
         pass
 _FROM_NP: dict[np.dtype, DType] = {v: k for k, v in NP_DTYPES.items()}
 _F32 = np.dtype(np.float32)
-_F8_MAX = np.float32(448.0)  # the largest finite f8e4m3 value
+_F8_MAX = {DType.F8E4M3: np.float32(448.0), DType.F8E5M2: np.float32(57344.0)}  # the largest finite values
 
 
 class InterpError(TilexError, RuntimeError):
@@ -77,8 +77,8 @@ def cast(v, dt: DType):
         if src.is_float and src.compute is not src:
             v = v.astype(_F32)
         return v != 0
-    if dt is DType.F8E4M3:  # via f32, saturating like PTX cvt.rn.satfinite (NaN stays NaN)
-        return np.clip(v.astype(_F32), -_F8_MAX, _F8_MAX).astype(npdt)
+    if dt in _F8_MAX:  # via f32, saturating like PTX cvt.rn.satfinite (NaN stays NaN)
+        return np.clip(v.astype(_F32), -_F8_MAX[dt], _F8_MAX[dt]).astype(npdt)
     return v.astype(npdt)
 
 
@@ -130,11 +130,29 @@ def arith(op: B, a, b, dt: DType):
         return np.bitwise_and(a, b)
     if op is B.BITOR:
         return np.bitwise_or(a, b)
+    if op is B.BITXOR:
+        return np.bitwise_xor(a, b)
+    if op is B.SHL or op is B.SHR:
+        return shift(op, a, b)
     if op is B.MAX:
         return np.fmax(a, b)
     if op is B.MIN:
         return np.fmin(a, b)
     raise InterpError(f"internal error: unknown operator {op.value}")
+
+
+def shift(op: B, a, b):
+    """a << b, a >> b on i32/i64 (two's complement; `>>` arithmetic). A shift amount outside [0, width) shifts
+    every bit out: `<<` gives 0, `>>` the sign (0 or -1); the generated CUDA does the same (tilex_bits.cuh)."""
+    a, b = np.asarray(a), np.asarray(b)
+    bits = a.dtype.itemsize * 8
+    ok = (b >= 0) & (b < bits)
+    s = np.where(ok, b, 0).astype(a.dtype)
+    if op is B.SHL:
+        r = np.where(ok, np.left_shift(a, s), np.zeros_like(a))
+    else:
+        r = np.where(ok, np.right_shift(a, s), np.right_shift(a, bits - 1))
+    return r.astype(a.dtype)[()]
 
 
 COMPARE = {B.EQ: np.equal, B.NE: np.not_equal, B.LT: np.less, B.LE: np.less_equal,

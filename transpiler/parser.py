@@ -234,6 +234,13 @@ class _ToAst(Transformer):
         return A.CParam(str(name), _cparam_kind(kind), default, self._span(meta))
 
     @v_args(meta=True)
+    def cparam_dtype(self, meta, ch):  # <T: dtype = bf16>: the default is a dtype name
+        return A.CParam(str(ch[0]), _cparam_kind(ch[1]), ch[2], self._span(meta))
+
+    def cparam_dtype_default(self, ch):
+        return DType(str(ch[0]))
+
+    @v_args(meta=True)
     def cparam_auto(self, meta, ch):
         return A.CParam(str(ch[0]), _cparam_kind(ch[1]), None, self._span(meta), auto=True)
 
@@ -277,6 +284,11 @@ class _ToAst(Transformer):
     def type_expr(self, meta, ch):
         dims = tuple(ch[1]) if len(ch) > 1 else None
         return A.TypeExpr(DType(str(ch[0])), dims, self._span(meta))
+
+    @v_args(meta=True)
+    def type_expr_param(self, meta, ch):  # x: T[M, N] with T a dtype parameter (resolve_names sets the dtype)
+        dims = tuple(ch[1]) if len(ch) > 1 else None
+        return A.TypeExpr(None, dims, self._span(meta), param=str(ch[0]))
 
     def dims(self, ch):
         return list(ch)
@@ -407,6 +419,18 @@ class _ToAst(Transformer):
     @v_args(meta=True)
     def bitand(self, meta, ch):
         return self._bin(meta, A.BinOpKind.BITAND, ch[0], ch[1])
+
+    @v_args(meta=True)
+    def bitxor(self, meta, ch):
+        return self._bin(meta, A.BinOpKind.BITXOR, ch[0], ch[1])
+
+    @v_args(meta=True)
+    def shift_op(self, meta, ch):
+        return self._bin(meta, A.BinOpKind(str(ch[1])), ch[0], ch[2])
+
+    @v_args(meta=True)
+    def invert(self, meta, ch):
+        return A.UnaryOp(A.UnaryOpKind.INVERT, ch[0], self._span(meta))
 
     @v_args(meta=True)
     def binop(self, meta, ch):

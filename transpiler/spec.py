@@ -58,6 +58,8 @@ TMA_DATA_TYPE: dict[DType, tuple[str, int]] = {
     DType.F16: ("CU_TENSOR_MAP_DATA_TYPE_FLOAT16", 6),
     DType.F32: ("CU_TENSOR_MAP_DATA_TYPE_FLOAT32", 7),
     DType.BF16: ("CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", 9),
+    DType.F8E4M3: ("CU_TENSOR_MAP_DATA_TYPE_UINT8", 0),  # fp8: TMA moves bytes
+    DType.F8E5M2: ("CU_TENSOR_MAP_DATA_TYPE_UINT8", 0),
 }
 
 

@@ -181,7 +181,10 @@ class Specializer:
 
         m = self.module
         source = m.translation.program.source
-        stored = AC._tuned(source, self.name, sizes, m.arch_for_choice, m.cache_dir)
+        from .dtype_params import changed_dtypes
+
+        stored = AC._tuned(source, self.name, sizes, m.arch_for_choice, m.cache_dir,
+                           changed_dtypes(m.translation.program.kernel(self.name), m.defines))
         if stored is not None and set(self.auto) <= set(stored):
             return {n: stored[n] for n in self.auto}
         choice = AC.choose(source, m.translation.program.file, self.name, sizes, m.arch_for_choice, m.defines,

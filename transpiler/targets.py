@@ -97,3 +97,5 @@ MATMUL_PAD = 8
 
 # tensor cores: mma.sync (sm_80 on), wgmma + TMA (sm_90a only), on 2-byte floats with f32 accumulators
 TENSOR_CORE_DTYPES = (DType.BF16, DType.F16)
+# fp8 operands of a main loop: wgmma only (m64nNk32.f32.e4m3.e4m3, both operands K-major), no mma.sync path
+WGMMA_ONLY_DTYPES = (DType.F8E4M3, DType.F8E5M2)

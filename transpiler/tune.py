@@ -296,7 +296,12 @@ def tune(path_or_source: str | os.PathLike, kernel: str | None, shapes: Mapping[
                   "tilex_version": __version__, "toolkit": toolkit(), "facts": [list(f) for f in (facts or ())],
                   "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
         try:
-            st.put(store_key(result.source_sha256, kernel, result.shapes, arch), record)
+            from .dtype_params import changed_dtypes
+            from .tune_store import tuned_kernel
+
+            dtypes = changed_dtypes(kdecl, fixed)  # their values are in the key, not the record's defines
+            record["defines"] = {n: v for n, v in record["defines"].items() if n not in dtypes}
+            st.put(store_key(result.source_sha256, tuned_kernel(kernel, dtypes), result.shapes, arch), record)
             result.stored = str(st.path)
         except OSError as e:
             _warn(f"tilex cache: cannot write {st.path} ({e}); the tuned configuration was not stored")

@@ -36,6 +36,12 @@ def toolkit() -> str:
         return "none"
 
 
+def tuned_kernel(kernel: str, dtypes: Mapping[str, str] | None = None) -> str:
+    """A kernel's name in the store: with the dtype parameters it was tuned at where they are not the defaults
+    (`linear<T=f16>`; `dtype_binding.changed_dtypes`), so that each dtype of one source has its own entries."""
+    return kernel if not dtypes else f"{kernel}<{', '.join(f'{k}={v}' for k, v in sorted(dtypes.items()))}>"
+
+
 def store_key(source_digest: str, kernel: str, shapes: Mapping[str, int], arch: str,
               toolkit_id: str | None = None) -> str:
     """`KERNEL|SHA256|BUCKET|ARCH|TOOLKIT`, e.g. `matmul|3f2a...|K=8192,M=4096,N=16384|sm_90a|nvrtc-13.0`
@@ -188,9 +194,10 @@ _MAX_FOUND = 4096
 
 
 def best(path_or_source: str, kernel: str, shapes: Mapping[str, int], arch: str,
-         cache_dir: str | os.PathLike | None = None) -> dict | None:
+         cache_dir: str | os.PathLike | None = None, dtypes: Mapping[str, str] | None = None) -> dict | None:
     """The stored best compile-time parameters for `kernel` of this source at the bucket of
-    `shapes` (every symbol of the kernel) on `arch`, or None when it was not tuned.
+    `shapes` (every symbol of the kernel) on `arch`, or None when it was not tuned. `dtypes`: the dtype
+    parameters the kernel is compiled with where they differ from their defaults (`tuned_kernel`).
 
     Cheap enough for wrappers to ask on every call: one `os.stat` of the store (plus one of
     the source when given a path); the file is read again only when it changed."""
@@ -209,6 +216,7 @@ def best(path_or_source: str, kernel: str, shapes: Mapping[str, int], arch: str,
         _FOUND.clear()
         _LOADED[memo] = entries
     digest = _digest_of(path_or_source)
+    kernel = tuned_kernel(kernel, dtypes)
     found_key = (digest, kernel, tuple(shapes.items()), arch)
     if found_key in _FOUND:
         defines = _FOUND[found_key]

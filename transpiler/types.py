@@ -38,6 +38,7 @@ class DType(StrEnum):
     I32 = "i32"
     I64 = "i64"
     U8 = "u8"
+    U16 = "u16"
     BOOL = "bool"
     F8E4M3 = "f8e4m3"
     F8E5M2 = "f8e5m2"
@@ -67,9 +68,25 @@ class DType(StrEnum):
         return self.info.ctype
 
     @property
+    def is_narrow_int(self) -> bool:
+        """i8, u8, i16, u16: storage types; arithmetic on them is done in i32 (`widened`)."""
+        return self.info.kind is DTypeKind.INT and self.info.bits < 32
+
+    @property
+    def int_range(self) -> tuple[int, int]:
+        """(smallest, largest) value of an int dtype."""
+        bits = self.info.bits
+        return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if self.info.signed else (0, (1 << bits) - 1)
+
+    @property
+    def widened(self) -> "DType":
+        """The dtype of arithmetic on this dtype: C's integer promotion, narrow ints compute (and give) i32."""
+        return DType.I32 if self.is_narrow_int else self
+
+    @property
     def compute(self) -> "DType":
         """The dtype arithmetic is done in: narrow floats compute in f32, then round."""
-        return DType.F32 if self in (DType.F16, DType.BF16, DType.F8E4M3) else self
+        return DType.F32 if self in (DType.F16, DType.BF16, DType.F8E4M3, DType.F8E5M2) else self
 
 
 @dataclass(frozen=True)
@@ -103,13 +120,14 @@ def _d(dt, kind, bits, ctype, reg, numpy, torch, rank, signed, scalar_arg=None):
 _F, _I, _B = DTypeKind.FLOAT, DTypeKind.INT, DTypeKind.BOOL
 DTYPES: dict[DType, DTypeInfo] = dict([
     _d(DType.BOOL, _B, 8, "bool", "bool", "bool", "bool", 0, False, "c_bool"),
-    _d(DType.U8, _I, 8, "unsigned char", "int", "uint8", "uint8", 1, False),
-    _d(DType.I8, _I, 8, "signed char", "int", "int8", "int8", 1, True),
-    _d(DType.I16, _I, 16, "short", "int", "int16", "int16", 2, True),
+    _d(DType.U8, _I, 8, "unsigned char", "int", "uint8", "uint8", 1, False, "c_int32"),
+    _d(DType.I8, _I, 8, "signed char", "int", "int8", "int8", 1, True, "c_int32"),
+    _d(DType.U16, _I, 16, "unsigned short", "int", "uint16", "uint16", 2, False, "c_int32"),
+    _d(DType.I16, _I, 16, "short", "int", "int16", "int16", 2, True, "c_int32"),
     _d(DType.I32, _I, 32, "int", "int", "int32", "int32", 3, True, "c_int32"),
     _d(DType.I64, _I, 64, "long long", "long long", "int64", "int64", 4, True, "c_int64"),
     _d(DType.F8E4M3, _F, 8, "tilex_fp8e4m3", "float", "float8_e4m3fn", "float8_e4m3fn", 0, True, "c_float"),
-    _d(DType.F8E5M2, _F, 8, "tilex_fp8e5m2", "float", "float8_e5m2", "float8_e5m2", 0, True),
+    _d(DType.F8E5M2, _F, 8, "tilex_fp8e5m2", "float", "float8_e5m2", "float8_e5m2", 0, True, "c_float"),
     _d(DType.F16, _F, 16, "tilex_f16", "float", "float16", "float16", 1, True, "c_float"),
     _d(DType.BF16, _F, 16, "tilex_bf16", "float", "bfloat16", "bfloat16", 1, True, "c_float"),
     _d(DType.F32, _F, 32, "float", "float", "float32", "float32", 2, True, "c_float"),
@@ -117,7 +135,8 @@ DTYPES: dict[DType, DTypeInfo] = dict([
 ])
 
 # the dtypes a kernel parameter may have, in the order the runtime lists them
-PARAM_DTYPES: tuple[DType, ...] = (DType.F16, DType.BF16, DType.F32, DType.I32, DType.I64, DType.BOOL, DType.F8E4M3)
+PARAM_DTYPES: tuple[DType, ...] = (DType.F16, DType.BF16, DType.F32, DType.I32, DType.I64, DType.BOOL, DType.F8E4M3,
+                                   DType.I8, DType.U8, DType.I16, DType.U16, DType.F8E5M2)
 assert {d for d in PARAM_DTYPES} == {d for d, i in DTYPES.items() if i.param}
 
 # dtypes a kernel may use in this version (parsing accepts more, so the error is precise)
@@ -144,7 +163,8 @@ def promote(a: DType, b: DType) -> DType:
     """Result dtype of a binary arithmetic op on two tiles/scalars of dtypes a and b.
 
     float beats int beats bool; within floats the wider wins, and two different 16-bit
-    floats (f16 with bf16) meet in f32. Within ints the wider wins.
+    floats (f16 with bf16) meet in f32. Within ints the wider wins; a signed and an unsigned int meet in the
+    narrowest signed int that holds both (u8 with i8 is i16, u16 with i16 is i32).
     """
     if a == b:
         return a
@@ -152,8 +172,13 @@ def promote(a: DType, b: DType) -> DType:
     order = {DTypeKind.BOOL: 0, DTypeKind.INT: 1, DTypeKind.FLOAT: 2}
     if order[ka] != order[kb]:
         return a if order[ka] > order[kb] else b
-    if a.info.rank == b.info.rank:  # f16 vs bf16, i8 vs u8
-        return DType.F32 if ka is DTypeKind.FLOAT else DType.I16
+    if ka is DTypeKind.INT and a.info.signed != b.info.signed:  # the signed int that holds both: u8 + i8 is i16
+        u, sg = (a, b) if not a.info.signed else (b, a)
+        if sg.info.bits > u.info.bits:
+            return sg
+        return next(d for d, i in DTYPES.items() if i.kind is DTypeKind.INT and i.signed and i.bits == 2 * u.info.bits)
+    if a.info.rank == b.info.rank:  # f16 vs bf16
+        return DType.F32
     return a if a.info.rank > b.info.rank else b
 
 

@@ -20,26 +20,30 @@ from .emit import Emitter, reg
 from .env import helper as _helper, template
 
 # helper files in the order they must appear (later ones use earlier ones)
-HELPER_ORDER = ["tilex_types.cuh", "tilex_fp8.cuh", "tilex_math.cuh", "tilex_reduce.cuh", "tilex_scan.cuh", "tilex_mem.cuh",
-                "tilex_atomic.cuh", "tilex_mma.cuh", "tilex_shift.cuh", "tilex_gather.cuh", "tilex_stream.cuh", "tilex_sm90.cuh",
+HELPER_ORDER = ["tilex_types.cuh", "tilex_fp8.cuh", "tilex_bits.cuh", "tilex_math.cuh", "tilex_reduce.cuh", "tilex_scan.cuh",
+                "tilex_mem.cuh", "tilex_atomic.cuh", "tilex_mma.cuh", "tilex_shift.cuh", "tilex_gather.cuh", "tilex_stream.cuh", "tilex_sm90.cuh",
                 "tilex_tma.cuh"]
 
 
-def _uses_fp8(k: A.Kernel) -> bool:
-    """Whether anything in `k` is f8e4m3: a parameter, or a value made in the body (`.to(f8e4m3)`,
-    `full(f8e4m3[...], v)`), which reaches the IR only through a dtype or tile-type literal."""
-    if any(p.type.dtype == DType.F8E4M3 for p in k.params):
-        return True
+# the helper file a dtype's storage needs, for the dtypes that have one
+DTYPE_HELPERS = {DType.F8E4M3: "tilex_fp8.cuh", DType.F8E5M2: "tilex_fp8.cuh", DType.I8: "tilex_bits.cuh",
+                 DType.U8: "tilex_bits.cuh", DType.I16: "tilex_bits.cuh", DType.U16: "tilex_bits.cuh"}
+
+
+def _dtype_helpers(k: A.Kernel) -> set[str]:
+    """The helper files of the dtypes `k` uses: its parameters', and those of values made in the body
+    (`.to(f8e4m3)`, `full(u8[...], v)`), which reach the IR only through a dtype or tile-type literal."""
+    found = {DTYPE_HELPERS[p.type.dtype] for p in k.params if p.type.dtype in DTYPE_HELPERS}
     todo = [k.body]
     while todo:  # iterative: deeply nested bodies must not exhaust the stack
         n = todo.pop()
-        if isinstance(n, (A.DTypeLit, A.TileTypeExpr)) and n.dtype == DType.F8E4M3:
-            return True
+        if isinstance(n, (A.DTypeLit, A.TileTypeExpr)) and n.dtype in DTYPE_HELPERS:
+            found.add(DTYPE_HELPERS[n.dtype])
         if isinstance(n, (tuple, list)):
             todo.extend(n)
         elif isinstance(n, (A.Expr, A.Stmt, A.Block)):
             todo.extend(getattr(n, f.name) for f in dataclasses.fields(n))
-    return False
+    return found
 
 
 def _param_decl(p: A.Param) -> str:
@@ -74,8 +78,7 @@ def generate(program: A.Program, options, specs: dict, host: bool = False) -> tu
         em.body()
         helpers |= em.helpers
         functions.update(em.functions)
-        if _uses_fp8(k):
-            helpers.add("tilex_fp8.cuh")
+        helpers |= _dtype_helpers(k)
         params = [_kernel_param_decl(p) for p in k.params] + [f"const int {s}" for s in k.symbols] \
             + [f"const __grid_constant__ tilex_tmap {m.param}" for m in em.tma_maps]
         defines = ", ".join(f"{n}={v}" for n, v in k.defines)

@@ -10,7 +10,8 @@ B = A.BinOpKind
 
 # register (compute) C type per dtype
 REG = {d: d.info.reg for d in DType}  # types.DTYPES
-ROUND = {DType.BF16: "tilex_round_bf16", DType.F16: "tilex_round_f16", DType.F8E4M3: "tilex_round_fp8e4m3"}
+ROUND = {DType.BF16: "tilex_round_bf16", DType.F16: "tilex_round_f16", DType.F8E4M3: "tilex_round_fp8e4m3",
+         DType.F8E5M2: "tilex_round_fp8e5m2"}
 
 
 def rounded_scalar(p: A.Param) -> bool:
@@ -18,7 +19,8 @@ def rounded_scalar(p: A.Param) -> bool:
     kernel rounds to the dtype on entry, as the interpreter does when the launch binds it."""
     return p.type.dims is None and DType(p.type.dtype) in ROUND
 C_BINOP = {B.ADD: "+", B.SUB: "-", B.MUL: "*", B.EQ: "==", B.NE: "!=", B.LT: "<", B.LE: "<=", B.GT: ">", B.GE: ">=",
-           B.AND: "&&", B.OR: "||", B.BITAND: "&", B.BITOR: "|"}
+           B.AND: "&&", B.OR: "||", B.BITAND: "&", B.BITOR: "|",
+           B.BITXOR: "^"}
 
 
 def reg(dt: DType) -> str:

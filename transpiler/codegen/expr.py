@@ -35,7 +35,7 @@ class ExprEmitter:
 
     # ---- conversions
     def cast(self, expr: str, src: DType, dst: DType) -> str:
-        if src == dst or reg(src) == reg(dst) and dst not in ROUND and src not in ROUND:
+        if src == dst or reg(src) == reg(dst) and dst not in ROUND and src not in ROUND and not dst.is_narrow_int:
             return expr
         if dst in ROUND:
             if src == dst:
@@ -43,6 +43,12 @@ class ExprEmitter:
             return f"{ROUND[dst]}((float)({expr}))"
         if dst is DType.BOOL:
             return f"(({expr}) != 0)"
+        if dst.is_narrow_int:  # from an int: wraps (two's complement); from a float: saturates (NaN gives 0)
+            if src.is_float:
+                self.out.need("tilex_math.cuh")
+                lo, hi = dst.int_range
+                return f"tilex_imin<int>(tilex_imax<int>(tilex_f2i({expr}), {lo}), {hi})"
+            return f"((int)({dst.ctype})({expr}))"
         if dst.is_int and src.is_float:
             self.out.need("tilex_math.cuh")
             return f"tilex_f2ll({expr})" if dst is DType.I64 else f"tilex_f2i({expr})"
@@ -170,6 +176,9 @@ class ExprEmitter:
                 expr = f"tilex_w{WRAPPING[e.op]}<{reg(cdt)}>({a}, {b})"
             elif e.op in C_BINOP:
                 expr = f"({a} {C_BINOP[e.op]} {b})"
+            elif e.op in (B.SHL, B.SHR):
+                need("tilex_bits.cuh")
+                expr = f"tilex_{'shl' if e.op is B.SHL else 'shr'}({a}, {b})"
             elif e.op is B.DIV:
                 expr = f"({a} / {b})"
             elif e.op in (B.FLOORDIV, B.MOD) and cdt in (DType.I32, DType.I64) and _power_of_two(e.rhs):
@@ -193,6 +202,8 @@ class ExprEmitter:
             x = sub(e.operand)
             if e.op is A.UnaryOpKind.NOT:
                 return f"(!{x})"
+            if e.op is A.UnaryOpKind.INVERT:
+                return f"(~{self.cast(x, e.operand.ty.dtype, cdt)})"
             if cdt in (DType.I32, DType.I64):
                 need("tilex_math.cuh")
                 return f"tilex_wneg<{reg(cdt)}>({self.cast(x, e.operand.ty.dtype, cdt)})"

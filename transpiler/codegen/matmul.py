@@ -13,14 +13,16 @@ from __future__ import annotations
 from .. import ast as A
 from ..exprs import unparse_stmt
 from ..passes.plan_tma import main_box
-from ..passes.plan_matmul import SWIZZLE_ELEMS, MatmulPlan, has_tile, mma_stage
+from ..passes.plan_matmul import MatmulPlan, has_tile, mma_stage, swizzle_elems
 from ..types import DType, MmaStrategy
 from .c import storage
 from .context import KernelFacts, Scope
 from .env import macros, template
 from .writer import Writer
 
-PTX_TYPE = {DType.BF16: "bf16", DType.F16: "f16"}
+PTX_TYPE = {DType.BF16: "bf16", DType.F16: "f16", DType.F8E4M3: "e4m3", DType.F8E5M2: "e5m2"}
+# K of one wgmma instruction per operand dtype: 32 bytes of K either way (k16 of bf16/f16, k32 of fp8)
+WGMMA_K = {DType.BF16: 16, DType.F16: 16, DType.F8E4M3: 32, DType.F8E5M2: 32}
 PRODUCER_REGS = 40
 REGISTER_FILE = 65536
 
@@ -68,14 +70,15 @@ def wgmma_wrapper(n: int, dt, tnsp_b: bool, parts: int = 1, a_regs: bool = False
     one accumulator array per product, whose registers are the consecutive column blocks of the result.
     """
     assert parts == 1 or not a_regs
-    name = (f"wgmma_m64n{n}k16_{PTX_TYPE[dt]}{'_rs' if a_regs else ''}_{'mn' if tnsp_b else 'k'}"
+    k = WGMMA_K[dt]
+    name = (f"wgmma_m64n{n}k{k}_{PTX_TYPE[dt]}{'_rs' if a_regs else ''}_{'mn' if tnsp_b else 'k'}"
             + (f"_x{parts}" if parts > 1 else ""))
     regs = n // 2
     per = regs // parts
     arrays = ["d"] if parts == 1 else [f"d{j}" for j in range(parts)]
     outs = [[f"{arrays[j // per]}[{j % per}]" for j in range(i, min(regs, i + 8))] for i in range(0, regs, 8)]
     params = ", ".join(f"float (&{a})[{per}]" for a in arrays)
-    text = macros("wgmma_fn.j2").wgmma_fn(name, params, n, PTX_TYPE[dt], regs, outs, tnsp_b, a_regs)
+    text = macros("wgmma_fn.j2").wgmma_fn(name, params, n, PTX_TYPE[dt], regs, outs, tnsp_b, a_regs, k)
     return name, str(text)
 
 
@@ -119,20 +122,22 @@ def render_mma(em, s, plan: MatmulPlan) -> dict:
 def render_wgmma(em, s, plan: MatmulPlan) -> dict:
     a = plan.products[0].a
     bm, bn, bk = plan.bm, plan.bn, plan.bk
+    item = plan.dtype.itemsize  # bytes an element: 2 (bf16/f16), 1 (fp8); a 128-byte row holds `swz` of them
+    swz = swizzle_elems(plan.dtype)
     boxes, products = [], []
 
     def box(op, rows: int, offset: int, inner: str, outer: str) -> dict:
         """One TMA box of `rows` rows of 64 columns at (inner, outer) of operand `op`'s matrix, `offset` bytes
         into the stage: a 2-D copy, or for a batched operand an N-D one with the batch coordinates."""
-        return dict(offset=offset, map=em.facts.tma_map(op.tensor, rows, main_box(op, rows)),
+        return dict(offset=offset, map=em.facts.tma_map(op.tensor, rows, main_box(op, rows, swz)),
                     coords=main_coords(em, op, inner, outer), fn="tilex_tma_box" if op.batch else "tilex_tma_load_2d")
 
     def k_boxes(op, rows: int, base: int, chunk: int) -> None:
         """TMA boxes of a k-major [rows, bk] operand tile: one per 64-column chunk, `chunk` bytes apart."""
-        for c in range(bk // SWIZZLE_ELEMS):
-            boxes.append(box(op, rows, base + c * chunk, _plus(em.expr.scalar(op.k), c * SWIZZLE_ELEMS), em.expr.scalar(op.rows)))
+        for c in range(bk // swz):
+            boxes.append(box(op, rows, base + c * chunk, _plus(em.expr.scalar(op.k), c * swz), em.expr.scalar(op.rows)))
     k_boxes(a, bm, 0, bm * 128)
-    offset = bm * bk * 2
+    offset = bm * bk * item
     # products sharing a whose k-major B tiles fit side by side in one wgmma (n <= 256) are issued as one
     # m64n(G*bn)k16: their B tiles interleave per 64-column chunk, so one descriptor spans them, and A is
     # read from shared memory once instead of G times (the gated MLP: g and u from one x tile)
@@ -146,22 +151,24 @@ def render_wgmma(em, s, plan: MatmulPlan) -> dict:
         em.out.functions[name] = text
         products.append(dict(acc=", ".join(p.acc for p in plan.products), kmajor=True, offset=offset, fn=name,
                              chunk=chunk))
-        offset += group * bn * bk * 2
+        offset += group * bn * bk * item
     for p in ([] if merged else plan.products):
         b = p.b
         if b.kmajor:
             k_boxes(b, bn, offset, bn * 128)
         else:
-            for q in range(bn // SWIZZLE_ELEMS):
-                boxes.append(box(b, bk, offset + q * bk * 128, _plus(em.expr.scalar(b.rows), q * SWIZZLE_ELEMS), em.expr.scalar(b.k)))
+            for q in range(bn // swz):
+                boxes.append(box(b, bk, offset + q * bk * 128, _plus(em.expr.scalar(b.rows), q * swz), em.expr.scalar(b.k)))
         name, text = wgmma_wrapper(bn, plan.dtype, not b.kmajor)
         em.out.functions[name] = text
         products.append(dict(acc=p.acc, kmajor=b.kmajor, offset=offset, fn=name, chunk=bn * 128))
-        offset += bn * bk * 2
+        offset += bn * bk * item
     em.out.need("tilex_sm90.cuh")
     if any(op.batch for p in plan.products for op in (p.a, p.b)):
         em.out.need("tilex_tma.cuh")  # tilex_tma_box: the N-D copies of batched operands
-    return dict(text=_text(s), stages=plan.stages, bm=bm, bn=bn, bk=bk, consumers=plan.consumers,
+    # bk2: the tile's K in 2-byte units, what the consumer's k loop steps through 16 at a time (32 bytes: one
+    # k16 wgmma of bf16/f16, one k32 of fp8)
+    return dict(text=_text(s), stages=plan.stages, bm=bm, bn=bn, bk=bk, bk2=bk * item // 2, consumers=plan.consumers,
                 stage_bytes=offset, boxes=boxes, products=products, group=group, merged=merged, var=s.var,
                 start=em.expr.scalar(s.start), stop=em.expr.scalar(s.stop), step=em.expr.scalar(s.step),
                 producer_regs=PRODUCER_REGS, consumer_regs=consumer_regs(plan.consumers))

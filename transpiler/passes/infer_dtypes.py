@@ -25,7 +25,7 @@ B = A.BinOpKind
 
 # dtypes the hardware has only from some compute capability on: the fp8 conversions
 # (cvt.*.e4m3x2) need sm_89 (Ada) or later (`Target.fp8`)
-MIN_SM = {DType.F8E4M3: FP8_MIN_CC}
+MIN_SM = {DType.F8E4M3: FP8_MIN_CC, DType.F8E5M2: FP8_MIN_CC}
 
 
 def infer_dtypes(program: A.Program, tgt: Target | None = None) -> A.Program:
@@ -35,7 +35,7 @@ def infer_dtypes(program: A.Program, tgt: Target | None = None) -> A.Program:
 
 def _too_old(dt: DType, tgt: Target) -> bool:
     """Whether `tgt` lacks `dt` (the archs it cannot read are taken to have it)."""
-    return dt is DType.F8E4M3 and not tgt.fp8
+    return dt in MIN_SM and not tgt.fp8
 
 
 def _dtype(name: str) -> DType:
@@ -158,13 +158,18 @@ class _Dtypes(Rewriter):
                 if side.ty.dtype is not DType.BOOL:
                     fail(f"'{op.value}' needs bool operands, got {side.ty.dtype}")
             return replace(e, ty=_v(DType.BOOL))
-        if op in (B.BITAND, B.BITOR):
+        if op in (B.BITAND, B.BITOR, B.BITXOR):
             if da.is_float or db.is_float:
                 fail(f"'{op.value}' needs bool or integer operands, got {da} and {db}")
-            return replace(e, ty=_v(operand_dtype(lhs, rhs)))
+            return replace(e, ty=_v(operand_dtype(lhs, rhs).widened))
+        if op in (B.SHL, B.SHR):  # the left operand's dtype, as C (the shift amount does not widen it)
+            if not (da.is_int and db.is_int):
+                fail(f"'{op.value}' needs integer operands, got {da} and {db}")
+            dt = DType.I32 if _weak(lhs) and da is DType.I32 else da
+            return replace(e, ty=_v(dt.widened))
         if op in (B.FLOORDIV, B.MOD) and (da.is_float or db.is_float) and op is B.FLOORDIV:
             fail(f"'//' is integer division; got {da} and {db} (use / for floats)")
-        dt = operand_dtype(lhs, rhs)
+        dt = operand_dtype(lhs, rhs).widened  # narrow ints compute in i32 (C's integer promotion)
         if dt is DType.BOOL:
             dt = DType.I32
         if op is B.DIV and not dt.is_float:
@@ -177,9 +182,13 @@ class _Dtypes(Rewriter):
             if x.ty.dtype is not DType.BOOL:
                 fail(f"'not' needs a bool, got {x.ty.dtype}")
             return replace(e, operand=x, ty=_v(DType.BOOL))
+        if e.op is A.UnaryOpKind.INVERT:
+            if not x.ty.dtype.is_int:
+                fail(f"'~' needs an integer, got {x.ty.dtype}" + ("; use 'not'" if x.ty.dtype is DType.BOOL else ""))
+            return replace(e, operand=x, ty=_v(x.ty.dtype.widened))
         if x.ty.dtype is DType.BOOL:
             fail("cannot negate a bool; use 'not'")
-        return replace(e, operand=x, ty=_v(x.ty.dtype))
+        return replace(e, operand=x, ty=_v(x.ty.dtype.widened))
 
     # ---- calls
     def visit_Call(self, c):
@@ -210,7 +219,7 @@ class _Dtypes(Rewriter):
             dt = args[0].ty.dtype
             return replace(c, ty=_v(dt if dt.is_float else DType.F32))
         if kind is K.ABS:
-            return replace(c, ty=_v(args[0].ty.dtype))
+            return replace(c, ty=_v(args[0].ty.dtype.widened))
         if kind is K.MINMAX and len(args) == 2:
             return replace(c, ty=_v(operand_dtype(args[0], args[1])))
         if kind in (K.MINMAX, K.REDUCE):

@@ -41,11 +41,16 @@ from .. import ast as A
 from ..diagnostics import CompileError
 from ..exprs import mentions, unparse, unparse_stmt
 from ..launch_params import requested_launch
-from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, WGMMA_ARCHS, smem_limit
+from ..targets import MATMUL_PAD, MMA_ARCHS, TENSOR_CORE_DTYPES, WGMMA_ARCHS, WGMMA_ONLY_DTYPES, smem_limit
 from ..types import DType, MmaStrategy, TyWhat
 from .base import Rewriter, Walker, names_in, stored_tensors
 
 SWIZZLE_ELEMS = 64  # a 128-byte swizzled TMA box row of 2-byte elements
+
+
+def swizzle_elems(dt: DType) -> int:
+    """Elements in a 128-byte swizzled TMA box row: 64 of a 2-byte dtype, 128 of fp8."""
+    return 128 // dt.itemsize
 MAX_RANK = 5  # a batched operand's tensor map has one dim per tensor axis: TMA takes at most 5
 
 
@@ -188,8 +193,8 @@ class _Planner(Rewriter):
                 return f"the batch index '{unparse(i)}' of '{text}' moves with the loop variable '{var}'"
             if has_tile(i):
                 return f"the batch index '{unparse(i)}' of '{text}' is not a scalar"
-        if e.ty.dtype not in TENSOR_CORE_DTYPES:
-            return f"'{text}' is {e.ty.dtype} (tensor cores multiply bf16/f16)"
+        if e.ty.dtype not in TENSOR_CORE_DTYPES + WGMMA_ONLY_DTYPES:
+            return f"'{text}' is {e.ty.dtype} (tensor cores multiply bf16/f16, and f8e4m3 with wgmma)"
         # the (row, k) order of the tile as the product reads it
         if a_side:  # a tile is [rows, k]: k is the second item unless the tile is transposed
             rows, kk = (second, first) if transposed else (first, second)
@@ -226,6 +231,10 @@ class _Planner(Rewriter):
         warps = requested_launch(self.k).warps
         warps = warps if isinstance(warps, int) else None
         why = self.wgmma_obstacle(s, products, bm, bn, bk)
+        if dt in WGMMA_ONLY_DTYPES and why is None and not all(p.b.kmajor for p in products):
+            why = f"{dt} wgmma reads both operands K-major: the right operand must be an [N, K] tensor's tile, .T"
+        if dt in WGMMA_ONLY_DTYPES and why is not None:
+            return f"{dt} products run on tensor cores only as wgmma (sm_90a): {why}"
         if why is None:
             per_stage = (bm * bk + len(products) * bn * bk) * dt.itemsize
 
@@ -272,8 +281,9 @@ class _Planner(Rewriter):
             return why
         if bm % 64 or bm > 256:
             return "wgmma needs BM a multiple of 64, at most 256"
-        if bk % SWIZZLE_ELEMS:
-            return f"TMA tiles need BK a multiple of {SWIZZLE_ELEMS}"
+        swz = swizzle_elems(DType(self.tensors[products[0].a.tensor].type.dtype))
+        if bk % swz:
+            return f"TMA tiles need BK a multiple of {swz}"
         if len(products) * bn > 256 or bn % 16:
             return "wgmma takes at most 256 accumulator columns per warpgroup (BN x products), a multiple of 16"
         for p in products:

@@ -19,7 +19,7 @@ from ..exprs import unparse
 from ..spec import TmaMap
 from ..types import DType, MmaStrategy
 from .base import Walker
-from .plan_matmul import SWIZZLE_ELEMS
+from .plan_matmul import swizzle_elems
 
 
 def plan_tma(program: A.Program) -> A.Program:
@@ -100,16 +100,18 @@ def kernel_tma_maps(k: A.Kernel) -> tuple[TmaMap, ...]:
     """The TMA descriptors kernel `k`'s wgmma loops read, in parameter order (one per tensor and box): per
     wgmma main loop its A operand's and each product's B operand's, per TMA-filled ring one N-D map per tile."""
     found: list[tuple[str, int, tuple]] = []
+    dtypes = {p.name: DType(p.type.dtype) for p in k.params}
 
     class _Find(Walker):
         def on_For(self, s):
             if s.plan is not None and s.plan.strategy == MmaStrategy.WGMMA:
                 p = s.plan
                 a = p.products[0].a
-                found.append((a.tensor, p.bm, main_box(a, p.bm)))
+                cols = swizzle_elems(p.dtype)
+                found.append((a.tensor, p.bm, main_box(a, p.bm, cols)))
                 for prod in p.products:
                     rows = p.bn if prod.b.kmajor else p.bk
-                    found.append((prod.b.tensor, rows, main_box(prod.b, rows)))
+                    found.append((prod.b.tensor, rows, main_box(prod.b, rows, cols)))
             for t in getattr(s, "stream", ()) or ():  # a streamed loop's TMA-filled ring: an N-D map per tile
                 if t.tma_box:
                     value = next(st.value for st in s.body.stmts if isinstance(st, A.Assign) and st.name == t.name)
@@ -117,10 +119,11 @@ def kernel_tma_maps(k: A.Kernel) -> tuple[TmaMap, ...]:
 
     _Find().walk(k.body)
     unique = list(dict.fromkeys(found))
-    return tuple(TmaMap(f"tx_map{i}", t, rows, SWIZZLE_ELEMS, box) for i, (t, rows, box) in enumerate(unique))
+    return tuple(TmaMap(f"tx_map{i}", t, rows, swizzle_elems(dtypes[t]), box) for i, (t, rows, box) in enumerate(unique))
 
 
-def main_box(op, rows: int) -> tuple:
+def main_box(op, rows: int, cols: int = 64) -> tuple:
     """The box of a main-loop operand's N-D tensor map, innermost first: () for a rank-2 tensor (its 2-D map
-    of [rows, 64] boxes), else [64, rows] on the last two axes and 1 on each batch axis."""
-    return (SWIZZLE_ELEMS, rows) + (1,) * len(op.batch) if op.batch else ()
+    of [rows, cols] boxes; cols: a 128-byte row, 64 elements of bf16/f16, 128 of fp8), else [cols, rows] on
+    the last two axes and 1 on each batch axis."""
+    return (cols, rows) + (1,) * len(op.batch) if op.batch else ()

@@ -16,10 +16,11 @@ import re
 from dataclasses import replace
 
 from .. import ast as A
-from ..builtins import ATOMICS, FUNCTIONS
+from ..builtins import ATOMICS, FUNCTIONS, BuiltinKind
 from ..cuda_names import identifier_reason, reserved_reason
 from ..diagnostics import CompileError, Span
 from ..parser import I64_MAX, I64_MIN, int_literal
+from ..types import DType
 from .base import Rewriter, fail
 
 CONSTANTS = {"inf": math.inf, "nan": math.nan, "pi": math.pi}
@@ -51,6 +52,8 @@ _KINDS = tuple(K)
 def _coerce(kind: A.CParamKind | str, value, cp: A.CParam):
     shown = kind
     kind = K(kind).value_kind if kind in _KINDS else kind
+    if kind == K.DTYPE:
+        return _coerce_dtype(value, cp)
     try:
         if kind == K.INT:
             if isinstance(value, bool):  # -D BLOCK=True is not an int
@@ -79,8 +82,19 @@ def _coerce(kind: A.CParamKind | str, value, cp: A.CParam):
             return bool(value)
     except (ValueError, TypeError, OverflowError):
         raise CompileError(f"compile-time parameter '{cp.name}' is {shown}, got {value!r}", cp.span) from None
-    raise CompileError(f"compile-time parameter '{cp.name}' has unknown type '{kind}' (use int, float or bool, "
+    raise CompileError(f"compile-time parameter '{cp.name}' has unknown type '{kind}' (use int, float, bool or dtype, "
                        "or warps or min_blocks for a launch parameter)", cp.span)
+
+
+def _coerce_dtype(value, cp: A.CParam) -> DType:
+    """A dtype parameter's value: a DType or its name ("f16"); infer_dtypes checks that the dtype is supported."""
+    if isinstance(value, str):
+        try:
+            return DType(value.strip())
+        except ValueError:
+            pass
+    raise CompileError(f"compile-time parameter '{cp.name}' is a dtype, got {value!r}", cp.span,
+                       (f"one of {', '.join(d.value for d in DType)}",))
 
 
 def check_space(cp: A.CParam) -> None:
@@ -143,6 +157,9 @@ def _resolve_kernel(k: A.Kernel, defines: dict, source: str) -> A.Kernel:
         if cp.name in consts:
             raise CompileError(f"compile-time parameter '{cp.name}' is declared twice", cp.span)
         if cp.auto:
+            if cp.kind == K.DTYPE:
+                raise CompileError(f"dtype parameter '{cp.name}' cannot be left to tilex (`= auto`, `in (...)`): "
+                                   "give it a default, or let the runtime bind it from the arguments", cp.span)
             check_space(cp)
         value = defines.get(cp.name, cp.default)
         if value is None and cp.auto:
@@ -167,10 +184,13 @@ def _resolve_kernel(k: A.Kernel, defines: dict, source: str) -> A.Kernel:
                 f"rename the parameter",))
         if p.name in kinds or p.name in consts:
             raise CompileError(f"parameter '{p.name}' is declared twice", p.span)
+        ptype = _param_type(p.type, consts)
         dims = p.type.dims
         if dims is not None:
             new_dims = []
             for d in dims:
+                if isinstance(d, A.Name) and isinstance(consts.get(d.id), DType):
+                    raise CompileError(f"'{d.id}' is a dtype parameter and cannot name a dimension", d.span)
                 if isinstance(d, A.Name) and d.id in consts:
                     d = _literal(consts[d.id], d.span)
                 if isinstance(d, A.Name):
@@ -200,7 +220,7 @@ def _resolve_kernel(k: A.Kernel, defines: dict, source: str) -> A.Kernel:
             raise CompileError(f"the default of '{p.name}' must be a number or True/False", p.default.span)
         if p.is_out and dims is None:
             raise CompileError(f"output parameter '{p.name}' must be a tensor (scalars are passed by value)", p.span)
-        params.append(replace(p, type=replace(p.type, dims=dims)))
+        params.append(replace(p, type=replace(ptype, dims=dims)))
 
     r = _Resolver(consts, kinds, source)
     r.outs = {p.name for p in k.params if p.is_out}
@@ -211,6 +231,25 @@ def _resolve_kernel(k: A.Kernel, defines: dict, source: str) -> A.Kernel:
     body = r.block(k.body)
     used = tuple((cp.name, consts[cp.name]) for cp in k.cparams)
     return replace(k, params=tuple(params), where=where, grid=grid, body=body, defines=used, symbols=tuple(symbols))
+
+
+def _param_type(t: A.TypeExpr, consts: dict) -> A.TypeExpr:
+    """A parameter's type with its dtype parameter (`x: T[M, N]`) replaced by the dtype bound to it."""
+    if t.param is None:
+        return t
+    dt = consts.get(t.param)
+    if isinstance(dt, DType):
+        return replace(t, dtype=dt)
+    what = "a compile-time parameter that is not a dtype" if t.param in consts else "neither a dtype nor a dtype parameter"
+    raise CompileError(f"'{t.param}' is {what}", t.span, (
+        "declare a dtype parameter: kernel k<T: dtype = bf16>(x: T[N], ...)" if t.param not in consts
+        else f"declare it `{t.param}: dtype` to use it as a tensor's dtype",))
+
+
+def dtype_misuse(name: str, dt: DType) -> str:
+    """The message for a dtype parameter used as a value (the error corpus has it)."""
+    return (f"'{name}' is a dtype parameter (= {dt.value}); it stands where a dtype is written "
+            f"(x: {name}[N], .to({name}), zeros({name}[BLOCK])), not as a value")
 
 
 class _Resolver(Rewriter):
@@ -245,6 +284,8 @@ class _Resolver(Rewriter):
     # ---- names
     def visit_Name(self, n: A.Name) -> A.Expr:
         if n.id in self.consts:
+            if isinstance(self.consts[n.id], DType):
+                fail(dtype_misuse(n.id, self.consts[n.id]))
             return _literal(self.consts[n.id], n.span)
         kind = self.lookup(n.id)
         if kind is None:
@@ -276,7 +317,29 @@ class _Resolver(Rewriter):
         if c.func in ATOMICS:
             fail(f"{c.func}() is a statement: it updates the tensor and gives no value in this version",
                  f"write it on its own line: {c.func}(t[...], value)")
+        if c.args and c.func in FUNCTIONS and FUNCTIONS[c.func].kind is BuiltinKind.CTOR:
+            first = self.dtype_arg(c.args[0])
+            if first is not None:  # zeros(T[BLOCK]): a tile type of the dtype parameter
+                return replace(c, args=(first, *(self.visit(a) for a in c.args[1:])),
+                               kwargs=tuple((k, self.visit(v)) for k, v in c.kwargs))
         return self.generic(c)
+
+    def visit_Method(self, m: A.Method) -> A.Expr:
+        if m.name == "to" and len(m.args) == 1:
+            arg = self.dtype_arg(m.args[0])
+            if arg is not None:  # .to(T)
+                return replace(m, obj=self.visit(m.obj), args=(arg,), kwargs=tuple((k, self.visit(v)) for k, v in m.kwargs))
+        return self.generic(m)
+
+    def dtype_arg(self, e: A.Expr) -> A.Expr | None:
+        """`T` (a DTypeLit) or `T[dims]` (a TileTypeExpr) for a dtype parameter T where a dtype is written; else None."""
+        if isinstance(e, A.Name) and isinstance(self.consts.get(e.id), DType):
+            return A.DTypeLit(self.consts[e.id], e.span)
+        if isinstance(e, A.Index) and isinstance(e.base, A.Name) and isinstance(self.consts.get(e.base.id), DType):
+            if e.kwargs or any(isinstance(i, (A.Slice, A.NewAxis)) for i in e.items):
+                fail(f"a tile type's dimensions are integers: {e.base.id}[BLOCK, ...]")
+            return A.TileTypeExpr(self.consts[e.base.id], tuple(self.visit(i) for i in e.items), e.span)
+        return None
 
     # ---- statements
     def _bind(self, name: str, kind: A.NameKind, stmt) -> None:

@@ -98,8 +98,8 @@ def _model_config(kernel: str, dt: str, m: int, n: int, k: int, space: dict, tab
         if _MODEL:
             from ..autoconfig import choose
 
-            hit = choose(L.source("linear", (("T", dt),)), "linear.tile", kernel, dict(M=m, N=n, K=k),
-                         "sm_90a", space=space, tuned=False).defines
+            hit = choose(L.source("linear"), "linear.tile", kernel, dict(M=m, N=n, K=k),
+                         "sm_90a", defines=dict(T=dt), space=space, tuned=False).defines
         else:
             hit = table
         if len(_CHOSEN) >= _MAX_CHOSEN:
@@ -119,7 +119,8 @@ def _estimate_us(kernel: str, dt: str, shapes: dict, space: dict) -> tuple[dict,
     """(the model's tiles over `space`, its predicted microseconds) for `kernel` of linear.tile at `shapes`."""
     from ..autoconfig import choose
 
-    ch = choose(L.source("linear", (("T", dt),)), "linear.tile", kernel, shapes, "sm_90a", space=space, tuned=False)
+    ch = choose(L.source("linear"), "linear.tile", kernel, shapes, "sm_90a", defines=dict(T=dt), space=space,
+                tuned=False)
     return dict(ch.defines), ch.candidates[0].estimate.time_us
 
 
@@ -207,8 +208,9 @@ def _tuned(kernel: str, dt: str, m: int, n: int, k: int, default: dict, **sizes:
     try:
         from ..api import tuned_defines
 
-        # the tuned store is keyed by the compiled text (for bf16, the file as written; its digest is memoized)
-        got = tuned_defines(L.source("linear", (("T", dt),)), kernel, dict(M=m, N=n, K=k, **sizes))
+        # the tuned store is keyed by the file's text and the dtype parameters that are not the defaults
+        got = tuned_defines(L.source("linear"), kernel, dict(M=m, N=n, K=k, **sizes),
+                            dtypes=L.changed_dtypes("linear", kernel, T=dt))
     except Exception:  # no GPU, no store: the defaults
         got = {}
     if len(_TUNED) >= 4096:
