@@ -12,7 +12,8 @@ Options (torch.compile(..., options={...})):
   programs: list  every lowered Program is appended here (for tests and reports)
   memory: bool    track each Program's peak live bytes (Program.peak_bytes; memory.py)
   report: DIR     write DIR/graph_N.html per lowered graph (report.py), again after its first call
-  cuda_graphs: bool  capture static-shape CUDA calls in a CUDA graph and replay it (cudagraphs.py)
+  cuda_graphs: bool  capture static-shape CUDA calls in a CUDA graph and replay it (cudagraphs.py); an
+                  object with eligible/warm_up/capture instead of True replaces torch.cuda's graphs (tests)
   profile: bool   time every step (Step.seconds, Program.time_shares(); synchronizes on CUDA)
   arena: bool     (default True) intermediates in one lifetime-planned allocation per call (arena.py)
   verbose: bool   progress on stderr (the `tilex.backend` logger at INFO): lowering, kernel builds
@@ -101,7 +102,8 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
         if opts["cuda_graphs"]:
             from .cudagraphs import GraphRunner
 
-            prog.graph_runner = GraphRunner(prog, _static_inputs(), prog.mutated_inputs())
+            graphs = None if isinstance(opts["cuda_graphs"], bool) else opts["cuda_graphs"]
+            prog.graph_runner = GraphRunner(prog, _static_inputs(), prog.mutated_inputs(), graphs)
             return _boxed(prog.graph_runner)
         return _boxed(prog)
 

@@ -35,6 +35,7 @@ class Match:
     native: bool = False        # call takes torch tensors itself (CPU included): no NumPy conversion
     extra: list = field(default_factory=list)  # more nodes the kernel computes that others read: call then
     #                                            returns (root value, *their values)
+    decides: tuple = ()         # indices of the args whose values (not only shapes) `check` reads on the host
 
 
 def _stdlib():
@@ -280,7 +281,7 @@ def match_sdpa(node: Node):
             hit = decided[id(mask)] = (mask, _is_causal_mask(mask, q.shape[2], k.shape[2]))
         return hit[1]
 
-    return Match("attention_prefill", node, [q, k, v, mask], call, {sd, *k_chain, *v_chain}, check)
+    return Match("attention_prefill", node, [q, k, v, mask], call, {sd, *k_chain, *v_chain}, check, decides=(3,))
 
 
 def match_sdpa_masked(node: Node):

@@ -187,6 +187,13 @@ class Program:
         return {index[n.args[0]] for n in self.gm.graph.nodes
                 if n.op == "call_function" and n.target is aten.copy_.default and n.args[0] in index}
 
+    def host_decisions(self) -> list:
+        """Library steps whose check reads on the host a value that is not a folded constant (an input, or
+        computed from one): a CUDA graph would replay the verdict of the captured call (cudagraphs.py)."""
+        folded = {s.nodes[0] for s in self.steps if s.kind == "folded"}
+        return [s.label for s in self.steps if s.kind == "library" and s.match.check is not None and any(
+            isinstance(s.match.args[i], Node) and s.match.args[i] not in folded for i in s.match.decides)]
+
     def summary(self) -> str:
         counts: dict = {}
         for s in self.steps:
