@@ -98,9 +98,10 @@ DECODE_SOURCES = {
     "cache_write": lambda: cachegen.cache_write_source(torch.float32, torch.int64),
     "masked_attention": lambda: cachegen.masked_attention_source(torch.bfloat16, torch.float32),
     "masked_attention_bool": lambda: cachegen.masked_attention_source(torch.float32, torch.bool),
+    "copy_into": lambda: cachegen.copy_into_source(torch.int64, torch.int64),
 }
 DECODE_DEFINES = {"cache_write": {"BLOCK": 128}, "masked_attention": {"BN": 64, "DP": 128},
-                  "masked_attention_bool": {"BN": 64, "DP": 64}}
+                  "masked_attention_bool": {"BN": 64, "DP": 64}, "copy_into": {"BLOCK": 8}}
 
 
 @pytest.mark.parametrize("name", sorted(DECODE_SOURCES))

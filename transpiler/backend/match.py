@@ -28,6 +28,7 @@ class Match:
     extra: list = field(default_factory=list)  # more nodes the kernel computes that others read: call then
     #                                            returns (root value, *their values)
     decides: tuple = ()         # indices of the args whose values (not only shapes) `check` reads on the host
+    writes: int | None = None   # index of the arg the kernel writes in place and returns (no new memory)
 
 
 def _stdlib():

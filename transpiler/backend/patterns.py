@@ -17,15 +17,15 @@ from torch.fx import Node
 
 from .match import Match
 from .patterns_attention import match_sdpa, match_sdpa_masked
-from .patterns_cache import is_inplace_copy_back, match_cache_write
+from .patterns_cache import is_inplace_copy_back, match_cache_write, match_copy_back
 from .patterns_gemm import match_bmm, match_gated_mlp, match_linear, match_linear_add_rms_norm
 from .patterns_rows import match_argmax, match_embedding, match_layer_norm, match_rms_norm, match_softmax
 
 __all__ = ["Match", "MATCHERS", "find_matches", "is_inplace_copy_back"]
 
-MATCHERS = (match_gated_mlp, match_linear_add_rms_norm, match_rms_norm, match_sdpa, match_sdpa_masked, match_cache_write, match_layer_norm,
-            match_softmax,
-            match_embedding, match_argmax, match_linear, match_bmm)
+MATCHERS = (match_gated_mlp, match_linear_add_rms_norm, match_rms_norm, match_sdpa, match_sdpa_masked,
+            match_cache_write, match_copy_back, match_layer_norm, match_softmax, match_embedding, match_argmax,
+            match_linear, match_bmm)
 
 
 def _extras_computed(m: Match) -> bool:

@@ -6,6 +6,7 @@ Steps, in graph order:
   library    a Match (patterns.py): one tilex.stdlib kernel
   generated  a fusion group (fusion.py) emitted as a `.tile` kernel (tilegen.py)
   view       a metadata-only ATen op (no kernel) or host arithmetic on sizes
+  copy       a tensor moved to another device (_to_copy across devices): a memcpy, no kernel
   eager      anything else: torch eager, listed as a fallback (an error with strict=True)
 
 Values are dropped from the environment after their last use, so the allocator reuses their
@@ -51,7 +52,7 @@ class StrictError(RuntimeError):
 
 @dataclass
 class Step:
-    kind: str                     # folded | library | generated | view | eager
+    kind: str                     # folded | library | generated | view | copy | eager
     nodes: list                   # the graph nodes this step computes (the first is the root)
     match: Match | None = None
     kernel: GeneratedKernel | None = None
@@ -84,6 +85,16 @@ def _is_metadata(node: Node) -> bool:
     # host arithmetic on sizes (SymInt nodes): operator.mul, sym_float, ...
     return not isinstance(node.meta.get("val"), torch.Tensor) and getattr(node.target, "__module__", "") in (
         "_operator", "math", "torch.sym_float", "builtins")
+
+
+def _is_transfer(node: Node) -> bool:
+    """_to_copy of a tensor to another device (StaticCache's CPU counter moved to the GPU at its lazy
+    initialization): a memcpy, no kernel (a "copy" step)."""
+    if node.target is not aten._to_copy.default or not node.args or not isinstance(node.args[0], Node):
+        return False
+    src, val = node.args[0].meta.get("val"), node.meta.get("val")
+    return isinstance(src, torch.Tensor) and isinstance(val, torch.Tensor) and src.device != val.device and \
+        set(node.kwargs) <= {"dtype", "device", "layout", "pin_memory", "non_blocking"}
 
 
 def _folded_nodes(gm: GraphModule) -> set:
@@ -166,6 +177,8 @@ class Program:
                 steps.append(Step("view", [node], alias=True))
             elif _is_metadata(node):
                 steps.append(Step("view", [node]))
+            elif _is_transfer(node):
+                steps.append(Step("copy", [node]))
             else:
                 steps.append(Step("eager", [node]))
         # generated steps run at their last member's position: move each after its inputs' producers
@@ -311,7 +324,7 @@ class Program:
             env[node] = folded[node]
         elif step.alias:
             env[node] = env[node.args[0]]  # the cache was written in place by its cache_write step
-        elif step.kind in ("view", "eager"):
+        elif step.kind in ("view", "eager", "copy"):
             env[node] = _eager(node, env)
         elif step.kind == "library":
             m = step.match
@@ -471,6 +484,8 @@ def step_io(step: Step) -> memory.StepIO:
     (by its schema), and an op that writes an input in place says which."""
     if step.kind == "library":
         reads = tuple(a for a in step.match.args if isinstance(a, Node))
+        if step.match.writes is not None:  # written in place into an argument (a cache, a mutated input)
+            return memory.StepIO(reads, (step.match.root,), aliases=True, inplace=(step.match.args[step.match.writes],))
         if step.match.extra:  # a kernel with more outputs: their regions share one lifetime (Program._run)
             outs = (step.match.root, *step.match.extra)
             return memory.StepIO(reads, outs, placeable=outs, together=True)

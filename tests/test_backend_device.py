@@ -1,0 +1,157 @@
+"""Graphs of tensors on a device, lowered on CPU: Dynamo + AOTAutograd trace fake tensors on the `meta`
+device (like CUDA's graphs, a 0-d tensor there is device data, not a host scalar: HF StaticCache's
+`cumulative_length` counter), Program.lower lowers them, and the Program then runs on real CPU tensors
+through the interpreter. Checks that on a device the counter's arithmetic is a generated kernel, its
+write-back `copy_` the generated copy_into, the counter's move to the device a copy step, and that the
+tiny Llama/Qwen2 static-cache graphs keep no eager node (session 17's CUDA-only gaps)."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+
+import tilex.backend as B  # noqa: E402
+from tilex.backend.program import Program  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def lower_on_meta(fn, *make_args):
+    """Programs of `fn` traced with fake meta tensors (each of make_args() -> the call's arguments, in
+    FakeTensorMode), one per graph Dynamo compiles."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    progs = []
+
+    def fw(gm, inputs):
+        progs.append(Program.lower(gm))
+        return gm  # runs on the fake tensors
+    cf = torch.compile(fn, backend=aot_autograd(fw_compiler=fw, keep_inference_input_mutations=True,
+                                                decompositions=B._decompositions()))
+    fm = FakeTensorMode(allow_non_fake_inputs=True)
+    with torch.no_grad(), fm:
+        for make in make_args:
+            cf(*make(fm))
+    return progs
+
+
+def _fake(fm, t: torch.Tensor) -> torch.Tensor:
+    return fm.fake_tensor_converter.from_meta_and_device(fm, t.to("meta"), torch.device("meta"))
+
+
+def test_device_counter_arithmetic_and_write_back_are_generated_kernels():
+    """A 0-d device tensor incremented in place (StaticCache's counter): its add is a generated kernel over one
+    element and the copy_ into the input the generated copy_into; run on CPU tensors, values as eager's."""
+    def f(x, counter):
+        pos = counter + 3
+        counter.add_(2)
+        return x * pos
+    (p,) = lower_on_meta(f, lambda fm: (_fake(fm, torch.zeros(4)), _fake(fm, torch.tensor(0))))
+    assert p.fallbacks() == []
+    lib = [s.label for s in p.steps if s.kind == "library"]
+    assert lib == ["copy_into"]
+    gen = [s for s in p.steps if s.kind == "generated"]
+    assert any(s.kernel.shape == (1,) for s in gen)            # the 0-d adds: one-element groups
+    g = torch.Generator().manual_seed(41)
+    for start in (5, -3):
+        x, counter = torch.randn(4, generator=g), torch.tensor(start)
+        ex, ecounter = x.clone(), counter.clone()
+        # Dynamo orders the graph's inputs by first use: the counter comes first here
+        (out,) = p(*[counter if pl.meta["val"].dim() == 0 else x for pl in p.placeholders])
+        ref = f(ex, ecounter)
+        torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+        assert counter.dtype == torch.int64 and int(counter) == int(ecounter) == start + 2
+
+
+def test_copy_into_casts_and_reads_strided_sources():
+    from tilex.backend import cachegen
+
+    g = torch.Generator().manual_seed(42)
+    dst = torch.zeros(3, 5, dtype=torch.bfloat16)
+    src = torch.randn(5, 3, generator=g).t()                    # a transposed f32 view
+    assert cachegen.copy_into(dst, src) is dst
+    assert torch.equal(dst, src.to(torch.bfloat16))
+
+
+def test_cpu_host_scalars_stay_host_work():
+    """The same function on CPU tensors: the 0-d counter is a host scalar, its arithmetic and write-back view
+    steps (no kernel), as before."""
+    def f(x, counter):
+        counter.add_(2)
+        return x * counter
+    progs = []
+    cf = torch.compile(f, backend="tilex", options={"programs": progs, "strict": True})
+    x, counter = torch.randn(4, generator=torch.Generator().manual_seed(43)), torch.tensor(1)
+    with torch.no_grad():
+        out = cf(x, counter)
+    torch.testing.assert_close(out, x * 3, rtol=1e-6, atol=1e-6)
+    assert int(counter) == 3
+    (p,) = progs
+    assert not any(s.kind == "library" and s.label == "copy_into" for s in p.steps)
+
+
+# ---------------------------------------------------------------- transformers' static-cache graphs
+
+def _sdpa_as_on_cuda(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """F.scaled_dot_product_attention as CUDA dispatches it (the efficient kernel, a bool mask made additive):
+    on meta tensors torch would decompose it into the math path, which no GPU graph has."""
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = torch.where(attn_mask, 0.0, float("-inf")).to(q.dtype)
+    return torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, attn_mask, False, dropout_p, is_causal,
+                                                                  scale=scale)[0]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_static_cache_graphs_on_a_device_keep_no_eager_node(arch, monkeypatch):
+    """The prefill (lazily creating the cache and moving its counter to the device) and decode graphs of HF's
+    StaticCache traced on meta tensors: no eager node (session 17 on the H200: aten._to_copy, aten.add.Tensor
+    on the int64 counter, aten.copy_ stayed eager); the counter's write-back is copy_into, its move a copy step."""
+    transformers = pytest.importorskip("transformers")
+    from test_backend_hf import tiny
+
+    model = tiny(arch)
+    fm_holder = {}
+
+    def to_meta(fm):
+        if "done" not in fm_holder:
+            for mod in model.modules():
+                for name, prm in list(mod._parameters.items()):
+                    if prm is not None:
+                        mod._parameters[name] = torch.nn.Parameter(_fake(fm, prm.data), requires_grad=False)
+                for name, b in list(mod._buffers.items()):
+                    if b is not None:
+                        mod._buffers[name] = _fake(fm, b)
+            fm_holder["cache"] = transformers.StaticCache(config=model.config, max_cache_len=32)
+            fm_holder["done"] = True
+        return fm_holder["cache"]
+
+    def prefill(fm):
+        cache = to_meta(fm)
+        return (torch.zeros(2, 16, dtype=torch.long, device="meta"), cache, torch.arange(16, device="meta"))
+
+    def step(pos):
+        def make(fm):
+            return (torch.zeros(2, 1, dtype=torch.long, device="meta"), fm_holder["cache"],
+                    torch.tensor([pos], device="meta"))
+        return make
+
+    def fwd(ids, cache, positions):
+        return model(ids, past_key_values=cache, cache_position=positions, use_cache=True).logits
+    monkeypatch.setattr(F, "scaled_dot_product_attention", _sdpa_as_on_cuda)
+    progs = lower_on_meta(fwd, prefill, step(16), step(17))
+    assert len(progs) == 2
+    for p in progs:
+        assert p.fallbacks() == []
+    first, decode = progs
+    assert sum(s.kind == "copy" for s in first.steps) == 2          # each layer's counter moved to the device
+    lib = [s.label for s in decode.steps if s.kind == "library"]
+    assert lib.count("copy_into") == 2 and lib.count("cache_write") == 4 and lib.count("masked_attention") == 2
