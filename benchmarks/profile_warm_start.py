@@ -1,9 +1,10 @@
 """Where a warm start of torch.compile(..., backend="tilex") spends its time (issue 19: second process, first
 forward within 5 s of import). Runs tests/test_backend_cache.py's small model (two library GEMMs, a
 softmax, three generated kernels; `--model qwen2`: the tiny transformers Qwen2 instead) in a cold child
-process (fills a fresh cache directory), then in a warm one under cProfile, which prints a timeline
-(import torch, import torch._dynamo, import tilex.backend, then the first compiled call) and the functions
-with the most cumulative and own time. On CUDA with `--cuda` (the GPU test's case), else on CPU.
+process (fills a fresh cache directory), then in a warm one under cProfile and a warm one without it.
+Each prints a timeline, wall and CPU seconds (import torch, import torch._dynamo, import tilex.backend,
+then the first compiled call); then the profiled warm process's functions with the most cumulative and
+own time. On CUDA with `--cuda` (the GPU test's case), else on CPU.
 
     python benchmarks/profile_warm_start.py [--cuda] [--model small|qwen2] [--top 30]
 """
@@ -21,8 +22,9 @@ CHILD = textwrap.dedent('''
     import sys, time
     t0 = time.perf_counter()
     marks = []
+    c0 = time.process_time()
     def mark(what):
-        marks.append((what, time.perf_counter() - t0))
+        marks.append((what, time.perf_counter() - t0, time.process_time() - c0))
     import torch
     mark("import torch")
     import torch._dynamo
@@ -65,10 +67,10 @@ CHILD = textwrap.dedent('''
     if CUDA:
         torch.cuda.synchronize()
     mark("second call")
-    prev = 0.0
-    for what, t in marks:
-        print(f"  {t:7.2f} s  (+{t - prev:5.2f})  {what}", file=sys.stderr)
-        prev = t
+    prev = cprev = 0.0
+    for what, t, c in marks:  # wall seconds, and this process's CPU seconds (less sensitive to a loaded machine)
+        print(f"  {t:7.2f} s  (+{t - prev:5.2f})  cpu {c:6.2f} s (+{c - cprev:5.2f})  {what}", file=sys.stderr)
+        prev, cprev = t, c
     print("  cache:", progs[0].cache.get("stats"), "build:", {k: v for k, v in progs[0].build_stats.items()
           if k in ("builds", "seconds", "lower_s")}, file=sys.stderr)
 ''')
