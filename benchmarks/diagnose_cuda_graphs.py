@@ -23,29 +23,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 def decode(cm, model, ids, steps, runner_of=None):
     """[(token [B], logits [B, V], counter, what the graph runner did)] per decode step."""
+    import contextlib
+
     import transformers
+    from test_backend_decode import decode_steps
 
     cache = transformers.StaticCache(config=model.config, max_cache_len=ids.shape[1] + steps + 8)
-    n = ids.shape[1]
-    rows = []
-    with torch.no_grad():
-        out = cm(ids, past_key_values=cache, cache_position=torch.arange(n, device=ids.device), use_cache=True)
-        tok = out.logits[:, -1:].argmax(-1)
-        for i in range(steps):
-            runner = runner_of() if runner_of else None
-            before = (runner.replays, runner.graph is None) if runner else (0, True)
-            out = cm(tok, past_key_values=cache, cache_position=torch.tensor([n + i], device=ids.device),
-                     use_cache=True)
-            logits = out.logits[:, -1].float()
-            tok = logits.argmax(-1, keepdim=True)
-            runner = runner_of() if runner_of else None
-            what = "-"
-            if runner is not None:
-                what = ("replay" if runner.replays > before[0] else "warm-up+capture" if before[1] and
-                        runner.graph is not None else "no graph" if runner.disabled else "run")
-            counter = int(cache.layers[0].cumulative_length) if hasattr(cache, "layers") else -1
-            rows.append((tok[:, 0].tolist(), logits, counter, what))
-    return rows
+    seen = []
+
+    @contextlib.contextmanager
+    def on_step(i):
+        runner = runner_of() if runner_of else None
+        before = (runner.replays, runner.graph is None) if runner else (0, True)
+        yield
+        runner = runner_of() if runner_of else None
+        what = "-"
+        if runner is not None:
+            what = ("replay" if runner.replays > before[0] else "warm-up+capture" if before[1] and
+                    runner.graph is not None else "no graph" if runner.disabled else "run")
+        seen.append((int(cache.layers[0].cumulative_length), what))
+    logits = decode_steps(cm, model, ids, steps, on_step, cache).float()
+    return [(logits[i].argmax(-1).tolist(), logits[i], *seen[i]) for i in range(steps)]
 
 
 def main():

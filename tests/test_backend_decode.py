@@ -222,12 +222,13 @@ def test_generate_cuda_graphs_replays_match_eager():
     assert runner.mutated and not runner.disabled and runner.replays == 5
 
 
-def decode_steps(cm, model, ids, steps: int, on_step=None):
-    """Prefill `ids` into a StaticCache, then `steps` greedy decode calls of `cm` (the forward, compiled
-    or not); on_step(i) is a context manager around decode call i. Returns the decode logits."""
+def decode_steps(cm, model, ids, steps: int, on_step=None, cache=None):
+    """Prefill `ids` into a StaticCache (`cache`, or a new one), then `steps` greedy decode calls of `cm` (the
+    forward, compiled or not); on_step(i) is a context manager around decode call i. Returns the decode logits."""
     import contextlib
 
-    cache = transformers.StaticCache(config=model.config, max_cache_len=ids.shape[1] + steps + 8)
+    if cache is None:
+        cache = transformers.StaticCache(config=model.config, max_cache_len=ids.shape[1] + steps + 8)
     n = ids.shape[1]
     logits = []
     with torch.no_grad():
