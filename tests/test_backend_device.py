@@ -102,10 +102,16 @@ def test_cpu_host_scalars_stay_host_work():
 # ---------------------------------------------------------------- transformers' static-cache graphs
 
 def _sdpa_as_on_cuda(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """F.scaled_dot_product_attention as CUDA dispatches it (the efficient kernel, a bool mask made additive):
-    on meta tensors torch would decompose it into the math path, which no GPU graph has."""
-    if attn_mask is not None and attn_mask.dtype == torch.bool:
-        attn_mask = torch.where(attn_mask, 0.0, float("-inf")).to(q.dtype)
+    """F.scaled_dot_product_attention as CUDA dispatches it to the memory-efficient kernel (attention.cpp: a bool
+    mask made additive, a mask whose rows are not 16-element aligned padded and sliced back, then expanded):
+    on meta tensors torch would decompose it into the math path instead."""
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            attn_mask = torch.where(attn_mask, 0.0, float("-inf")).to(q.dtype)
+        n = attn_mask.shape[-1]
+        if any(st % 16 for st in attn_mask.stride()[:-1]):
+            attn_mask = F.pad(attn_mask, (0, 16 - n % 16))[..., :n]
+        attn_mask = attn_mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
     return torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, attn_mask, False, dropout_p, is_causal,
                                                                   scale=scale)[0]
 
@@ -130,7 +136,8 @@ def test_static_cache_graphs_on_a_device_keep_no_eager_node(arch, monkeypatch):
                 for name, b in list(mod._buffers.items()):
                     if b is not None:
                         mod._buffers[name] = _fake(fm, b)
-            fm_holder["cache"] = transformers.StaticCache(config=model.config, max_cache_len=32)
+            # 24 keys: CUDA's efficient SDPA pads the mask's rows to 32 (a pad + slice the patterns see through)
+            fm_holder["cache"] = transformers.StaticCache(config=model.config, max_cache_len=24)
             fm_holder["done"] = True
         return fm_holder["cache"]
 
@@ -155,3 +162,31 @@ def test_static_cache_graphs_on_a_device_keep_no_eager_node(arch, monkeypatch):
     assert sum(s.kind == "copy" for s in first.steps) == 2          # each layer's counter moved to the device
     lib = [s.label for s in decode.steps if s.kind == "library"]
     assert lib.count("copy_into") == 2 and lib.count("cache_write") == 4 and lib.count("masked_attention") == 2
+
+
+@pytest.mark.parametrize("q_len", [1, 24])
+def test_padded_and_sliced_mask_is_read_unpadded(q_len):
+    """expand(pad(mask)[..., :n]) (CUDA's efficient-SDPA preprocessing) as the mask of masked_attention (q_len 1)
+    and of a causal prefill (q_len = n): the kernels read the unpadded mask, no pad runs; values as eager's."""
+    g = torch.Generator().manual_seed(44)
+    n = 24
+    q = torch.randn(2, 4, q_len, 16, generator=g)
+    k, v = torch.randn(2, 4, n, 16, generator=g), torch.randn(2, 4, n, 16, generator=g)
+    if q_len == 1:
+        mask = torch.where(torch.rand(2, 1, 1, n, generator=g) > 0.3, 0.0, float("-inf"))
+        mask[..., 0] = 0.0
+    else:
+        mask = torch.where(torch.ones(n, n, dtype=torch.bool).tril(), 0.0, float("-inf"))[None, None]
+
+    def f(q, k, v, mask):
+        m = F.pad(mask, (0, 32 - n))[..., :n].expand(2, 4, q_len, n)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    progs = []
+    cf = torch.compile(f, backend="tilex", options={"programs": progs, "strict": True})
+    with torch.no_grad():
+        out = cf(q, k, v, mask)
+    torch.testing.assert_close(out, f(q, k, v, mask), rtol=1e-5, atol=1e-5)
+    (p,) = progs
+    assert [s.label for s in p.steps if s.kind == "library"] == [
+        "masked_attention" if q_len == 1 else "attention_prefill"]
+    assert not any(str(n.target) == "aten.constant_pad_nd.default" for s in p.steps for n in s.nodes)

@@ -83,6 +83,30 @@ def _sdpa_call(node: Node):
     return sd, q, k, v, params, params.get("attn_mask", params.get("attn_bias"))
 
 
+def _unpad_mask(mask):
+    """(m, nodes) when mask = expand(slice(constant_pad_nd(m, [0, p]), -1, 0, n)) with n m's last dim (CUDA's
+    memory-efficient SDPA pads a mask's rows to 16 elements and slices them back: the same values as m,
+    which the kernels read broadcast as it is); else (mask, [])."""
+    chain = []
+    node = mask
+    if _is(node, aten.expand.default):
+        chain.append(node)
+        node = node.args[0]
+    if not _is(node, aten.slice.Tensor) or len(node.args) < 4:
+        return mask, []
+    sl, pad = node, node.args[0]
+    if not _is(pad, aten.constant_pad_nd.default) or not isinstance(pad.args[0], Node):
+        return mask, []
+    m = pad.args[0]
+    mm = tensor_meta(m)
+    widths = list(pad.args[1])
+    n = mm.shape[-1] if mm is not None and mm.dim() else None
+    if n is None or len(widths) != 2 or widths[0] != 0 or int(sl.args[1]) % mm.dim() != mm.dim() - 1 or \
+            sl.args[2] != 0 or str(sl.args[3]) != str(n):
+        return mask, []
+    return m, [*chain, sl, pad]
+
+
 def match_sdpa(node: Node):
     """getitem(sdpa(q, k, v, ...), 0) with no dropout, equal q/k lengths and no mask, a causal flag
     or a causal mask (checked on its value: a folded constant) -> attention_prefill(causal=True)."""
@@ -90,6 +114,7 @@ def match_sdpa(node: Node):
     if got is None:
         return None
     sd, q, k, v, params, mask = got
+    mask, mask_chain = _unpad_mask(mask) if mask is not None else (None, [])
     if params.get("dropout_p", 0.0) != 0.0 or params.get("return_debug_mask", False):
         return None
     qm, km = tensor_meta(q), tensor_meta(k)
@@ -128,7 +153,8 @@ def match_sdpa(node: Node):
             hit = decided[id(mask)] = (mask, _is_causal_mask(mask, q.shape[2], k.shape[2]))
         return hit[1]
 
-    return Match("attention_prefill", node, [q, k, v, mask], call, {sd, *k_chain, *v_chain}, check, decides=(3,))
+    return Match("attention_prefill", node, [q, k, v, mask], call, {sd, *k_chain, *v_chain, *mask_chain}, check,
+                 decides=(3,))
 
 
 def match_sdpa_masked(node: Node):
@@ -142,6 +168,7 @@ def match_sdpa_masked(node: Node):
     if mask is None or params.get("dropout_p", 0.0) != 0.0 or params.get("return_debug_mask", False) or \
             params.get("is_causal", False):
         return None
+    mask, mask_chain = _unpad_mask(mask)
     qm, km, mm = tensor_meta(q), tensor_meta(k), tensor_meta(mask)
     if qm is None or km is None or mm is None or qm.dim() != 4 or km.dim() != 4 or not _float(q) or mm.dim() > 4:
         return None
@@ -159,4 +186,5 @@ def match_sdpa_masked(node: Node):
 
     def call(q, k, v, mask):
         return cachegen.masked_attention(q, k, v, mask, scale)
-    return Match("masked_attention", node, [q, k, v, mask], call, {sd, *k_chain, *v_chain}, native=True)
+    return Match("masked_attention", node, [q, k, v, mask], call, {sd, *k_chain, *v_chain, *mask_chain},
+                 native=True)
