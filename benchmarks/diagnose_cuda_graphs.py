@@ -56,6 +56,7 @@ def main():
     ap.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
     args = ap.parse_args()
     import tilex.backend  # noqa: F401  (registers "tilex")
+    from test_backend_decode import eager_details
     from test_backend_hf import rel_err, tiny
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -74,6 +75,7 @@ def main():
             return progs[-1].graph_runner if progs and progs[-1].graph_runner is not None else None
         runs[name] = decode(cm, model, ids, args.steps, runner_of if opts else None)
         print(f"{name}: {len(progs)} graphs; eager nodes: {sorted({t for p in progs for _, t in p.fallbacks()})}")
+        print("\n".join(eager_details(progs)))
     bad = 0
     print(f"\n{'step':>4} | {'eager tokens':<14} | " + " | ".join(f"{n:<34}" for n in ("tilex", "tilex-cg")))
     for i in range(args.steps):

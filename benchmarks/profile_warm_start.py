@@ -6,7 +6,7 @@ Each prints a timeline, wall and CPU seconds (import torch, import torch._dynamo
 then the first compiled call); then the profiled warm process's functions with the most cumulative and
 own time. On CUDA with `--cuda` (the GPU test's case), else on CPU.
 
-    python benchmarks/profile_warm_start.py [--cuda] [--model small|qwen2] [--top 30]
+    python benchmarks/profile_warm_start.py [--cuda] [--model small|qwen2] [--top 30] [--pycache]
 """
 from __future__ import annotations
 
@@ -81,6 +81,8 @@ def main():
     ap.add_argument("--cuda", action="store_true")
     ap.add_argument("--model", default="small", choices=["small", "qwen2"])
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--pycache", action="store_true", help="Python's bytecode cache under the temporary cache "
+                    "directory (PYTHONPYCACHEPREFIX): for a host whose site-packages take no .pyc files")
     args = ap.parse_args()
     tests = str(Path(__file__).resolve().parent.parent / "tests")
     src = f"CUDA = {args.cuda}\nMODEL = {args.model!r}\nTESTS = {tests!r}\n" + CHILD
@@ -88,6 +90,8 @@ def main():
         script = Path(d) / "child.py"
         script.write_text(src)
         env = dict(os.environ, TILEX_CACHE_DIR=str(Path(d) / "cache"))
+        if args.pycache:
+            env["PYTHONPYCACHEPREFIX"] = str(Path(d) / "pycache")
         for name, extra in (("cold", []), ("warm", ["-m", "cProfile", "-o", str(Path(d) / "warm.prof")]),
                             ("warm, no profiler", [])):
             print(f"== {name} process", flush=True)

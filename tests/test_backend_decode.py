@@ -143,7 +143,23 @@ def _no_eager_on_cuda(progs):
     (checked before this), the 'every kernel is tilex' target is not met yet. Reported as xfail, with the nodes."""
     left = sorted({t for p in progs for _, t in p.fallbacks()})
     if left:
+        print("eager nodes on CUDA:\n" + "\n".join(eager_details(progs)))
         pytest.xfail(f"eager nodes on CUDA (known, issue 19): {left}")
+
+
+def eager_details(progs) -> list:
+    """One line per eager node: graph, name, target, its arguments' shapes/dtypes/devices, the model source line."""
+    def arg(a):
+        v = getattr(a, "meta", {}).get("val")
+        return f"{tuple(v.shape)}:{v.dtype}:{v.device.type}" if isinstance(v, torch.Tensor) else repr(a)[:40]
+    out = []
+    for i, p in enumerate(progs):
+        for s in p.steps:
+            if s.kind == "eager":
+                n = s.nodes[0]
+                src = (n.meta.get("stack_trace") or "").strip().splitlines()[-1:] or [""]
+                out.append(f"  graph {i} {n.name} {n.target}({', '.join(arg(a) for a in n.args)}) {n.kwargs} | {src[0]}")
+    return out
 
 
 def _check_decode_programs(progs, cuda=False):
