@@ -190,3 +190,31 @@ def test_padded_and_sliced_mask_is_read_unpadded(q_len):
     assert [s.label for s in p.steps if s.kind == "library"] == [
         "masked_attention" if q_len == 1 else "attention_prefill"]
     assert not any(str(n.target) == "aten.constant_pad_nd.default" for s in p.steps for n in s.nodes)
+
+
+def test_math_sdpa_path_lowers_safe_softmax_and_clones():
+    """SDPA's math path (CUDA's choice for f32 with grouped-query heads; every SDPA on meta tensors): its
+    _safe_softmax (a row that is all -inf gives 0) and contiguous clones are generated kernels; values on CPU."""
+    g = torch.Generator().manual_seed(45)
+    x = torch.randn(3, 5, 12, generator=g)
+    x[0, 1] = float("-inf")                      # a fully masked row
+    x[2, 3, :7] = float("-inf")
+
+    def f(x, y):
+        return torch.ops.aten._safe_softmax(x, -1) * 2.0 + y.transpose(1, 2).clone(
+            memory_format=torch.contiguous_format).sum(-1, keepdim=True)
+    y = torch.randn(3, 12, 5, generator=g)
+    progs = []
+    cf = torch.compile(f, backend="tilex", options={"programs": progs, "strict": True})
+    with torch.no_grad():
+        out = cf(x, y)
+    ref = f(x, y)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    assert torch.equal(out[0, 1], ref[0, 1]) and not out.isnan().any()
+    (p,) = progs
+    assert all(s.kind in ("generated", "view", "folded") for s in p.steps)
+    (lib_free,) = {s.kind for s in p.steps if s.kind not in ("view", "folded")}
+    assert lib_free == "generated"
+    progs = lower_on_meta(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                          lambda fm: tuple(_fake(fm, torch.zeros(1, 2, 8, 16)) for _ in range(3)))
+    assert progs[0].fallbacks() == []

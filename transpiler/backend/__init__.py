@@ -45,7 +45,20 @@ _DECOMPOSE = [aten._log_softmax, aten.addcmul, aten.hardswish,
 def _decompositions():
     from torch._decomp import get_decompositions
 
-    return get_decompositions(_DECOMPOSE)
+    table = get_decompositions(_DECOMPOSE)
+    table[aten._safe_softmax.default] = _safe_softmax
+    return table
+
+
+def _safe_softmax(x, dim, dtype=None):
+    """aten._safe_softmax (SDPA's math path on CUDA, e.g. f32 with grouped-query heads) as the row reductions
+    and elementwise ops the fusion rules know: softmax, and 0 for a row that is all -inf (no NaN)."""
+    if dtype is not None:
+        x = x.to(dtype)
+    m = torch.amax(x, dim, keepdim=True)
+    e = torch.exp(x - torch.where(m == float("-inf"), 0.0, m))
+    s = torch.sum(e, dim, keepdim=True)
+    return torch.where(s == 0, 0.0, e / s)
 
 
 

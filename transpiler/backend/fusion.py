@@ -66,6 +66,11 @@ def template(node: Node) -> str | None:
                 return None
         elif not _scalar_ok(a):
             return None
+    if t is torch.ops.aten.clone.default:  # a dense copy (the math SDPA path's contiguous k, v, scores)
+        fmt = node.kwargs.get("memory_format")
+        if set(node.kwargs) - {"memory_format"} or not (fmt is torch.contiguous_format or val.is_contiguous()):
+            return None  # preserve_format of a strided value keeps its strides: not a generated kernel's layout
+        return "{0}"
     if t is torch.ops.aten.pow.Tensor_Scalar:
         return ops.pow_template(node.args[1])
     if t is torch.ops.aten.gelu.default:
