@@ -45,8 +45,13 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-def _run(script, cache_dir):
+def _run(script, cache_dir, pycache: bool = False):
+    """Run `script` in a fresh process with TILEX_CACHE_DIR=cache_dir; pycache: Python's bytecode cache under
+    cache_dir too (PYTHONPYCACHEPREFIX), for hosts whose site-packages take no .pyc files (the H200 host's
+    torch recompiled ~2400 modules from source in every process: 8.7 s of a 14.3 s warm start, session 18)."""
     env = dict(os.environ, TILEX_CACHE_DIR=str(cache_dir))
+    if pycache:
+        env["PYTHONPYCACHEPREFIX"] = str(cache_dir / "pycache")
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
@@ -127,13 +132,15 @@ def test_second_process_on_cuda_builds_no_kernel_and_starts_fast(tmp_path):
     script = SCRIPT.replace("x = torch.randn(5, 32, generator=g)", "x = torch.randn(5, 32, generator=g).cuda()"
                             ).replace("w1, w2 = torch.randn(48, 32, generator=g), torch.randn(32, 48, generator=g)",
                                       "w1, w2 = torch.randn(48, 32, generator=g).cuda(), torch.randn(32, 48, generator=g).cuda()")
-    cold, _ = _run(script, tmp_path)
-    warm, log2 = _run(script, tmp_path)
+    cold, _ = _run(script, tmp_path, pycache=True)
+    warm, log2 = _run(script, tmp_path, pycache=True)
     assert cold["err"] < 1e-4 and warm["err"] < 1e-4
     assert cold["cache"]["stats"]["cubins_built"] >= 3
     assert warm["cache"]["stats"] == {"kernels": 3, "reused": 3, "built": 0, "cubins_built": 0}
     print(f"\nfirst forward from import: cold {cold['first_forward_s']:.2f} s, warm {warm['first_forward_s']:.2f} s")
-    if warm["first_forward_s"] >= 5.0:  # H200, session 17: 11.9 s (Dynamo/AOTAutograd tracing, op registration)
+    # H200, session 17: 11.9 s; session 18: 14.3 s, of which 8.7 s compiling torch's .py files (no .pyc written
+    # on that host: now under the cache directory, as any installation with a writable bytecode cache has them)
+    if warm["first_forward_s"] >= 5.0:
         pytest.xfail(f"warm first forward {warm['first_forward_s']:.1f} s, target < 5 s (known, issue 19)")
 
 

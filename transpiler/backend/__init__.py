@@ -12,7 +12,8 @@ Options (torch.compile(..., options={...})):
   programs: list  every lowered Program is appended here (for tests and reports)
   memory: bool    track each Program's peak live bytes (Program.peak_bytes; memory.py)
   report: DIR     write DIR/graph_N.html per lowered graph (report.py), again after its first call
-  cuda_graphs: bool  capture static-shape CUDA calls in a CUDA graph and replay it (cudagraphs.py)
+  cuda_graphs: bool  capture static-shape CUDA calls in a CUDA graph and replay it (cudagraphs.py); an
+                  object with eligible/warm_up/capture instead of True replaces torch.cuda's graphs (tests)
   profile: bool   time every step (Step.seconds, Program.time_shares(); synchronizes on CUDA)
   arena: bool     (default True) intermediates in one lifetime-planned allocation per call (arena.py)
   verbose: bool   progress on stderr (the `tilex.backend` logger at INFO): lowering, kernel builds
@@ -44,7 +45,20 @@ _DECOMPOSE = [aten._log_softmax, aten.addcmul, aten.hardswish,
 def _decompositions():
     from torch._decomp import get_decompositions
 
-    return get_decompositions(_DECOMPOSE)
+    table = get_decompositions(_DECOMPOSE)
+    table[aten._safe_softmax.default] = _safe_softmax
+    return table
+
+
+def _safe_softmax(x, dim, dtype=None):
+    """aten._safe_softmax (SDPA's math path on CUDA, e.g. f32 with grouped-query heads) as the row reductions
+    and elementwise ops the fusion rules know: softmax, and 0 for a row that is all -inf (no NaN)."""
+    if dtype is not None:
+        x = x.to(dtype)
+    m = torch.amax(x, dim, keepdim=True)
+    e = torch.exp(x - torch.where(m == float("-inf"), 0.0, m))
+    s = torch.sum(e, dim, keepdim=True)
+    return torch.where(s == 0, 0.0, e / s)
 
 
 
@@ -101,7 +115,8 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
         if opts["cuda_graphs"]:
             from .cudagraphs import GraphRunner
 
-            prog.graph_runner = GraphRunner(prog, _static_inputs(), prog.mutated_inputs())
+            graphs = None if isinstance(opts["cuda_graphs"], bool) else opts["cuda_graphs"]
+            prog.graph_runner = GraphRunner(prog, _static_inputs(), prog.mutated_inputs(), graphs)
             return _boxed(prog.graph_runner)
         return _boxed(prog)
 
@@ -158,11 +173,13 @@ def _boxed(prog: Program):
 
 
 def _register() -> None:
-    from torch._dynamo import list_backends
-    from torch._dynamo.backends.registry import register_backend
+    """Register "tilex" with Dynamo, reading the registry's table directly: list_backends() imports every
+    built-in backend (inductor's included: 0.7 s on a CPU) at `import tilex.backend`; torch 2.13's Dynamo
+    still imports them at its first compile, so a warm start saves that only where Dynamo does not."""
+    from torch._dynamo.backends import registry
 
-    if "tilex" not in list_backends(exclude_tags=()):
-        register_backend(name="tilex")(tilex_backend)
+    if "tilex" not in registry._COMPILER_FNS:
+        registry.register_backend(name="tilex")(tilex_backend)
 
 
 _register()

@@ -2,21 +2,25 @@
 replayed, so a call costs one graph launch instead of a launch per kernel (decode).
 
 Call 1 runs the program normally (kernels compile, constants fold, the SDPA mask check decides).
-Call 2 captures it. Used in place (their addresses baked into the graph): the inputs AOTAutograd calls
-static (parameters, buffers, tensors marked with mark_static_address: `static` indices) and the inputs
-the graph mutates (a KV cache written in place) when their storage is the one of call 1; without
-`static` indices, every input whose storage is the same as in call 1 (the old rule). The others
-(token ids, positions, masks) are copied into static buffers that later calls refill. Each replay's
-outputs are cloned out of the graph's memory, so results stay valid after the next call. Inputs with
-symbolic sizes, CPU tensors, a mutated input that is not used in place, or an in-place input that
-moved since capture run the program without a graph.
+Call 2 runs it once more on the graph's static inputs (the warm-up, on a side stream: that run is
+call 2's result) and then captures it (capturing runs nothing). Calls 3.. refill the static inputs
+and replay. So every call applies the graph's own in-place writes exactly once: HF's StaticCache
+writes its rows and adds the new tokens to its `cumulative_length` counter in place, and a capture
+call that also replayed (the rule before session 18) wrote the cache twice and advanced the counter
+by two, so every later token read a stale row (wrong from the 4th generated token on the H200).
 
-A graph that writes one of its inputs in place (HF's StaticCache at decode) runs without a CUDA graph for
-now: on the H200 (session 17) its replays gave tokens different from eager from the fourth generated
-token on (tests/test_backend_decode.py::test_generate_cuda_graphs_replays_match_eager), while the same
-program without a graph matched eager. The cause is not found yet (a value the first call decides on the
-host, e.g. a mask check, frozen into the graph, is the first suspect), so such graphs are refused rather
-than replayed wrong.
+Used in place (their addresses baked into the graph): the inputs AOTAutograd calls static
+(parameters, buffers, tensors marked with mark_static_address: `static` indices) and the inputs the
+graph mutates (the KV cache, the counter) when their storage is the one of call 1; without `static`
+indices, every input whose storage is the same as in call 1. The others (token ids, positions, masks)
+are copied into static buffers that later calls refill. Each replay's outputs are cloned out of the
+graph's memory, so results stay valid after the next call. No graph (the program runs as it is):
+symbolic sizes or CPU tensors, a mutated input that is not used in place, a program that decides on
+the host from an input that can change between calls (`Program.host_decisions`), a used-in-place
+input whose storage moved since capture, or a capture that failed.
+
+`GraphRunner(..., graphs=...)` takes the object that warms up, captures and says which calls can be
+captured (`CudaGraphs` here); tests pass one with the same semantics on CPU tensors.
 """
 from __future__ import annotations
 
@@ -27,16 +31,46 @@ import torch
 log = logging.getLogger("tilex.backend")
 
 
+class CudaGraphs:
+    """torch.cuda's graphs: the calls GraphRunner makes."""
+
+    @staticmethod
+    def eligible(args) -> bool:
+        return all(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+
+    @staticmethod
+    def warm_up(fn):
+        """fn() on a side stream (what capture will record must have run once outside it); the current
+        stream waits for it, and its outputs are marked as used there (they are call 2's result)."""
+        cur = torch.cuda.current_stream()
+        side = torch.cuda.Stream()
+        side.wait_stream(cur)
+        with torch.cuda.stream(side):
+            out = fn()
+        cur.wait_stream(side)
+        _each_tensor(out, lambda t: t.record_stream(cur))
+        return out
+
+    @staticmethod
+    def capture(fn, static):
+        """(graph, outputs) of fn() captured; nothing runs. `static`: the tensors fn reads (unused here)."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn()
+        return graph, out
+
+
 class GraphRunner:
-    def __init__(self, prog, static: list | None = None, mutated: set | None = None):
+    def __init__(self, prog, static: list | None = None, mutated: set | None = None, graphs=None):
         self.prog = prog
+        self.graphs = graphs or CudaGraphs()
         self.static_idx = None if static is None else set(static)
         self.mutated = set(mutated or ())
-        # see the module docstring: in-place (KV cache) graphs are not replayed until their replays are right
-        self.disabled = bool(self.mutated)
-        if self.disabled:
-            log.warning("tilex backend: cuda_graphs is off for a graph that writes its inputs in place (a KV "
-                        "cache): its replays were wrong on the H200; the program runs without a CUDA graph")
+        decided = getattr(prog, "host_decisions", lambda: [])()
+        self.disabled = bool(decided)
+        if decided:
+            log.warning("tilex backend: cuda_graphs is off for this graph: %s decide(s) on the host from values "
+                        "that can change between calls", ", ".join(decided))
         self.calls = 0
         self.warm_ptrs = None
         self.graph = None
@@ -46,7 +80,7 @@ class GraphRunner:
         self.replays = 0
 
     def __call__(self, *args):
-        if not all(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+        if not self.graphs.eligible(args):
             return self.prog(*args)  # symbolic sizes or CPU tensors: no graph
         self.calls += 1
         if self.calls == 1:
@@ -55,13 +89,12 @@ class GraphRunner:
         if self.disabled:
             return self.prog(*args)
         if self.graph is None:
-            self._capture(args)
-            if self.graph is None:
-                return self.prog(*args)
+            return self._warm_up_and_capture(args)
         for a, s, b in zip(args, self.static, self.borrowed):
             if b:
                 if a.data_ptr() != s.data_ptr():
-                    log.info("tilex backend: a weight moved since the CUDA graph was captured; running without it")
+                    log.info("tilex backend: an input used in place moved since the CUDA graph was captured; "
+                             "running without it")
                     return self.prog(*args)
             else:
                 s.copy_(a)
@@ -69,22 +102,23 @@ class GraphRunner:
         self.replays += 1
         return _clone(self.out)
 
-    def _capture(self, args):
+    def _warm_up_and_capture(self, args):
+        """Call 2: the program once on the static inputs (its result, its in-place writes: once), then captured."""
         same = [a.data_ptr() == p for a, p in zip(args, self.warm_ptrs)]
         self.borrowed = in_place(same, self.static_idx, self.mutated)
         if self.borrowed is None:
             log.info("tilex backend: a mutated input moved between calls 1 and 2; running without a CUDA graph")
             self.disabled = True
-            return
+            return self.prog(*args)
         self.static = [a if b else a.clone() for a, b in zip(args, self.borrowed)]
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            self.prog(*self.static)
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.out = self.prog(*self.static)
+        out = self.graphs.warm_up(lambda: self.prog(*self.static))
+        try:
+            self.graph, self.out = self.graphs.capture(lambda: self.prog(*self.static), self.static)
+        except Exception as e:  # noqa: BLE001 - e.g. a sync during capture: the program still runs
+            log.warning("tilex backend: CUDA graph capture failed (%s: %s); running without a CUDA graph",
+                        type(e).__name__, e)
+            self.graph, self.disabled = None, True
+        return _clone(out)
 
 
 def in_place(same: list, static: set | None, mutated: set) -> list | None:
@@ -99,6 +133,14 @@ def in_place(same: list, static: set | None, mutated: set) -> list | None:
     if any(i < len(out) and not out[i] for i in mutated):
         return None
     return out
+
+
+def _each_tensor(v, fn) -> None:
+    if isinstance(v, torch.Tensor):
+        fn(v)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _each_tensor(x, fn)
 
 
 def _clone(v):

@@ -25,6 +25,13 @@ def tensor_meta(node) -> torch.Tensor | None:
     return v if isinstance(v, torch.Tensor) else None
 
 
+def iter_shape(v: torch.Tensor) -> tuple:
+    """The shape a value has in a fusion group: its own, and (1,) for a 0-d tensor on a device (HF
+    StaticCache's `cumulative_length` counter; a 0-d CPU tensor is host work, not a kernel's)."""
+    shape = tuple(v.shape)
+    return shape if shape or v.device.type == "cpu" else (1,)
+
+
 def same_dim(a, b) -> bool:
     if isinstance(a, int) and isinstance(b, int):
         return a == b
@@ -59,6 +66,11 @@ def template(node: Node) -> str | None:
                 return None
         elif not _scalar_ok(a):
             return None
+    if t is torch.ops.aten.clone.default:  # a dense copy (the math SDPA path's contiguous k, v, scores)
+        fmt = node.kwargs.get("memory_format")
+        if set(node.kwargs) - {"memory_format"} or not (fmt is torch.contiguous_format or val.is_contiguous()):
+            return None  # preserve_format of a strided value keeps its strides: not a generated kernel's layout
+        return "{0}"
     if t is torch.ops.aten.pow.Tensor_Scalar:
         return ops.pow_template(node.args[1])
     if t is torch.ops.aten.gelu.default:
@@ -182,7 +194,7 @@ class Group:
     has_reduction: bool = False
 
     def fits(self, node: Node, is_reduction: bool) -> bool:
-        shape = tuple(tensor_meta(node).shape)
+        shape = iter_shape(tensor_meta(node))
         if len(shape) != len(self.shape) or not all(map(same_dim, shape[:-1], self.shape[:-1])):
             return False
         if not (same_dim(shape[-1], self.shape[-1]) or same_dim(shape[-1], 1)):
@@ -270,7 +282,7 @@ def group_nodes(graph: torch.fx.Graph, excluded: set) -> list[Group]:
                 alias[g.id] = chosen.id
                 del groups[g.id]
         if chosen is None:
-            shape = tuple(tensor_meta(node.args[0] if red is not None and cat is None else node).shape)
+            shape = iter_shape(tensor_meta(node.args[0] if red is not None and cat is None else node))
             if len(shape) == 0:
                 continue
             chosen = Group(len(groups) + len(alias), shape)

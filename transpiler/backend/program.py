@@ -6,6 +6,7 @@ Steps, in graph order:
   library    a Match (patterns.py): one tilex.stdlib kernel
   generated  a fusion group (fusion.py) emitted as a `.tile` kernel (tilegen.py)
   view       a metadata-only ATen op (no kernel) or host arithmetic on sizes
+  copy       a tensor moved to another device (_to_copy across devices): a memcpy, no kernel
   eager      anything else: torch eager, listed as a fallback (an error with strict=True)
 
 Values are dropped from the environment after their last use, so the allocator reuses their
@@ -28,6 +29,7 @@ from . import kernels, memory
 from .cachegen import rows_view
 from .fusion import absorbed_nodes, group_nodes, member_inputs, tensor_meta
 from .patterns import Match, find_matches, is_inplace_copy_back
+from .schedule import _last_uses, _order
 from .tilegen import GeneratedKernel, generate, tile_config
 
 log = logging.getLogger("tilex.backend")
@@ -51,7 +53,7 @@ class StrictError(RuntimeError):
 
 @dataclass
 class Step:
-    kind: str                     # folded | library | generated | view | eager
+    kind: str                     # folded | library | generated | view | copy | eager
     nodes: list                   # the graph nodes this step computes (the first is the root)
     match: Match | None = None
     kernel: GeneratedKernel | None = None
@@ -84,6 +86,16 @@ def _is_metadata(node: Node) -> bool:
     # host arithmetic on sizes (SymInt nodes): operator.mul, sym_float, ...
     return not isinstance(node.meta.get("val"), torch.Tensor) and getattr(node.target, "__module__", "") in (
         "_operator", "math", "torch.sym_float", "builtins")
+
+
+def _is_transfer(node: Node) -> bool:
+    """_to_copy of a tensor to another device (StaticCache's CPU counter moved to the GPU at its lazy
+    initialization): a memcpy, no kernel (a "copy" step)."""
+    if node.target is not aten._to_copy.default or not node.args or not isinstance(node.args[0], Node):
+        return False
+    src, val = node.args[0].meta.get("val"), node.meta.get("val")
+    return isinstance(src, torch.Tensor) and isinstance(val, torch.Tensor) and src.device != val.device and \
+        set(node.kwargs) <= {"dtype", "device", "layout", "pin_memory", "non_blocking"}
 
 
 def _folded_nodes(gm: GraphModule) -> set:
@@ -166,6 +178,8 @@ class Program:
                 steps.append(Step("view", [node], alias=True))
             elif _is_metadata(node):
                 steps.append(Step("view", [node]))
+            elif _is_transfer(node):
+                steps.append(Step("copy", [node]))
             else:
                 steps.append(Step("eager", [node]))
         # generated steps run at their last member's position: move each after its inputs' producers
@@ -186,6 +200,13 @@ class Program:
         index = {p: i for i, p in enumerate(self.placeholders)}
         return {index[n.args[0]] for n in self.gm.graph.nodes
                 if n.op == "call_function" and n.target is aten.copy_.default and n.args[0] in index}
+
+    def host_decisions(self) -> list:
+        """Library steps whose check reads on the host a value that is not a folded constant (an input, or
+        computed from one): a CUDA graph would replay the verdict of the captured call (cudagraphs.py)."""
+        folded = {s.nodes[0] for s in self.steps if s.kind == "folded"}
+        return [s.label for s in self.steps if s.kind == "library" and s.match.check is not None and any(
+            isinstance(s.match.args[i], Node) and s.match.args[i] not in folded for i in s.match.decides)]
 
     def summary(self) -> str:
         counts: dict = {}
@@ -304,7 +325,7 @@ class Program:
             env[node] = folded[node]
         elif step.alias:
             env[node] = env[node.args[0]]  # the cache was written in place by its cache_write step
-        elif step.kind in ("view", "eager"):
+        elif step.kind in ("view", "eager", "copy"):
             env[node] = _eager(node, env)
         elif step.kind == "library":
             m = step.match
@@ -417,53 +438,14 @@ def outs_shape(k: GeneratedKernel, ins: list) -> tuple:
     return tuple(shape)
 
 
-def _order(steps: list) -> list:
-    """Topologically order steps (a generated step needs all its members' inputs computed first)."""
-    producer = {}
-    for i, s in enumerate(steps):
-        for n in s.nodes:
-            producer[n] = i
-        if s.kind == "library":
-            producer[s.match.root] = i
-            for e in s.match.extra:
-                producer[e] = i
-    deps = []
-    for i, s in enumerate(steps):
-        nodes = [s.match.root] if s.kind == "library" else s.nodes
-        inputs = set()
-        for n in nodes:
-            srcs = [a for a in s.match.args if isinstance(a, Node)] if s.kind == "library" else member_inputs(n)
-            inputs |= {producer[a] for a in srcs if a in producer and producer[a] != i}
-        deps.append(inputs)
-    order, state = [], [0] * len(steps)
-
-    def visit(i):
-        stack = [(i, iter(sorted(deps[i])))]
-        state[i] = 1
-        while stack:
-            j, it = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                stack.pop()
-                state[j] = 2
-                order.append(j)
-            elif state[nxt] == 0:
-                state[nxt] = 1
-                stack.append((nxt, iter(sorted(deps[nxt]))))
-            elif state[nxt] == 1:
-                raise RuntimeError("tilex backend: cycle between lowered steps (a fusion bug)")
-    for i in range(len(steps)):
-        if state[i] == 0:
-            visit(i)
-    return [steps[i] for i in order]
-
-
 def step_io(step: Step) -> memory.StepIO:
     """What `step` reads and writes, for the memory plan (memory.py): library and generated
     outputs are fresh (placeable in the arena); a view or eager op's output may alias its inputs
     (by its schema), and an op that writes an input in place says which."""
     if step.kind == "library":
         reads = tuple(a for a in step.match.args if isinstance(a, Node))
+        if step.match.writes is not None:  # written in place into an argument (a cache, a mutated input)
+            return memory.StepIO(reads, (step.match.root,), aliases=True, inplace=(step.match.args[step.match.writes],))
         if step.match.extra:  # a kernel with more outputs: their regions share one lifetime (Program._run)
             outs = (step.match.root, *step.match.extra)
             return memory.StepIO(reads, outs, placeable=outs, together=True)
@@ -477,19 +459,3 @@ def step_io(step: Step) -> memory.StepIO:
     aliases, inplace = memory.schema_effects(node)
     return memory.StepIO(tuple(node.all_input_nodes), (node,), aliases=aliases or step.kind == "view",
                          inplace=inplace)
-
-
-def _last_uses(steps: list, out: Node) -> dict:
-    """step index -> nodes read for the last time there (never the graph outputs)."""
-    keep = set(out.all_input_nodes)
-    last = {}
-    for i, s in enumerate(steps):
-        reads = [a for a in s.match.args if isinstance(a, Node)] if s.kind == "library" else \
-            [a for n in s.nodes for a in member_inputs(n)]
-        for a in reads:
-            last[a] = i
-    res: dict = {}
-    for n, i in last.items():
-        if n not in keep and n.op != "placeholder":
-            res.setdefault(i, []).append(n)
-    return res
