@@ -6,8 +6,9 @@
 Two families, every candidate checked against torch (f32 reference, rel. error < 1e-2) before it is timed:
 - `tilex.stdlib.linear` (y = x @ w.T, shapes M x K x N): every path of stdlib_kernels/linear.tile the wrapper could
   take, each over its tile space: `tc` (linear: BM x BN x STAGES), `persistent` (linear_persistent, PROGRAMS = 1
-  or 2 per SM), `splitk` (linear_splitk_tiles + splitk_sum: K split S ways, any M), `splitk64` (linear_splitk,
-  M <= 64, the wrapper's decode split) and, for M <= 16, `swap` / `swap_splitk`. Also the wrapper itself
+  or 2 per SM), `persistent_tma` (linear_persistent_tma where N % 8 == 0: each tile stored by TMA), `splitk`
+  (linear_splitk_tiles + splitk_sum: K split S ways, any M), `splitk64` (linear_splitk, M <= 64, the wrapper's
+  decode split) and, for M <= 16, `swap` / `swap_splitk`. Also the wrapper itself
   (`S.linear`: what the current model picks) and cuBLAS (`F.linear`).
 - `examples/matmul.tile` as shipped (shapes M x N x K): the model's `--top` best configurations of its `= auto`
   space plus a fixed set of known-good tiles, each as the variant the launch facts of these arguments select
@@ -61,6 +62,10 @@ def linear_candidates(m: int, k: int, n: int) -> list[dict]:
         for (bm, bn), st, per in itertools.product(((128, 256), (128, 128), (64, 256)), (4,), (1, 2)):
             out.append(dict(path="persistent", kernel="linear_persistent",
                             defines=dict(BM=bm, BN=bn, BK=64, STAGES=st, PROGRAMS=per * SMS)))
+    if m > 16 and n % 8 == 0:  # the epilogue through shared memory by TMA (y's rows 16-byte aligned)
+        for bm, bn, st in ((128, 256, 4), (128, 256, 3), (128, 128, 4), (64, 256, 4), (256, 128, 4)):
+            out.append(dict(path="persistent_tma", kernel="linear_persistent_tma",
+                            defines=dict(BM=bm, BN=bn, BK=64, STAGES=st, PROGRAMS=SMS)))
     for bm, bn in itertools.product((64, 128) if m > 16 else (64,), (64, 128, 256)):
         tiles = -(-m // bm) * -(-n // bn)
         for s in (2, 3, 4, 6, 8, 16):

@@ -52,7 +52,7 @@ class Emitter:
         self.reductions = ReductionEmitter(f, out, scope, expr)
         self.products = ProductEmitter(f, out, scope, expr)
         expr.bind(access, self.reductions, self.products)
-        self.loops = MainLoopEmitter(f, out, scope, expr, self.stmt)
+        self.loops = MainLoopEmitter(f, out, scope, expr, self.stmt, self.store_source)
         self.gather = GatherEmitter(f, out, expr, access)
         self.streams = StreamEmitter(f, out, scope, expr, access, self.gather, self.stmt)
 
@@ -166,6 +166,15 @@ class Emitter:
             idx, ok = self.access.scalar_address(t)
             out.emit(f"if (threadIdx.x == 0 && {ok}) {t.base.id}[{idx}] = tilex_io<{storage(dt)}>::put({expr.cast(val, s.value.ty.dtype, dt)});")
             return
+        src, layout = self.store_source(s)
+        self.access.access(t, layout, src, store=True)
+
+    def store_source(self, s: A.Store) -> tuple[str, Layout]:
+        """(register array, its layout: the target's) holding the values tile store `s` writes, converted to the
+        target's dtype by the store."""
+        out, expr = self.out, self.expr
+        t = s.target
+        dt = t.ty.dtype
         layout = t.ty.layout
         src = out.fresh("tx_st")
         out.emit(f"{reg(dt)} {src}[{layout.slots}];")
@@ -177,7 +186,7 @@ class Emitter:
             v, vdt = v.obj, dt
         val = expr.tile(v, layout.view_for(v.ty.shape)) if v.ty.shape else expr.scalar(v)
         out.unrolled(layout.slots, f"{src}[tx_s] = {expr.cast(val, vdt, dt)};")
-        self.access.access(t, layout, src, store=True)
+        return src, layout
 
     def stmt_For(self, s: A.For) -> None:
         if s.plan is not None:

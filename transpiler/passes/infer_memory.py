@@ -28,6 +28,7 @@ from .choose_threads import LaunchConfig, min_blocks
 from .memory_info import SWIZZLE_ALIGN, KernelMemory, SmemUse, StreamTile, round_up  # noqa: F401 (StreamTile: For.stream)
 from .place_resident import place_resident
 from .plan_tma import kernel_tma_maps
+from .plan_tma_store import kernel_tma_stores
 from .plan_streams import plan_streams
 
 
@@ -79,6 +80,8 @@ def _plan(mem: LayoutAssigner) -> A.Kernel:
     # a persistent ring is refilled for the next tile while the consumers run this tile's epilogue:
     # it keeps its own region, first in shared memory (no resident or streamed tiles with plans)
     rings = [SmemUse(ring_what(p), p.smem_bytes, mem.k.span) for p in mem.plans if p.persistent]
+    rings += [SmemUse(f"the staging of the TMA store of '{ts.tensor}' ({ts.cols} columns at a time)", ts.region,
+                      ts.store.span) for _, _, ts in kernel_tma_stores(k, mem.limit)]  # after the ring
     resident_uses = resident_uses + rings
     base += sum((u.bytes + 15) // 16 * 16 for u in rings)
     where = tuple(mem.assign(e) for e in k.where)

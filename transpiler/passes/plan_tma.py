@@ -20,6 +20,7 @@ from ..spec import TmaMap
 from ..types import DType
 from .base import Walker
 from .plan_matmul import SWIZZLE_ELEMS
+from .plan_tma_store import BOX_ROWS, kernel_tma_stores
 
 
 def plan_tma(k: A.Kernel, tiles: list, loads: dict) -> list:
@@ -111,6 +112,8 @@ def kernel_tma_maps(k: A.Kernel) -> tuple[TmaMap, ...]:
                     found.append((stream_source(value).base.id, t.rows, t.tma_box))
 
     _Find().walk(k.body)
+    # a persistent tile loop's epilogue store by TMA (plan_tma_store): a 2-D map of [64, 64] boxes
+    found += [(ts.tensor, BOX_ROWS, ()) for _, _, ts in kernel_tma_stores(k, k.info.smem_limit)]
     unique = list(dict.fromkeys(found))
     return tuple(TmaMap(f"tx_map{i}", t, rows, SWIZZLE_ELEMS, box) for i, (t, rows, box) in enumerate(unique))
 

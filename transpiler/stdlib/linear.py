@@ -8,7 +8,8 @@ interpreter). Everywhere else (`path_choice`) tilex.autoconfig's resource model 
 the one-pass `linear` / `linear_bias` over `_SPACE` (BM, BN, stages), `linear_persistent` (one block per SM walking
 the tiles; no bias) and `linear_splitk_tiles` + `splitk_sum(_bias)` (K split S ways, any M) and takes the fastest
 (split-K only when predicted SPLIT_MARGIN faster), memoized per shape; `gated_mlp` takes its tiles from the same
-model (`_model_config`), `gated_mlp_persistent` for its 128x128 4-stage tile. A configuration stored by
+model (`_model_config`), `gated_mlp_persistent` for its 128x128 4-stage tile. The persistent path runs
+`linear_persistent_tma` (tiles stored from shared memory by TMA) where N % 8 == 0. A configuration stored by
 `tilex tune` for the shape's bucket overrides the one-pass tiles.
 """
 from __future__ import annotations
@@ -31,6 +32,9 @@ _SPLITK = dict(BM=64, BN=256, BK=64, STAGES=4)  # `tilex tune` on an H200, M=16 
 # large M without a bias (and the gated MLP): one block per SM walks the tiles (the ring refills during
 # the epilogue); 1.01-1.03x the one-tile-per-block kernel on the H200 (benchmarks/bench_persistent.py)
 _PERSISTENT = True
+# the persistent kernel stores its tiles from shared memory by TMA where y's rows are 16-byte aligned (N % 8 == 0):
+# linear_persistent_tma (docs/stdlib.md); False: the register stores of linear_persistent (A/B)
+_TMA_STORE = True
 SMS = 132  # streaming multiprocessors of an H100/H200: enough tiles to fill them twice needs no split
 
 
@@ -275,7 +279,8 @@ def linear(x, weight, bias=None):
                 path = "persistent" if tiles == _LARGE and m > 64 and _PERSISTENT and kernel == "linear" else "tc"
             cfg = _tuned(kernel, dt, m, n, k, tiles)
             if path == "persistent" and gpu and cfg == tiles:
-                kernel, cfg = "linear_persistent", dict(cfg, PROGRAMS=L.sm_count(x2))
+                kernel = "linear_persistent_tma" if n % 8 == 0 and _TMA_STORE else "linear_persistent"
+                cfg = dict(cfg, PROGRAMS=L.sm_count(x2))
         else:
             kernel, cfg = "linear_any", dict(BM=64 if m > 16 else 16, BN=128 if m > 16 else 64, BK=32, STAGES=4)
             if bias is not None:

@@ -1,0 +1,15 @@
+"""Run the persistent GEMM whose tiles are stored by TMA (linear_persistent_tma) at odd sizes once, for
+compute-sanitizer memcheck: one staging round, two rounds (BN=256, 4 stages), one and four consumer warpgroups, and
+few programs walking many tiles (the staging buffer reused). benchmarks/sanitize_matmul.py covers the other kernels."""
+import torch
+
+import tilex
+
+torch.manual_seed(0)
+bf = dict(device="cuda", dtype=torch.bfloat16)
+for cfg in (dict(PROGRAMS=3), dict(BN=256, PROGRAMS=3), dict(BM=64, STAGES=6, PROGRAMS=5), dict(BM=256, PROGRAMS=7)):
+    mod = tilex.compile("stdlib_kernels/linear.tile", **cfg)
+    for m, n, k in [(1, 8, 8), (37, 136, 72), (130, 264, 200), (257, 2560, 136)]:
+        mod.linear_persistent_tma(torch.randn(m, k, **bf), torch.randn(n, k, **bf), torch.empty(m, n, **bf))
+torch.cuda.synchronize()
+print("sanitize_tma_store: done")

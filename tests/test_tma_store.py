@@ -1,0 +1,138 @@
+"""TMA epilogue stores of persistent wgmma tile loops (passes/plan_tma_store.py, codegen/matmul.py): which stores
+qualify, the shared memory and TMA map they get, the generated CUDA (stmatrix into a swizzled staging buffer,
+cp.async.bulk.tensor stores, bulk-group waits), nvcc builds, and the interpreter's numbers for the kernel."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tilex
+from tilex.passes.plan_tma_store import kernel_tma_stores, persistent_loops, tma_store
+
+ROOT = Path(__file__).resolve().parents[1]
+LINEAR = str(ROOT / "stdlib_kernels" / "linear.tile")
+
+
+def _kernel(name: str, **defines):
+    mod = tilex.compile(LINEAR, arch="sm_90a", **defines)
+    return mod, mod.translation.program.kernel(name)
+
+
+def _cuda(name: str, **defines) -> str:
+    """The generated text of kernel `name` (its signature to the next kernel's), after the file's helpers."""
+    src = tilex.compile(LINEAR, arch="sm_90a", **defines).cuda
+    start = src.index(f" {name}(\n")
+    end = src.find('extern "C"', start)
+    return src[start: end if end > 0 else len(src)]
+
+
+def _file(kernel: str | None = None, **defines) -> str:
+    """The generated file (with `kernel`: of that kernel alone)."""
+    if kernel is None:
+        return tilex.compile(LINEAR, arch="sm_90a", **defines).cuda
+    from tilex.pipeline import Options
+    from tilex.translate import translate
+
+    return translate(Path(LINEAR).read_text(), LINEAR, Options(defines=defines, arch="sm_90a", kernel=kernel)).cuda
+
+
+def test_store_of_a_persistent_tile_with_aligned_rows_goes_by_tma():
+    _, k = _kernel("linear_persistent_tma")
+    (outer, inner, ts), = kernel_tma_stores(k, k.info.smem_limit)
+    assert ts.tensor == "y" and ts.cols == 128 and ts.staging == 128 * 128 * 2
+    # the staging buffer is counted after the ring, and y has a [64, 64]-box map
+    assert k.info.smem_bytes >= inner.plan.smem_bytes + ts.region
+    assert [(m.tensor, m.box_rows) for m in k.info.tma_maps] == [("x", 128), ("w", 128), ("y", 64)]
+    body, src = _cuda("linear_persistent_tma"), _file()
+    assert "tilex_store_quad" not in body
+    assert body.count("tilex_stmatrix_x4(") == 1 and body.count("tilex_tma_store_2d(&tx_map2") == 2
+    assert "tilex_bulk_wait_read<0>()" in body and "tilex_bulk_wait<0>()" in body
+    assert "stmatrix.sync.aligned.m8n8.x4.shared.b16" in src and "cp.async.bulk.tensor.2d.global.shared::cta" in src
+
+
+def test_rows_not_known_aligned_keep_the_register_store():
+    """linear_persistent says only K % 8 == 0: y's pitch may be odd, so its tiles leave by registers as before."""
+    _, k = _kernel("linear_persistent", BN=128)
+    assert persistent_loops(k) and kernel_tma_stores(k, k.info.smem_limit) == []
+    assert [m.tensor for m in k.info.tma_maps] == ["x", "w"]
+    body = _cuda("linear_persistent", BN=128)
+    assert "tilex_store_quad" in body and "tilex_tma_store_2d" not in body
+    _, g = _kernel("gated_mlp_persistent")
+    assert kernel_tma_stores(g, g.info.smem_limit) == []
+
+
+@pytest.mark.parametrize("defines,cols,rounds", [(dict(BN=256), 128, 2), (dict(BN=256, STAGES=3), 256, 1),
+                                                 (dict(BM=256, BN=128), 64, 2), (dict(BM=64, STAGES=6), 128, 1)])
+def test_staging_columns_fit_next_to_the_ring(defines, cols, rounds):
+    """The buffer stages all BN columns when they fit in shared memory beside the ring, else the widest whole
+    number of 64-column boxes dividing BN that does, in rounds."""
+    _, k = _kernel("linear_persistent_tma", **defines)
+    (_, inner, ts), = kernel_tma_stores(k, k.info.smem_limit)
+    assert (ts.cols, inner.plan.bn // ts.cols) == (cols, rounds)
+    assert inner.plan.smem_bytes + ts.region <= k.info.smem_limit
+    assert k.info.smem_bytes <= k.info.smem_limit
+    body = _cuda("linear_persistent_tma", **defines)
+    assert body.count("tilex_bulk_wait_read<0>()") == rounds
+
+
+def test_no_room_for_any_staging_keeps_the_register_store():
+    _, k = _kernel("linear_persistent_tma")
+    outer, inner = persistent_loops(k)[0]
+    room = inner.plan.smem_bytes + 128 * 64 * 2 + 1024
+    assert tma_store(k, outer, inner, room).cols == 64  # one 64-column box a round just fits
+    assert tma_store(k, outer, inner, room - 1) is None
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 64, 8), (100, 72, 136), (130, 200, 264)])
+def test_interpreter_agrees_with_float64(m, k, n):
+    rng = np.random.default_rng(m + k + n)
+    x = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((n, k)).astype(ml_dtypes.bfloat16)
+    y = np.full((m, n), np.nan, dtype=ml_dtypes.bfloat16)
+    tilex.compile(LINEAR, PROGRAMS=3).interp("linear_persistent_tma", x, w, y)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T
+    err = np.linalg.norm(y.astype(np.float64) - ref) / np.linalg.norm(ref)
+    assert err < 1e-2  # bf16 output rounding (2^-8 relative), f32 accumulation
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+@pytest.mark.parametrize("defines", [dict(), dict(BN=256), dict(BM=256, BN=128), dict(BM=64, BN=128, STAGES=6)])
+def test_nvcc_builds_the_tma_store_kernels(tmp_path, defines):
+    cu = tmp_path / "k.cu"
+    cu.write_text(_file("linear_persistent_tma", **defines))
+    r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"), str(cu)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    info = r.stderr.split("linear_persistent_tma")[-1]
+    assert "0 bytes spill stores" in info, info
+
+
+@pytest.mark.parametrize("n,kernel", [(2304, "linear_persistent_tma"), (2300, "linear_persistent")])
+def test_linear_runs_the_tma_store_kernel_where_rows_are_aligned(monkeypatch, n, kernel):
+    """On the GPU, where the model takes the persistent path, `linear` runs linear_persistent_tma when N % 8 == 0
+    (y's rows 16-byte aligned) and linear_persistent otherwise, with the same tiles (the launches recorded here)."""
+    import importlib
+
+    lin = importlib.import_module("tilex.stdlib.linear")
+    L = lin.L
+    ran = []
+    monkeypatch.setattr(L, "kind_of", lambda *a: "torch")
+    monkeypatch.setattr(L, "sm_count", lambda x: 132)
+    loaded = []
+    real_load = L.load
+    monkeypatch.setattr(L, "load", lambda *a, **d: loaded.append(d) or real_load(*a, **d))
+    monkeypatch.setattr(L, "run", lambda mod, name, *args, **kw: ran.append((name, loaded[-1])))
+    monkeypatch.setattr(lin, "_tuned", lambda kernel, dt, m, n, k, default, **s: dict(default))
+    m, k = 4096, 2048
+    path, tiles, _, _ = lin.path_choice("linear", "bf16", m, n, k)
+    assert path == "persistent"
+    x, w = np.zeros((m, k), ml_dtypes.bfloat16), np.zeros((n, k), ml_dtypes.bfloat16)
+    lin.linear.__wrapped__(x, w) if hasattr(lin.linear, "__wrapped__") else lin.linear(x, w)
+    (name, defines), = ran
+    assert name == kernel and {d: defines[d] for d in tiles} == tiles and defines["PROGRAMS"] == 132
