@@ -21,6 +21,8 @@ SHAPES = [(4096, 2048, 2304), (4096, 2048, 2560), (256, 5120, 55296), (100, 896,
 # (label, kernel, defines)
 CANDIDATES = [("pers 128x128 s4", "linear_persistent", dict(BM=128, BN=128, BK=64, STAGES=4)),
               ("tma 128x128 s4", "linear_persistent_tma", dict(BM=128, BN=128, BK=64, STAGES=4)),
+              ("tma 128x128 s6", "linear_persistent_tma", dict(BM=128, BN=128, BK=64, STAGES=6)),
+              ("tma 128x128x128 s3", "linear_persistent_tma", dict(BM=128, BN=128, BK=128, STAGES=3)),
               ("pers 128x256 s4", "linear_persistent", dict(BM=128, BN=256, BK=64, STAGES=4)),
               ("tma 128x256 s4", "linear_persistent_tma", dict(BM=128, BN=256, BK=64, STAGES=4)),
               ("tma 128x256 s3", "linear_persistent_tma", dict(BM=128, BN=256, BK=64, STAGES=3)),
