@@ -1,5 +1,6 @@
 """A/B of the persistent GEMM's epilogue: register stores (`linear_persistent`) against stores through shared memory
-by TMA (`linear_persistent_tma`), same tiles, same process, with cuBLAS and what `tilex.stdlib.linear` picks.
+by TMA (`linear_persistent_tma`), same tiles, same process, with cuBLAS and what `tilex.stdlib.linear` picks (with
+its TMA stores, and with `_TMA_STORE` off: the register stores it had).
 
     python benchmarks/bench_tma_store.py [--shapes MxKxN,...] [--json OUT.json]
 
@@ -40,8 +41,12 @@ def main() -> int:
     import torch
     import torch.nn.functional as F
 
+    import importlib
+
     import tilex.stdlib as S
     from tilex.stdlib import _launch as L
+
+    lin = importlib.import_module("tilex.stdlib.linear")
 
     t0 = time.time()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -75,7 +80,7 @@ def main() -> int:
 
     rows = []
     print(f"GPU: {torch.cuda.get_device_name()}, {sms} SMs", flush=True)
-    head = ["shape", "cublas ms", "wrapper"] + [c[0] for c in CANDIDATES]
+    head = ["shape", "cublas ms", "wrapper", "wrapper (register stores)"] + [c[0] for c in CANDIDATES]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for m, k, n in shapes:
@@ -88,6 +93,11 @@ def main() -> int:
         got = S.linear(x, w)
         row["wrapper_err"] = float((got.float() - ref).norm() / ref.norm())
         row["wrapper_ms"] = ms_of(lambda: S.linear(x, w))
+        lin._TMA_STORE = False  # the wrapper as before: register stores on its persistent path
+        L.clear_fastpath()
+        row["wrapper_reg_ms"] = ms_of(lambda: S.linear(x, w))
+        lin._TMA_STORE = True
+        L.clear_fastpath()
         for label, kernel, defines in CANDIDATES:
             d = dict(defines, PROGRAMS=sms) if kernel != "linear" else dict(defines)
             try:
@@ -107,7 +117,7 @@ def main() -> int:
 
         def cell(r):
             return f"{r['ms']:.4f} ({cb / r['ms']:.2f}x)" if "ms" in r else r["error"][:40]
-        cells = [f"{m}x{k}x{n}", f"{cb:.4f}", cell(dict(ms=row["wrapper_ms"]))]
+        cells = [f"{m}x{k}x{n}", f"{cb:.4f}", cell(dict(ms=row["wrapper_ms"])), cell(dict(ms=row["wrapper_reg_ms"]))]
         cells += [cell(row["results"][c[0]]) for c in CANDIDATES]
         print("| " + " | ".join(cells) + " |", flush=True)
         del x, w, ref, y, got
