@@ -10,6 +10,8 @@ bf = dict(device="cuda", dtype=torch.bfloat16)
 for cfg in (dict(PROGRAMS=3), dict(BN=256, PROGRAMS=3), dict(BM=64, STAGES=6, PROGRAMS=5), dict(BM=256, PROGRAMS=7)):
     mod = tilex.compile("stdlib_kernels/linear.tile", **cfg)
     for m, n, k in [(1, 8, 8), (37, 136, 72), (130, 264, 200), (257, 2560, 136)]:
-        mod.linear_persistent_tma(torch.randn(m, k, **bf), torch.randn(n, k, **bf), torch.empty(m, n, **bf))
+        x, w = torch.randn(m, k, **bf), torch.randn(n, k, **bf)
+        mod.linear_persistent_tma(x, w, torch.empty(m, n, **bf))
+        mod.linear_persistent_tma3(x, w, torch.empty(m, n, **bf))  # 192-column tiles: one wgmma, three stores
 torch.cuda.synchronize()
 print("sanitize_tma_store: done")

@@ -44,7 +44,7 @@ def _file(kernel: str | None = None, **defines) -> str:
 def test_store_of_a_persistent_tile_with_aligned_rows_goes_by_tma():
     _, k = _kernel("linear_persistent_tma")
     (outer, inner, ts), = kernel_tma_stores(k, k.info.smem_limit)
-    assert ts.tensor == "y" and ts.cols == 128 and ts.staging == 128 * 128 * 2
+    assert ts.tensors == ("y",) and len(ts.stores) == 1 and ts.cols == 128 and ts.staging == 128 * 128 * 2
     # the staging buffer is counted after the ring, and y has a [64, 64]-box map
     assert k.info.smem_bytes >= inner.plan.smem_bytes + ts.region
     assert [(m.tensor, m.box_rows) for m in k.info.tma_maps] == [("x", 128), ("w", 128), ("y", 64)]
@@ -80,6 +80,34 @@ def test_staging_columns_fit_next_to_the_ring(defines, cols, rounds):
     assert body.count("tilex_bulk_wait_read<0>()") == rounds
 
 
+def test_three_column_blocks_one_wgmma_three_staged_stores():
+    """linear_persistent_tma3: three [128, 64] products sharing x run as one m64n192 wgmma, and each of the three
+    stores has its own staging buffer; only the tile's first waits for the previous tile's stores to have read."""
+    _, k = _kernel("linear_persistent_tma3")
+    (_, inner, ts), = kernel_tma_stores(k, k.info.smem_limit)
+    assert len(ts.stores) == 3 and ts.cols == 64 and ts.region == 3 * 128 * 64 * 2 + 1024
+    assert k.info.smem_bytes >= inner.plan.smem_bytes + ts.region
+    body = _cuda("linear_persistent_tma3")
+    assert "tilex_wgmma_m64n192k16_bf16_k_x3(a0, a1, a2" in body and "tilex_store_quad" not in body
+    assert body.count("tilex_tma_store_2d(&") == 3 and body.count("tilex_bulk_wait_read<0>()") == 1
+
+
+def test_a_tensor_read_back_is_not_stored_by_tma():
+    """A TMA store completes asynchronously, so a kernel that reads the stored tensor keeps the register store."""
+    src = Path(LINEAR).read_text()
+    start = src.index("kernel linear_persistent_tma<")
+    end = src.index("kernel linear_persistent_tma3<")
+    text = src[start:end].replace("y[m : m + BM, n : n + BN] = acc.to(bf16)",
+                                  "y[m : m + BM, n : n + BN] = acc.to(bf16)\n        y[m, n] = y[m, n] + 1.0")
+    from tilex.pipeline import Options
+    from tilex.translate import translate
+
+    t = translate(text, "t.tile", Options(arch="sm_90a"))
+    k = t.program.kernel("linear_persistent_tma")
+    assert kernel_tma_stores(k, k.info.smem_limit) == []
+    assert "tilex_tma_store_2d(&" not in t.cuda
+
+
 def test_no_room_for_any_staging_keeps_the_register_store():
     _, k = _kernel("linear_persistent_tma")
     outer, inner = persistent_loops(k)[0]
@@ -88,13 +116,14 @@ def test_no_room_for_any_staging_keeps_the_register_store():
     assert tma_store(k, outer, inner, room - 1) is None
 
 
+@pytest.mark.parametrize("kernel", ["linear_persistent_tma", "linear_persistent_tma3"])
 @pytest.mark.parametrize("m,k,n", [(1, 64, 8), (100, 72, 136), (130, 200, 264)])
-def test_interpreter_agrees_with_float64(m, k, n):
+def test_interpreter_agrees_with_float64(m, k, n, kernel):
     rng = np.random.default_rng(m + k + n)
     x = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
     w = rng.standard_normal((n, k)).astype(ml_dtypes.bfloat16)
     y = np.full((m, n), np.nan, dtype=ml_dtypes.bfloat16)
-    tilex.compile(LINEAR, PROGRAMS=3).interp("linear_persistent_tma", x, w, y)
+    tilex.compile(LINEAR, PROGRAMS=3).interp(kernel, x, w, y)
     ref = x.astype(np.float64) @ w.astype(np.float64).T
     err = np.linalg.norm(y.astype(np.float64) - ref) / np.linalg.norm(ref)
     assert err < 1e-2  # bf16 output rounding (2^-8 relative), f32 accumulation
@@ -102,14 +131,17 @@ def test_interpreter_agrees_with_float64(m, k, n):
 
 @pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
-@pytest.mark.parametrize("defines", [dict(), dict(BN=256), dict(BM=256, BN=128), dict(BM=64, BN=128, STAGES=6)])
-def test_nvcc_builds_the_tma_store_kernels(tmp_path, defines):
+@pytest.mark.parametrize("kernel,defines", [("linear_persistent_tma", dict()), ("linear_persistent_tma", dict(BN=256)),
+                                            ("linear_persistent_tma", dict(BM=256, BN=128)),
+                                            ("linear_persistent_tma", dict(BM=64, BN=128, STAGES=6)),
+                                            ("linear_persistent_tma3", dict())])
+def test_nvcc_builds_the_tma_store_kernels(tmp_path, kernel, defines):
     cu = tmp_path / "k.cu"
-    cu.write_text(_file("linear_persistent_tma", **defines))
+    cu.write_text(_file(kernel, **defines))
     r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"), str(cu)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
-    info = r.stderr.split("linear_persistent_tma")[-1]
+    info = r.stderr.split(kernel)[-1]
     assert "0 bytes spill stores" in info, info
 
 

@@ -65,6 +65,17 @@ def test_linear_persistent_tma(m, k, n, defines):
     _check(buf, y, x.float() @ w.float().T)
 
 
+@pytest.mark.parametrize("m,k,n", [(1, 896, 2304), (7, 2048, 136), (100, 896, 9728), (511, 2048, 5120),
+                                   (4097, 896, 200), (130, 72, 264)])
+@pytest.mark.parametrize("defines", [dict(), dict(PROGRAMS=3), dict(BM=64, STAGES=6, PROGRAMS=5)])
+def test_linear_persistent_tma3(m, k, n, defines):
+    """Tiles of three 64-column blocks (one m64n192 wgmma, three staged stores); N not a multiple of 192."""
+    x, w = _rand(m, k, seed=m + 7), _rand(n, k, seed=n + 8)
+    buf, y = _guarded(m, n)
+    tilex.compile(LINEAR, **defines).linear_persistent_tma3(x, w, y)
+    _check(buf, y, x.float() @ w.float().T)
+
+
 @pytest.mark.parametrize("m,k,n", [(4096, 2048, 2304), (511, 13824, 512)])
 def test_linear_persistent_tma_large(m, k, n):
     """Many tiles per block at a losing shape of issue 17, and a long K; agrees with the register-store kernel."""
@@ -77,3 +88,6 @@ def test_linear_persistent_tma_large(m, k, n):
     y2 = torch.empty_like(y)
     tilex.compile(LINEAR, BN=128).linear_persistent(x, w, y2)
     assert torch.equal(y, y2), "the TMA store and the register store differ"
+    buf3, y3 = _guarded(m, n)
+    mod.linear_persistent_tma3(x, w, y3)
+    _check(buf3, y3, x.float() @ w.float().T)

@@ -226,34 +226,37 @@ class MainLoopEmitter:
         out.emit("int tx_it = 0;  // ring position, across tiles")
         k = self.facts.k
         by_tma = next((ts for o, _, ts in kernel_tma_stores(k, k.info.smem_limit) if o is outer), None)
-        by_tma = by_tma if by_tma is not None and self._fragment_store(by_tma, plan) else None
+        staged = [st for st in (by_tma.stores if by_tma is not None else ()) if self._fragment_store(st, plan)]
         with out.block(header), self.scope.names(outer.var):
             for st in outer.body.stmts:
-                if by_tma is not None and st is by_tma.store:
-                    self.tma_store(st, by_tma, c)
+                if st in staged:
+                    self.tma_store(st, by_tma, by_tma.stores.index(st), staged[0] is st, c)
                     continue
                 if st is not inner:
                     self.stmt(st)
                     continue
                 out.emit(f"// {self.facts.file}:{st.span.line}  {unparse_stmt(st).splitlines()[0]}")
                 out.text(parts.consumer_tile(c), strip=False)
-        if by_tma is not None:
+        if staged:
             out.emit("if (threadIdx.x % 128 == 0) tilex_bulk_wait<0>();  // this warpgroup's stores are done")
 
-    def _fragment_store(self, ts, plan: MatmulPlan) -> bool:
+    def _fragment_store(self, st: A.Store, plan: MatmulPlan) -> bool:
         """Whether the store's values are in the main loop's accumulator fragment (what `tma_store` stages)."""
         acc = self.facts.k.info.var_layouts.get(plan.products[0].acc)
-        return acc is not None and ts.store.target.ty.layout == acc
+        return acc is not None and st.target.ty.layout == acc
 
-    def tma_store(self, st: A.Store, ts, c: dict) -> None:
-        """A persistent tile's epilogue store through shared memory by TMA (passes/plan_tma_store.py)."""
+    def tma_store(self, st: A.Store, ts, index: int, first: bool, c: dict) -> None:
+        """A persistent tile's epilogue store through shared memory by TMA (passes/plan_tma_store.py): store
+        `index` of `ts` into its own staging buffer; the tile's `first` such store waits for the buffers to be free."""
         out = self.out
         out.emit(f"// {self.facts.file}:{st.span.line}  {unparse_stmt(st)}  (by TMA, from shared memory)")
         with out.block():
             src, _ = self.store_source(st)
             rows, cols = st.target.items
-            S = storage(DType(self.facts.tensors[ts.tensor].type.dtype))
-            spec = dict(src=src, S=S, cols=ts.cols, rounds=c["bn"] // ts.cols, map=self.facts.tma_map(ts.tensor, BOX_ROWS),
-                        row0=self.expr.scalar(rows.start), col0=self.expr.scalar(cols.start))
+            tensor = st.target.base.id
+            S = storage(DType(self.facts.tensors[tensor].type.dtype))
+            spec = dict(src=src, S=S, cols=ts.cols, rounds=c["bn"] // ts.cols, map=self.facts.tma_map(tensor, BOX_ROWS),
+                        row0=self.expr.scalar(rows.start), col0=self.expr.scalar(cols.start),
+                        offset=c["stages"] * c["stage_bytes"] + 1024 + index * ts.staging, first=first)
             out.text(macros("matmul_wgmma_parts.j2").tma_store(c, spec), strip=False)
         out.need("tilex_mma.cuh", "tilex_tma_store.cuh")

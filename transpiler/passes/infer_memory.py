@@ -80,8 +80,8 @@ def _plan(mem: LayoutAssigner) -> A.Kernel:
     # a persistent ring is refilled for the next tile while the consumers run this tile's epilogue:
     # it keeps its own region, first in shared memory (no resident or streamed tiles with plans)
     rings = [SmemUse(ring_what(p), p.smem_bytes, mem.k.span) for p in mem.plans if p.persistent]
-    rings += [SmemUse(f"the staging of the TMA store of '{ts.tensor}' ({ts.cols} columns at a time)", ts.region,
-                      ts.store.span) for _, _, ts in kernel_tma_stores(k, mem.limit)]  # after the ring
+    rings += [SmemUse(f"the staging of {len(ts.stores)} TMA store(s) ({ts.cols} columns at a time)", ts.region,
+                      ts.stores[0].span) for _, _, ts in kernel_tma_stores(k, mem.limit)]  # after the ring
     resident_uses = resident_uses + rings
     base += sum((u.bytes + 15) // 16 * 16 for u in rings)
     where = tuple(mem.assign(e) for e in k.where)

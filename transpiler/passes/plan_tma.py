@@ -113,7 +113,7 @@ def kernel_tma_maps(k: A.Kernel) -> tuple[TmaMap, ...]:
 
     _Find().walk(k.body)
     # a persistent tile loop's epilogue store by TMA (plan_tma_store): a 2-D map of [64, 64] boxes
-    found += [(ts.tensor, BOX_ROWS, ()) for _, _, ts in kernel_tma_stores(k, k.info.smem_limit)]
+    found += [(t, BOX_ROWS, ()) for _, _, ts in kernel_tma_stores(k, k.info.smem_limit) for t in ts.tensors]
     unique = list(dict.fromkeys(found))
     return tuple(TmaMap(f"tx_map{i}", t, rows, SWIZZLE_ELEMS, box) for i, (t, rows, box) in enumerate(unique))
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ast as A
+from ..exprs import mentions
 from ..types import DType
 from .plan_matmul import SWIZZLE_ELEMS
 
@@ -33,15 +34,18 @@ MAX_CONSUMER_GROUPS = 4  # named barriers 2..5, one per consumer warpgroup (0: t
 
 @dataclass(frozen=True)
 class TmaStore:
-    store: A.Store
-    tensor: str
+    stores: tuple  # the A.Store statements, in order (each its own staging buffer)
     cols: int  # columns staged per round (a multiple of 64 dividing BN)
-    staging: int  # bytes of the staging buffer: BM x cols elements
+    staging: int  # bytes of one store's staging buffer: BM x cols elements
+
+    @property
+    def tensors(self) -> tuple:
+        return tuple(dict.fromkeys(st.target.base.id for st in self.stores))
 
     @property
     def region(self) -> int:
-        """Bytes of shared memory it takes after the ring (the buffer and its alignment slack)."""
-        return self.staging + SLACK
+        """Bytes of shared memory the buffers take after the ring (with the alignment slack)."""
+        return len(self.stores) * self.staging + SLACK
 
 
 def persistent_loops(k: A.Kernel) -> list[tuple[A.For, A.For]]:
@@ -65,19 +69,31 @@ def persistent_loops(k: A.Kernel) -> list[tuple[A.For, A.For]]:
 
 
 def tma_store(k: A.Kernel, outer: A.For, inner: A.For, limit: int) -> TmaStore | None:
-    """The epilogue store of persistent tile loop `outer` (main loop `inner`) that goes out by TMA, or None."""
+    """The epilogue stores of persistent tile loop `outer` (main loop `inner`) that go out by TMA, or None."""
     p = inner.plan
     if p.consumers // 128 > MAX_CONSUMER_GROUPS:
         return None
     after = outer.body.stmts[outer.body.stmts.index(inner) + 1:]
-    st = next((s for s in after if isinstance(s, A.Store) and s.op is None and s.target.ty is not None
-               and s.target.ty.shape), None)
-    if st is None or _obstacle(k, st, p.bm, p.bn):
+    stores = tuple(s for s in after if isinstance(s, A.Store) and s.op is None and s.target.ty is not None
+                   and s.target.ty.shape and _obstacle(k, s, p.bm, p.bn) is None)
+    if not stores:
         return None
     cols = p.bn
     while cols >= SWIZZLE_ELEMS:
+        if p.bn % cols == 0 and cols % SWIZZLE_ELEMS == 0 \
+                and p.smem_bytes + len(stores) * p.bm * cols * 2 + SLACK <= limit:
+            return TmaStore(stores, cols, p.bm * cols * 2)
+        cols -= SWIZZLE_ELEMS
+    return None if len(stores) == 1 else tma_store_first(k, outer, inner, limit, stores[0])
+
+
+def tma_store_first(k, outer, inner, limit, first) -> TmaStore | None:
+    """The first store alone, when the buffers of all do not fit."""
+    p = inner.plan
+    cols = p.bn
+    while cols >= SWIZZLE_ELEMS:
         if p.bn % cols == 0 and cols % SWIZZLE_ELEMS == 0 and p.smem_bytes + p.bm * cols * 2 + SLACK <= limit:
-            return TmaStore(st, st.target.base.id, cols, p.bm * cols * 2)
+            return TmaStore((first,), cols, p.bm * cols * 2)
         cols -= SWIZZLE_ELEMS
     return None
 
@@ -93,6 +109,8 @@ def _obstacle(k: A.Kernel, st: A.Store, bm: int, bn: int) -> str | None:
         return "not a 2-byte float tensor"
     if tuple(t.ty.shape) != (bm, bn):
         return "not a whole accumulator tile"
+    if _read(k.body, t.base.id):  # a TMA store completes asynchronously: nothing may read the tensor back
+        return "the kernel reads the tensor"
     for item in t.items:
         if not isinstance(item, A.Slice) or item.start is None or item.start.ty is None \
                 or item.start.ty.dtype is not DType.I32:
@@ -103,6 +121,25 @@ def _obstacle(k: A.Kernel, st: A.Store, bm: int, bn: int) -> str | None:
         return None if last.value % per == 0 else "row pitch not a multiple of 16 bytes"
     ok = k.facts is not None and k.facts.divisor(last.id) % per == 0  # no wish recorded (no launch variant)
     return None if ok else "row pitch not known to be a multiple of 16 bytes"
+
+
+def _read(b: A.Block, name: str) -> bool:
+    """Whether a statement of `b` (nested ones included) reads tensor `name` (a store's target is not a read,
+    its indices are)."""
+    for st in b.stmts:
+        if isinstance(st, A.Store):
+            exprs = [st.value] + [e for it in st.target.items
+                                  for e in ((it.start, it.stop) if isinstance(it, A.Slice) else (it,))]
+            if st.op is not None and getattr(st.target.base, "id", None) == name:
+                return True  # `y[...] += v` reads y
+        else:
+            exprs = [getattr(st, f) for f in ("value", "cond", "start", "stop", "step") if hasattr(st, f)]
+        if any(mentions(e, name) for e in exprs if isinstance(e, A.Expr)):
+            return True
+        for child in (getattr(st, "body", None), getattr(st, "then", None), getattr(st, "orelse", None)):
+            if isinstance(child, A.Block) and _read(child, name):
+                return True
+    return False
 
 
 def kernel_tma_stores(k: A.Kernel, limit: int) -> list[tuple[A.For, A.For, TmaStore]]:
