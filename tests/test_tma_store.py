@@ -168,3 +168,19 @@ def test_linear_runs_the_tma_store_kernel_where_rows_are_aligned(monkeypatch, n,
     lin.linear.__wrapped__(x, w) if hasattr(lin.linear, "__wrapped__") else lin.linear(x, w)
     (name, defines), = ran
     assert name == kernel and {d: defines[d] for d in tiles} == tiles and defines["PROGRAMS"] == 132
+
+
+def test_tma3_prediction_counts_tile_rounds(monkeypatch):
+    """persistent3 is predicted from the persistent kernel's time per 128-column tile round: 384 tiles of 128x192
+    (3 rounds of 1.5) beat 576 of 128x128 (5 rounds) at M=4096 N=2304, not 448 against 640 at N=2560 (4 x 1.5 > 5)."""
+    import importlib
+
+    lin = importlib.import_module("tilex.stdlib.linear")
+    per = dict(BM=128, BN=128)
+    assert lin._tma3_us(4096, 2304, per, 50.0) == pytest.approx(50.0 / 5 * 3 * 1.5)
+    assert lin._tma3_us(4096, 2560, per, 50.0) > 50.0
+    # from a 128x256 prediction: M=511 N=5120, 80 tiles in one round (2 columns of 128) against 108 (1.5)
+    assert lin._tma3_us(511, 5120, dict(BM=128, BN=256), 140.0) == pytest.approx(140.0 / 2 * 1.5)
+    monkeypatch.setattr(lin, "_TMA3", True)
+    assert lin.path_choice("linear", "bf16", 4096, 2304, 2048)[0] == "persistent3"
+    assert lin.path_choice("linear", "bf16", 4096, 2560, 2048)[0] == "persistent"

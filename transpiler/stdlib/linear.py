@@ -116,7 +116,7 @@ def _model_config(kernel: str, dt: str, m: int, n: int, k: int, space: dict, tab
 _SPLIT_SPACE = dict(BM=(64, 128), BN=(128, 256), BK=(64,), STAGES=(4,))
 _PERSISTENT_SPACE = dict(BM=(128,), BN=(128, 256), BK=(64,), STAGES=(4,))
 _SPLIT_S = (2, 4, 8)  # powers of two: the model buckets S <= 16 that way
-_PATHS: dict = {}  # (kernel, dtype, m, n, k) -> (path, tiles, S, {path: predicted us})
+_PATHS: dict = {}  # (kernel, dtype, m, n, k, _TMA3) -> (path, tiles, S, {path: predicted us})
 
 
 def _estimate_us(kernel: str, dt: str, shapes: dict, space: dict) -> tuple[dict, float]:
@@ -139,8 +139,9 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
     """How `linear` (kernel "linear" or "linear_bias") runs M x K x N with K % 8 == 0 outside the decode paths:
     (path, tiles, S, {candidate: predicted us}). "tc": one pass of `kernel` with the model's tiles over `_SPACE`;
     "splitk": linear_splitk_tiles over K shares (S) + splitk_sum(_bias), each predicted by the same model from
-    its IR (the partials' bytes included), when that is predicted faster. Memoized per shape."""
-    key = (kernel, dt, m, n, k)
+    its IR (the partials' bytes included), when that is predicted faster; "persistent" (linear_persistent) and,
+    with `_TMA3`, "persistent3" (linear_persistent_tma3, 128 x 192 tiles, `_tma3_us`). Memoized per shape."""
+    key = (kernel, dt, m, n, k, _TMA3)
     hit = _PATHS.get(key)
     if hit is not None:
         return hit
@@ -152,6 +153,11 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
         times["persistent"] = t_per
         if t_per < best[3]:
             best = ("persistent", {n_: v for n_, v in per.items() if n_ != "PROGRAMS"}, 1, t_per)
+        if _TMA3 and n % 8 == 0:
+            t3 = _tma3_us(m, n, per, t_per)
+            times["persistent3"] = t3
+            if t3 < best[3] * TMA3_MARGIN:
+                best = ("persistent3", dict(_TMA3_TILES), 1, t3)
     summer = "splitk_sum_bias" if kernel == "linear_bias" else "splitk_sum"
     split = None
     for s in _split_shares(m, n, k):
@@ -168,6 +174,23 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
         _PATHS.clear()
     _PATHS[key] = hit
     return hit
+
+
+# 128 x 192 tiles (linear_persistent_tma3: three 64-column products issued as one m64n192 wgmma). The resource model
+# reads that kernel as three 128x64 products (x counted thrice, n = 64 wgmmas), so its time is derived from the
+# persistent kernel's prediction instead: the same time per tile column of 128 (the FLOP rate of 128x128, ncu: both
+# tile shapes keep the tensor pipe ~75% busy while an SM is active), times the tile rounds each needs on SMS SMs
+_TMA3 = False
+_TMA3_TILES = dict(BM=128, BC=64, BK=64, STAGES=4)
+TMA3_MARGIN = 0.97  # taken when predicted 3% faster
+
+
+def _tma3_us(m: int, n: int, per: dict, t_per: float) -> float:
+    """Predicted us of linear_persistent_tma3 at M x N from the persistent kernel's tiles `per` and time `t_per`."""
+    def rounds(bm: int, bn: int) -> int:
+        return -(-(-(-m // bm) * -(-n // bn)) // SMS)
+    unit = t_per / (rounds(per["BM"], per["BN"]) * per["BN"] / 128)  # us per 128 columns of a tile round
+    return unit * rounds(128, 192) * 1.5
 
 
 SPLIT_LAUNCH_US = 2.0  # the second launch (splitk_sum) and the dependency between the two, in a CUDA graph
@@ -281,6 +304,8 @@ def linear(x, weight, bias=None):
             if path == "persistent" and gpu and cfg == tiles:
                 kernel = "linear_persistent_tma" if n % 8 == 0 and _TMA_STORE else "linear_persistent"
                 cfg = dict(cfg, PROGRAMS=L.sm_count(x2))
+            elif path == "persistent3":
+                kernel, cfg = "linear_persistent_tma3", dict(tiles, PROGRAMS=L.sm_count(x2))
         else:
             kernel, cfg = "linear_any", dict(BM=64 if m > 16 else 16, BN=128 if m > 16 else 64, BK=32, STAGES=4)
             if bias is not None:
