@@ -150,6 +150,8 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
     best = ("tc", tc, 1, t_tc)
     if kernel == "linear" and _PERSISTENT:
         per, t_per = _estimate_us("linear_persistent", dt, dict(M=m, N=n, K=k), dict(_PERSISTENT_SPACE, PROGRAMS=(SMS,)))
+        if _TMA_STORE and n % 8 == 0:  # linear_persistent_tma: each tile round's epilogue shorter
+            t_per -= TMA_STORE_SAVES_US * _rounds(m, n, per["BM"], per["BN"]) * per["BN"] / 128
         times["persistent"] = t_per
         if t_per < best[3]:
             best = ("persistent", {n_: v for n_, v in per.items() if n_ != "PROGRAMS"}, 1, t_per)
@@ -185,12 +187,18 @@ _TMA3_TILES = dict(BM=128, BC=64, BK=64, STAGES=4)
 TMA3_MARGIN = 0.97  # taken when predicted 3% faster
 
 
+TMA_STORE_SAVES_US = 0.0  # per 128 columns of a tile round: the register epilogue's time less the TMA store's
+
+
+def _rounds(m: int, n: int, bm: int, bn: int) -> int:
+    """Tile rounds of a persistent kernel with one block per SM: tiles / SMS, rounded up."""
+    return -(-(-(-m // bm) * -(-n // bn)) // SMS)
+
+
 def _tma3_us(m: int, n: int, per: dict, t_per: float) -> float:
     """Predicted us of linear_persistent_tma3 at M x N from the persistent kernel's tiles `per` and time `t_per`."""
-    def rounds(bm: int, bn: int) -> int:
-        return -(-(-(-m // bm) * -(-n // bn)) // SMS)
-    unit = t_per / (rounds(per["BM"], per["BN"]) * per["BN"] / 128)  # us per 128 columns of a tile round
-    return unit * rounds(128, 192) * 1.5
+    unit = t_per / (_rounds(m, n, per["BM"], per["BN"]) * per["BN"] / 128)  # us per 128 columns of a tile round
+    return unit * _rounds(m, n, 128, 192) * 1.5
 
 
 SPLIT_LAUNCH_US = 2.0  # the second launch (splitk_sum) and the dependency between the two, in a CUDA graph
