@@ -31,7 +31,6 @@ CANDIDATES = [("pers 128x128 s4", "linear_persistent", dict(BM=128, BN=128, BK=6
               ("tma3 128x192 s4", "linear_persistent_tma3", dict(BM=128, BC=64, BK=64, STAGES=4)),
               # half-size tiles: 4x the tile count of 128x256 (wave quantization), more bytes per FLOP
               ("tma 128x64 s6", "linear_persistent_tma", dict(BM=128, BN=64, BK=64, STAGES=6)),
-              ("tma 64x128 s6", "linear_persistent_tma", dict(BM=64, BN=128, BK=64, STAGES=6)),
               ("tc 128x128 s6", "linear", dict(BM=128, BN=128, BK=64, STAGES=6))]
 
 
