@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
+import sys
 import time
 
 # issue 17's losing linear shapes (M x K x N), then controls
@@ -49,6 +49,9 @@ def main() -> int:
     import tilex.stdlib as S
     from tilex.stdlib import _launch as L
 
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from sweep_gemm import graph_ms
+
     lin = importlib.import_module("tilex.stdlib.linear")
 
     t0 = time.time()
@@ -56,30 +59,7 @@ def main() -> int:
     stream = torch.cuda.Stream()
 
     def ms_of(fn) -> float:
-        with torch.cuda.stream(stream):
-            fn()
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            fn()
-            e1.record()
-        e1.synchronize()
-        reps = int(min(50, max(3, 2.0 / max(e0.elapsed_time(e1), 1e-3))))
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=stream):
-            for _ in range(reps):
-                fn()
-        g.replay()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(5):
-            e0.record(stream)
-            with torch.cuda.stream(stream):
-                g.replay()
-            e1.record(stream)
-            e1.synchronize()
-            ts.append(e0.elapsed_time(e1) / reps)
-        del g
-        return statistics.median(ts)
+        return graph_ms(fn, stream)
 
     rows = []
     print(f"GPU: {torch.cuda.get_device_name()}, {sms} SMs", flush=True)

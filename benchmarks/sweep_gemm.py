@@ -159,6 +159,37 @@ def _jkey(job):
     return (what, kernel, tuple(sorted(defines.items())), tuple(facts))
 
 
+def graph_ms(fn, stream) -> float:
+    """Median ms per launch of fn on `stream`: a CUDA graph of R launches (R ~ 2 ms of work) replayed 5 times."""
+    import torch
+
+    with torch.cuda.stream(stream):
+        fn()
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        fn()
+        e1.record()
+    e1.synchronize()
+    one = max(e0.elapsed_time(e1), 1e-3)
+    reps = int(min(50, max(3, 2.0 / one)))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=stream):
+        for _ in range(reps):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(5):
+        e0.record(stream)
+        with torch.cuda.stream(stream):
+            g.replay()
+        e1.record(stream)
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1) / reps)
+    del g
+    return statistics.median(ts)
+
+
 # ------------------------------------------------------------------ timing
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -219,32 +250,7 @@ def main() -> int:
     stream = torch.cuda.Stream()
 
     def ms_of(fn) -> float:
-        """Median ms per launch of fn: a CUDA graph of R launches (R ~ 2 ms of work) replayed 5 times."""
-        with torch.cuda.stream(stream):
-            fn()
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            fn()
-            e1.record()
-        e1.synchronize()
-        one = max(e0.elapsed_time(e1), 1e-3)
-        reps = int(min(50, max(3, 2.0 / one)))
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=stream):
-            for _ in range(reps):
-                fn()
-        g.replay()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(5):
-            e0.record(stream)
-            with torch.cuda.stream(stream):
-                g.replay()
-            e1.record(stream)
-            e1.synchronize()
-            ts.append(e0.elapsed_time(e1) / reps)
-        del g
-        return statistics.median(ts)
+        return graph_ms(fn, stream)
 
     def rel(y, ref) -> float:
         return float((y.float() - ref).norm() / max(float(ref.norm()), 1e-30))
