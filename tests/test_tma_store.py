@@ -55,8 +55,28 @@ def test_store_of_a_persistent_tile_with_aligned_rows_goes_by_tma():
     assert "stmatrix.sync.aligned.m8n8.x4.shared.b16" in src and "cp.async.bulk.tensor.2d.global.shared::cta" in src
 
 
+def _variant_of_tma_kernel(old: str, new: str):
+    """linear_persistent_tma's source with `old` replaced by `new`, translated: (kernel IR, CUDA)."""
+    from tilex.pipeline import Options
+    from tilex.translate import translate
+
+    src = Path(LINEAR).read_text()
+    text = src[src.index("kernel linear_persistent_tma<"): src.index("kernel linear_persistent_tma3<")]
+    assert old in text
+    t = translate(text.replace(old, new), "t.tile", Options(arch="sm_90a"))
+    return t.program.kernel("linear_persistent_tma"), t.cuda
+
+
+@pytest.mark.parametrize("old,new", [("where K % 8 == 0, N % 8 == 0", "where K % 8 == 0"),  # y's pitch may be odd
+                                     ("TMA_STORE: bool = True", "TMA_STORE: bool = False")])  # not asked for
+def test_unaligned_rows_or_no_opt_in_keep_the_register_store(old, new):
+    k, cuda = _variant_of_tma_kernel(old, new)
+    assert persistent_loops(k) and kernel_tma_stores(k, k.info.smem_limit) == []
+    assert "tilex_store_quad<" in cuda and "tilex_tma_store_2d(&" not in cuda
+
+
 def test_rows_not_known_aligned_keep_the_register_store():
-    """linear_persistent says only K % 8 == 0: y's pitch may be odd, so its tiles leave by registers as before."""
+    """linear_persistent says only K % 8 == 0 (and does not ask): its tiles leave by registers as before."""
     _, k = _kernel("linear_persistent", BN=128)
     assert persistent_loops(k) and kernel_tma_stores(k, k.info.smem_limit) == []
     assert [m.tensor for m in k.info.tma_maps] == ["x", "w"]
@@ -94,18 +114,10 @@ def test_three_column_blocks_one_wgmma_three_staged_stores():
 
 def test_a_tensor_read_back_is_not_stored_by_tma():
     """A TMA store completes asynchronously, so a kernel that reads the stored tensor keeps the register store."""
-    src = Path(LINEAR).read_text()
-    start = src.index("kernel linear_persistent_tma<")
-    end = src.index("kernel linear_persistent_tma3<")
-    text = src[start:end].replace("y[m : m + BM, n : n + BN] = acc.to(bf16)",
-                                  "y[m : m + BM, n : n + BN] = acc.to(bf16)\n        y[m, n] = y[m, n] + 1.0")
-    from tilex.pipeline import Options
-    from tilex.translate import translate
-
-    t = translate(text, "t.tile", Options(arch="sm_90a"))
-    k = t.program.kernel("linear_persistent_tma")
+    k, cuda = _variant_of_tma_kernel("y[m : m + BM, n : n + BN] = acc.to(bf16)",
+                                     "y[m : m + BM, n : n + BN] = acc.to(bf16)\n        y[m, n] = y[m, n] + 1.0")
     assert kernel_tma_stores(k, k.info.smem_limit) == []
-    assert "tilex_tma_store_2d(&" not in t.cuda
+    assert "tilex_tma_store_2d(&" not in cuda
 
 
 def test_no_room_for_any_staging_keeps_the_register_store():
@@ -145,13 +157,17 @@ def test_nvcc_builds_the_tma_store_kernels(tmp_path, kernel, defines):
     assert "0 bytes spill stores" in info, info
 
 
-@pytest.mark.parametrize("n,kernel", [(2304, "linear_persistent_tma"), (2300, "linear_persistent")])
-def test_linear_runs_the_tma_store_kernel_where_rows_are_aligned(monkeypatch, n, kernel):
-    """On the GPU, where the model takes the persistent path, `linear` runs linear_persistent_tma when N % 8 == 0
-    (y's rows 16-byte aligned) and linear_persistent otherwise, with the same tiles (the launches recorded here)."""
+@pytest.mark.parametrize("opt_in,n,kernel", [(True, 2304, "linear_persistent_tma"), (True, 2300, "linear_persistent"),
+                                              (False, 2304, "linear_persistent")])
+def test_linear_runs_the_tma_store_kernel_where_rows_are_aligned(monkeypatch, opt_in, n, kernel):
+    """On the GPU, where the model takes the persistent path, `linear` runs linear_persistent_tma when opted in
+    (`_TMA_STORE`) and N % 8 == 0 (y's rows 16-byte aligned), else linear_persistent as before, with the same tiles
+    (the launches recorded here). Off by default: the new kernels are not on a default path until measured."""
     import importlib
 
     lin = importlib.import_module("tilex.stdlib.linear")
+    assert lin._TMA_STORE is False and lin._TMA3 is False
+    monkeypatch.setattr(lin, "_TMA_STORE", opt_in)
     L = lin.L
     ran = []
     monkeypatch.setattr(L, "kind_of", lambda *a: "torch")

@@ -9,7 +9,8 @@ staging buffer (stmatrix, ~8 instructions per 16 columns) and stored by one thre
 region), and the consumers start the next tile at once; a warpgroup waits for its previous store to have read
 the buffer only when it next fills it.
 
-Qualifies: the first `T[r : r + BM, c : c + BN] = v` among the statements after the main loop in the tile
+Opt-in while the path is new: a kernel asks for it with the compile-time parameter `TMA_STORE: bool = True`.
+Qualifies: each `T[r : r + BM, c : c + BN] = v` among the statements after the main loop in the tile
 loop's body (not nested in an `if`) that stores a whole accumulator-shaped tile into a rank-2 bf16/f16 tensor
 whose row pitch is provably a multiple of 16 bytes (a `where` fact, no launch-time wish is recorded), with
 32-bit slice starts, when the staging buffer fits in shared memory next to the ring: BM x C x 2 bytes for C
@@ -27,6 +28,7 @@ from ..exprs import mentions
 from ..types import DType
 from .plan_matmul import SWIZZLE_ELEMS
 
+OPT_IN = "TMA_STORE"  # the kernel's compile-time bool that asks for it (`TMA_STORE: bool = True`): new, opt-in
 BOX_ROWS = 64  # one consumer warpgroup's rows: each stores its own part of the tile
 SLACK = 1024  # the buffer starts on a 1024-byte boundary after the ring's mbarriers (the swizzle pattern's period)
 MAX_CONSUMER_GROUPS = 4  # named barriers 2..5, one per consumer warpgroup (0: the block's, 1: the consumers')
@@ -71,7 +73,7 @@ def persistent_loops(k: A.Kernel) -> list[tuple[A.For, A.For]]:
 def tma_store(k: A.Kernel, outer: A.For, inner: A.For, limit: int) -> TmaStore | None:
     """The epilogue stores of persistent tile loop `outer` (main loop `inner`) that go out by TMA, or None."""
     p = inner.plan
-    if p.consumers // 128 > MAX_CONSUMER_GROUPS:
+    if dict(k.defines).get(OPT_IN) is not True or p.consumers // 128 > MAX_CONSUMER_GROUPS:
         return None
     after = outer.body.stmts[outer.body.stmts.index(inner) + 1:]
     stores = tuple(s for s in after if isinstance(s, A.Store) and s.op is None and s.target.ty is not None

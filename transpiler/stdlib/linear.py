@@ -8,8 +8,9 @@ interpreter). Everywhere else (`path_choice`) tilex.autoconfig's resource model 
 the one-pass `linear` / `linear_bias` over `_SPACE` (BM, BN, stages), `linear_persistent` (one block per SM walking
 the tiles; no bias) and `linear_splitk_tiles` + `splitk_sum(_bias)` (K split S ways, any M) and takes the fastest
 (split-K only when predicted SPLIT_MARGIN faster), memoized per shape; `gated_mlp` takes its tiles from the same
-model (`_model_config`), `gated_mlp_persistent` for its 128x128 4-stage tile. The persistent path runs
-`linear_persistent_tma` (tiles stored from shared memory by TMA) where N % 8 == 0. A configuration stored by
+model (`_model_config`), `gated_mlp_persistent` for its 128x128 4-stage tile. Opt-in, not yet measured on a GPU: `_TMA_STORE` (the
+persistent path runs `linear_persistent_tma`, tiles stored from shared memory by TMA, where N % 8 == 0) and `_TMA3`
+(a `linear_persistent_tma3` path, 128 x 192 tiles). A configuration stored by
 `tilex tune` for the shape's bucket overrides the one-pass tiles.
 """
 from __future__ import annotations
@@ -32,9 +33,9 @@ _SPLITK = dict(BM=64, BN=256, BK=64, STAGES=4)  # `tilex tune` on an H200, M=16 
 # large M without a bias (and the gated MLP): one block per SM walks the tiles (the ring refills during
 # the epilogue); 1.01-1.03x the one-tile-per-block kernel on the H200 (benchmarks/bench_persistent.py)
 _PERSISTENT = True
-# the persistent kernel stores its tiles from shared memory by TMA where y's rows are 16-byte aligned (N % 8 == 0):
-# linear_persistent_tma (docs/stdlib.md); False: the register stores of linear_persistent (A/B)
-_TMA_STORE = True
+# opt-in (not yet measured on a GPU): the persistent path stores its tiles from shared memory by TMA where y's rows
+# are 16-byte aligned (N % 8 == 0), linear_persistent_tma (docs/stdlib.md); False: linear_persistent's register stores
+_TMA_STORE = False
 SMS = 132  # streaming multiprocessors of an H100/H200: enough tiles to fill them twice needs no split
 
 
@@ -181,7 +182,8 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
 # 128 x 192 tiles (linear_persistent_tma3: three 64-column products issued as one m64n192 wgmma). The resource model
 # reads that kernel as three 128x64 products (x counted thrice, n = 64 wgmmas), so its time is derived from the
 # persistent kernel's prediction instead: the same time per tile column of 128 (the FLOP rate of 128x128, ncu: both
-# tile shapes keep the tensor pipe ~75% busy while an SM is active), times the tile rounds each needs on SMS SMs
+# tile shapes keep the tensor pipe ~75% busy while an SM is active), times the tile rounds each needs on SMS SMs.
+# Opt-in (not yet measured on a GPU)
 _TMA3 = False
 _TMA3_TILES = dict(BM=128, BC=64, BK=64, STAGES=4)
 TMA3_MARGIN = 0.97  # taken when predicted 3% faster
