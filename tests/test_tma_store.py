@@ -200,3 +200,34 @@ def test_tma3_prediction_counts_tile_rounds(monkeypatch):
     monkeypatch.setattr(lin, "_TMA3", True)
     assert lin.path_choice("linear", "bf16", 4096, 2304, 2048)[0] == "persistent3"
     assert lin.path_choice("linear", "bf16", 4096, 2560, 2048)[0] == "persistent"
+
+
+def test_staged_fragment_lands_where_the_tma_box_reads_it():
+    """The staging addresses of templates/matmul_wgmma_parts.j2 (tma_store), emulated: every accumulator element a
+    consumer warpgroup holds goes, through stmatrix, to the byte at which TMA's 128-byte swizzle reads element
+    (row, column) of its [64, 64] box, and no two elements share a byte. Fragment: lane l of warp w holds, in slot
+    4 j + 2 i + e, row 16 w + 8 i + l / 4, column 8 j + 2 (l % 4) + e. stmatrix .x4 (matrix q of the pair j, j + 1 is
+    i = q % 2, j + q / 2): lane 8 q + r gives row r's address; that row's 8 elements come from lanes 4 r .. 4 r + 3."""
+    src = Path(ROOT / "templates" / "matmul_wgmma_parts.j2").read_text()
+    assert "tx_row = tx_stg + ((threadIdx.x / 32) % 4 * 16 + tx_ln / 8 % 2 * 8 + tx_ln % 8) * 128" in src
+    assert "tx_row + tx_j / 8 * 8192 + (((unsigned)tx_j % 8 + tx_qh) ^ (tx_ln % 8)) * 16" in src
+    for cols in (64, 128, 256):
+        seen = {}
+        for w in range(4):
+            for jrel in range(0, cols // 8, 2):  # the round's column-block pairs
+                for q in range(4):
+                    for r in range(8):
+                        lane = 8 * q + r  # this lane gives the row address of matrix q's row r
+                        row_addr = ((w * 16 + lane // 8 % 2 * 8 + lane % 8) * 128 + jrel // 8 * 8192
+                                    + (((jrel % 8) + lane // 16) ^ (lane % 8)) * 16)
+                        for c in range(8):  # element c of that row: lane 4 r + c // 2, half c % 2, register q
+                            src_lane = 4 * r + c // 2
+                            i, j, e = q % 2, jrel + q // 2, c % 2
+                            row = 16 * w + 8 * i + src_lane // 4  # the fragment's (row, column) of that slot
+                            col = 8 * j + 2 * (src_lane % 4) + e
+                            box, bc = divmod(col, 64)  # TMA SWIZZLE_128B: chunk (2 bc / 16) ^ (row % 8) of row
+                            tma = box * 8192 + row * 128 + (((2 * bc) // 16) ^ (row % 8)) * 16 + (2 * bc) % 16
+                            assert row_addr + 2 * c == tma, (cols, w, jrel, q, r, c)
+                            assert tma not in seen
+                            seen[tma] = (row, col)
+        assert len(seen) == 64 * cols  # the warpgroup's 64 rows, every column of the round
