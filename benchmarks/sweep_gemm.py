@@ -6,8 +6,9 @@
 Two families, every candidate checked against torch (f32 reference, rel. error < 1e-2) before it is timed:
 - `tilex.stdlib.linear` (y = x @ w.T, shapes M x K x N): every path of stdlib_kernels/linear.tile the wrapper could
   take, each over its tile space: `tc` (linear: BM x BN x STAGES), `persistent` (linear_persistent, PROGRAMS = 1
-  or 2 per SM), `splitk` (linear_splitk_tiles + splitk_sum: K split S ways, any M), `splitk64` (linear_splitk,
-  M <= 64, the wrapper's decode split) and, for M <= 16, `swap` / `swap_splitk`. Also the wrapper itself
+  or 2 per SM), `persistent_tma` (linear_persistent_tma where N % 8 == 0: each tile stored by TMA), `splitk`
+  (linear_splitk_tiles + splitk_sum: K split S ways, any M), `splitk64` (linear_splitk, M <= 64, the wrapper's
+  decode split) and, for M <= 16, `swap` / `swap_splitk`. Also the wrapper itself
   (`S.linear`: what the current model picks) and cuBLAS (`F.linear`).
 - `examples/matmul.tile` as shipped (shapes M x N x K): the model's `--top` best configurations of its `= auto`
   space plus a fixed set of known-good tiles, each as the variant the launch facts of these arguments select
@@ -61,6 +62,10 @@ def linear_candidates(m: int, k: int, n: int) -> list[dict]:
         for (bm, bn), st, per in itertools.product(((128, 256), (128, 128), (64, 256)), (4,), (1, 2)):
             out.append(dict(path="persistent", kernel="linear_persistent",
                             defines=dict(BM=bm, BN=bn, BK=64, STAGES=st, PROGRAMS=per * SMS)))
+    if m > 16 and n % 8 == 0:  # the epilogue through shared memory by TMA (y's rows 16-byte aligned)
+        for bm, bn, st in ((128, 256, 4), (128, 256, 3), (128, 128, 4), (64, 256, 4), (256, 128, 4)):
+            out.append(dict(path="persistent_tma", kernel="linear_persistent_tma",
+                            defines=dict(BM=bm, BN=bn, BK=64, STAGES=st, PROGRAMS=SMS)))
     for bm, bn in itertools.product((64, 128) if m > 16 else (64,), (64, 128, 256)):
         tiles = -(-m // bm) * -(-n // bn)
         for s in (2, 3, 4, 6, 8, 16):
@@ -154,6 +159,37 @@ def _jkey(job):
     return (what, kernel, tuple(sorted(defines.items())), tuple(facts))
 
 
+def graph_ms(fn, stream) -> float:
+    """Median ms per launch of fn on `stream`: a CUDA graph of R launches (R ~ 2 ms of work) replayed 5 times."""
+    import torch
+
+    with torch.cuda.stream(stream):
+        fn()
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        fn()
+        e1.record()
+    e1.synchronize()
+    one = max(e0.elapsed_time(e1), 1e-3)
+    reps = int(min(50, max(3, 2.0 / one)))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=stream):
+        for _ in range(reps):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(5):
+        e0.record(stream)
+        with torch.cuda.stream(stream):
+            g.replay()
+        e1.record(stream)
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1) / reps)
+    del g
+    return statistics.median(ts)
+
+
 # ------------------------------------------------------------------ timing
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -214,32 +250,7 @@ def main() -> int:
     stream = torch.cuda.Stream()
 
     def ms_of(fn) -> float:
-        """Median ms per launch of fn: a CUDA graph of R launches (R ~ 2 ms of work) replayed 5 times."""
-        with torch.cuda.stream(stream):
-            fn()
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            fn()
-            e1.record()
-        e1.synchronize()
-        one = max(e0.elapsed_time(e1), 1e-3)
-        reps = int(min(50, max(3, 2.0 / one)))
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=stream):
-            for _ in range(reps):
-                fn()
-        g.replay()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(5):
-            e0.record(stream)
-            with torch.cuda.stream(stream):
-                g.replay()
-            e1.record(stream)
-            e1.synchronize()
-            ts.append(e0.elapsed_time(e1) / reps)
-        del g
-        return statistics.median(ts)
+        return graph_ms(fn, stream)
 
     def rel(y, ref) -> float:
         return float((y.float() - ref).norm() / max(float(ref.norm()), 1e-30))

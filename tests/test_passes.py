@@ -447,7 +447,7 @@ def test_weak_literal_assigned_to_float_variable_takes_its_dtype():
     ("    r = c[0.0 : 4.0]", "slice bounds must be integers, got f32"),
     ("    for j in range(0, s) { }", "a loop bound must be an integer, got f32"),
     ("    if n { }", "an if condition must be a condition (bool), got i32"),
-    ("    r = zeros(f64[4])", "dtype f64 is not supported yet (use one of bf16, bool, f16, f32, f8e4m3, i32, i64)"),
+    ("    r = zeros(f64[4])", "dtype f64 is not supported yet (use one of bf16, bool, f16, f32, f8e4m3, f8e5m2, i16, i32, i64, i8, u16, u8)"),
 ])
 def test_dtype_errors(stmts, message):
     e = error(stmts)
@@ -689,7 +689,8 @@ def test_threads_per_block_follow_the_biggest_tile(elems, threads):
 def test_threads_of_the_examples():
     got = {p.stem: compile_program(p.read_text(), p.name, check=True).kernels[0].info.threads for p in EXAMPLES}
     assert got == {"matmul": 128, "rmsnorm": 128, "softmax": 128, "swiglu": 128, "vector_add": 128,
-                   "bmm": 256, "bmm_persistent": 256, "head_scores": 256}  # wgmma: 2 consumer warpgroups
+                   "bmm": 256, "bmm_persistent": 256, "head_scores": 256,
+                   "gemv_int8": 256, "gemv_int4": 256}  # wgmma: 2 consumer warpgroups
 
 
 def test_choose_threads_decides_the_threads_memory_passes_use():

@@ -74,7 +74,7 @@ PASSES: list[tuple[str, Callable]] = [
     ("place_resident", lambda p, o: place_resident(p, o.target)),
     ("plan_streams", lambda p, o: plan_streams(p, o.target)),
     ("assign_layouts", lambda p, o: assign_layouts(p, o.target)),
-    ("plan_tma", lambda p, o: plan_tma(p)),
+    ("plan_tma", lambda p, o: plan_tma(p, o.target)),
     ("budget_smem", lambda p, o: budget_smem(p, o.target)),
     ("plan_barriers", lambda p, o: plan_barriers(p)),
 ]

@@ -52,7 +52,7 @@ class Emitter:
         self.reductions = ReductionEmitter(f, out, scope, expr)
         self.products = ProductEmitter(f, out, scope, expr)
         expr.bind(access, self.reductions, self.products)
-        self.loops = MainLoopEmitter(f, out, scope, expr, self.stmt)
+        self.loops = MainLoopEmitter(f, out, scope, expr, self.stmt, self.store_source)
         self.gather = GatherEmitter(f, out, expr, access)
         self.streams = StreamEmitter(f, out, scope, expr, access, self.gather, self.stmt)
 
@@ -172,14 +172,23 @@ class Emitter:
                 return
             out.emit(f"if (threadIdx.x == 0 && {ok}) {t.base.id}[{idx}] = tilex_io<{storage(dt)}>::put({val});")
             return
-        layout = t.ty.layout
         compare = None
         if s.compare is not None:  # cas: the expected values at the target's slots
+            layout, c = t.ty.layout, s.compare
             compare = out.fresh("tx_cmp")
-            c = s.compare
             cval = expr.tile(c, layout.view_for(c.ty.shape)) if c.ty.shape else expr.scalar(c)
             out.emit(f"{reg(dt)} {compare}[{layout.slots}];")
             out.unrolled(layout.slots, f"{compare}[tx_s] = {expr.cast(cval, c.ty.dtype, dt)};")
+        src, layout = self.store_source(s)
+        self.access.access(t, layout, src, store=True, atomic=s.atomic, compare=compare)
+
+    def store_source(self, s: A.Store) -> tuple[str, Layout]:
+        """(register array, its layout: the target's) holding the values tile store `s` writes, converted to the
+        target's dtype by the store."""
+        out, expr = self.out, self.expr
+        t = s.target
+        dt = t.ty.dtype
+        layout = t.ty.layout
         src = out.fresh("tx_st")
         out.emit(f"{reg(dt)} {src}[{layout.slots}];")
         v, vdt = s.value, s.value.ty.dtype
@@ -190,7 +199,7 @@ class Emitter:
             v, vdt = v.obj, dt
         val = expr.tile(v, layout.view_for(v.ty.shape)) if v.ty.shape else expr.scalar(v)
         out.unrolled(layout.slots, f"{src}[tx_s] = {expr.cast(val, vdt, dt)};")
-        self.access.access(t, layout, src, store=True, atomic=s.atomic, compare=compare)
+        return src, layout
 
     def stmt_For(self, s: A.For) -> None:
         if s.plan is not None:

@@ -14,6 +14,7 @@ from .. import ast as A
 from ..exprs import unparse_stmt
 from ..passes.plan_tma import main_box
 from ..passes.plan_matmul import MatmulPlan, has_tile, mma_stage, swizzle_elems
+from ..passes.plan_tma_store import BOX_ROWS, kernel_tma_stores
 from ..types import DType, MmaStrategy
 from .c import storage
 from .context import KernelFacts, Scope
@@ -187,8 +188,9 @@ class MainLoopEmitter:
     """A planned tensor-core main loop (`planned_loop`), or a persistent tile loop around a wgmma one
     (`persistent_loop`), whose other statements go back to `stmt` (the Emitter's statement emitter)."""
 
-    def __init__(self, facts: KernelFacts, out: Writer, scope: Scope, expr, stmt):
+    def __init__(self, facts: KernelFacts, out: Writer, scope: Scope, expr, stmt, store_source):
         self.facts, self.out, self.scope, self.expr, self.stmt = facts, out, scope, expr, stmt
+        self.store_source = store_source  # (register array, layout) of a tile store's values (the Emitter's)
 
     def planned_loop(self, s: A.For) -> None:
         """A tensor-core main loop, from its template (matmul_mma.j2 or matmul_wgmma.j2)."""
@@ -229,10 +231,39 @@ class MainLoopEmitter:
         out.emit("}")
         out.emit(f"tilex_setmaxnreg_inc<{c['consumer_regs']}>();")
         out.emit("int tx_it = 0;  // ring position, across tiles")
+        k = self.facts.k
+        by_tma = next((ts for o, _, ts in kernel_tma_stores(k, k.info.smem_limit) if o is outer), None)
+        staged = [st for st in (by_tma.stores if by_tma is not None else ()) if self._fragment_store(st, plan)]
         with out.block(header), self.scope.names(outer.var):
             for st in outer.body.stmts:
+                if st in staged:
+                    self.tma_store(st, by_tma, by_tma.stores.index(st), staged[0] is st, c)
+                    continue
                 if st is not inner:
                     self.stmt(st)
                     continue
                 out.emit(f"// {self.facts.at(st.span)}  {unparse_stmt(st).splitlines()[0]}")
                 out.text(parts.consumer_tile(c), strip=False)
+        if staged:
+            out.emit("if (threadIdx.x % 128 == 0) tilex_bulk_wait<0>();  // this warpgroup's stores are done")
+
+    def _fragment_store(self, st: A.Store, plan: MatmulPlan) -> bool:
+        """Whether the store's values are in the main loop's accumulator fragment (what `tma_store` stages)."""
+        acc = self.facts.k.info.var_layouts.get(plan.products[0].acc)
+        return acc is not None and st.target.ty.layout == acc
+
+    def tma_store(self, st: A.Store, ts, index: int, first: bool, c: dict) -> None:
+        """A persistent tile's epilogue store through shared memory by TMA (passes/plan_tma_store.py): store
+        `index` of `ts` into its own staging buffer; the tile's `first` such store waits for the buffers to be free."""
+        out = self.out
+        out.emit(f"// {self.facts.file}:{st.span.line}  {unparse_stmt(st)}  (by TMA, from shared memory)")
+        with out.block():
+            src, _ = self.store_source(st)
+            rows, cols = st.target.items
+            tensor = st.target.base.id
+            S = storage(DType(self.facts.tensors[tensor].type.dtype))
+            spec = dict(src=src, S=S, cols=ts.cols, rounds=c["bn"] // ts.cols, map=self.facts.tma_map(tensor, BOX_ROWS),
+                        row0=self.expr.scalar(rows.start), col0=self.expr.scalar(cols.start),
+                        offset=c["stages"] * c["stage_bytes"] + 1024 + index * ts.staging, first=first)
+            out.text(macros("matmul_wgmma_parts.j2").tma_store(c, spec), strip=False)
+        out.need("tilex_mma.cuh", "tilex_tma_store.cuh")

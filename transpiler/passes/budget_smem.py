@@ -27,6 +27,7 @@ from ..targets import Target
 from ..types import MmaStrategy
 from .base import Rewriter, Walker
 from .choose_threads import min_blocks, planned_loops
+from .plan_tma_store import kernel_tma_stores
 from .memory_info import SWIZZLE_ALIGN, KernelMemory, SmemUse, round_up
 
 
@@ -41,6 +42,9 @@ def kernel_memory(k: A.Kernel, tgt: Target) -> KernelMemory:
     # a persistent ring is refilled for the next tile while the consumers run this tile's epilogue:
     # it keeps its own region, first in shared memory (no resident or streamed tiles with plans)
     rings = [SmemUse(ring_what(p), p.smem_bytes, k.span) for p in planned_loops(k) if p.persistent]
+    # a persistent tile loop's epilogue stores by TMA stage through a region of their own, after the ring
+    rings += [SmemUse(f"the staging of {len(ts.stores)} TMA store(s) ({ts.cols} columns at a time)", ts.region,
+                      ts.stores[0].span) for _, _, ts in kernel_tma_stores(k, tgt.smem_per_block)]
     kept = list(plan.resident_uses) + list(plan.stream_uses) + rings
     base = plan.stream_offset + sum(round_up(u.bytes, 16) for u in list(plan.stream_uses) + rings)
     swizzled = bool(plan.swizzled) or any(t.swizzled for ts in streamed(k) for t in ts)

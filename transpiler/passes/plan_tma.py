@@ -17,13 +17,15 @@ from dataclasses import replace
 from .. import ast as A
 from ..exprs import unparse
 from ..spec import TmaMap
+from ..targets import Target
 from ..types import DType, MmaStrategy
 from .base import Walker
 from .plan_matmul import swizzle_elems
+from .plan_tma_store import BOX_ROWS, kernel_tma_stores
 
 
-def plan_tma(program: A.Program) -> A.Program:
-    return replace(program, kernels=tuple(replace(k, info=replace(k.info, tma_maps=kernel_tma_maps(k)))
+def plan_tma(program: A.Program, tgt: Target) -> A.Program:
+    return replace(program, kernels=tuple(replace(k, info=replace(k.info, tma_maps=kernel_tma_maps(k, tgt.smem_per_block)))
                                           for k in program.kernels))
 
 
@@ -96,7 +98,7 @@ def stream_source(v: A.Expr) -> A.Expr | None:
     return None
 
 
-def kernel_tma_maps(k: A.Kernel) -> tuple[TmaMap, ...]:
+def kernel_tma_maps(k: A.Kernel, smem_limit: int | None = None) -> tuple[TmaMap, ...]:
     """The TMA descriptors kernel `k`'s wgmma loops read, in parameter order (one per tensor and box): per
     wgmma main loop its A operand's and each product's B operand's, per TMA-filled ring one N-D map per tile."""
     found: list[tuple[str, int, tuple]] = []
@@ -118,6 +120,9 @@ def kernel_tma_maps(k: A.Kernel) -> tuple[TmaMap, ...]:
                     found.append((stream_source(value).base.id, t.rows, t.tma_box))
 
     _Find().walk(k.body)
+    # a persistent tile loop's epilogue store by TMA (plan_tma_store): a 2-D map of [64, 64] boxes
+    found += [(t, BOX_ROWS, ()) for _, _, ts in kernel_tma_stores(k, k.info.smem_limit if smem_limit is None else smem_limit)
+              for t in ts.tensors]
     unique = list(dict.fromkeys(found))
     return tuple(TmaMap(f"tx_map{i}", t, rows, swizzle_elems(dtypes[t]), box) for i, (t, rows, box) in enumerate(unique))
 

@@ -8,7 +8,9 @@ interpreter). Everywhere else (`path_choice`) tilex.autoconfig's resource model 
 the one-pass `linear` / `linear_bias` over `_SPACE` (BM, BN, stages), `linear_persistent` (one block per SM walking
 the tiles; no bias) and `linear_splitk_tiles` + `splitk_sum(_bias)` (K split S ways, any M) and takes the fastest
 (split-K only when predicted SPLIT_MARGIN faster), memoized per shape; `gated_mlp` takes its tiles from the same
-model (`_model_config`), `gated_mlp_persistent` for its 128x128 4-stage tile. A configuration stored by
+model (`_model_config`), `gated_mlp_persistent` for its 128x128 4-stage tile. Opt-in, not yet measured on a GPU: `_TMA_STORE` (the
+persistent path runs `linear_persistent_tma`, tiles stored from shared memory by TMA, where N % 8 == 0) and `_TMA3`
+(a `linear_persistent_tma3` path, 128 x 192 tiles). A configuration stored by
 `tilex tune` for the shape's bucket overrides the one-pass tiles.
 """
 from __future__ import annotations
@@ -31,6 +33,9 @@ _SPLITK = dict(BM=64, BN=256, BK=64, STAGES=4)  # `tilex tune` on an H200, M=16 
 # large M without a bias (and the gated MLP): one block per SM walks the tiles (the ring refills during
 # the epilogue); 1.01-1.03x the one-tile-per-block kernel on the H200 (benchmarks/bench_persistent.py)
 _PERSISTENT = True
+# opt-in (not yet measured on a GPU): the persistent path stores its tiles from shared memory by TMA where y's rows
+# are 16-byte aligned (N % 8 == 0), linear_persistent_tma (docs/stdlib.md); False: linear_persistent's register stores
+_TMA_STORE = False
 SMS = 132  # streaming multiprocessors of an H100/H200: enough tiles to fill them twice needs no split
 
 
@@ -112,7 +117,7 @@ def _model_config(kernel: str, dt: str, m: int, n: int, k: int, space: dict, tab
 _SPLIT_SPACE = dict(BM=(64, 128), BN=(128, 256), BK=(64,), STAGES=(4,))
 _PERSISTENT_SPACE = dict(BM=(128,), BN=(128, 256), BK=(64,), STAGES=(4,))
 _SPLIT_S = (2, 4, 8)  # powers of two: the model buckets S <= 16 that way
-_PATHS: dict = {}  # (kernel, dtype, m, n, k) -> (path, tiles, S, {path: predicted us})
+_PATHS: dict = {}  # (kernel, dtype, m, n, k, _TMA3) -> (path, tiles, S, {path: predicted us})
 
 
 def _estimate_us(kernel: str, dt: str, shapes: dict, space: dict) -> tuple[dict, float]:
@@ -136,8 +141,9 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
     """How `linear` (kernel "linear" or "linear_bias") runs M x K x N with K % 8 == 0 outside the decode paths:
     (path, tiles, S, {candidate: predicted us}). "tc": one pass of `kernel` with the model's tiles over `_SPACE`;
     "splitk": linear_splitk_tiles over K shares (S) + splitk_sum(_bias), each predicted by the same model from
-    its IR (the partials' bytes included), when that is predicted faster. Memoized per shape."""
-    key = (kernel, dt, m, n, k)
+    its IR (the partials' bytes included), when that is predicted faster; "persistent" (linear_persistent) and,
+    with `_TMA3`, "persistent3" (linear_persistent_tma3, 128 x 192 tiles, `_tma3_us`). Memoized per shape."""
+    key = (kernel, dt, m, n, k, _TMA3)
     hit = _PATHS.get(key)
     if hit is not None:
         return hit
@@ -146,9 +152,16 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
     best = ("tc", tc, 1, t_tc)
     if kernel == "linear" and _PERSISTENT:
         per, t_per = _estimate_us("linear_persistent", dt, dict(M=m, N=n, K=k), dict(_PERSISTENT_SPACE, PROGRAMS=(SMS,)))
+        if _TMA_STORE and n % 8 == 0:  # linear_persistent_tma: each tile round's epilogue shorter
+            t_per -= TMA_STORE_SAVES_US * _rounds(m, n, per["BM"], per["BN"]) * per["BN"] / 128
         times["persistent"] = t_per
         if t_per < best[3]:
             best = ("persistent", {n_: v for n_, v in per.items() if n_ != "PROGRAMS"}, 1, t_per)
+        if _TMA3 and n % 8 == 0:
+            t3 = _tma3_us(m, n, per, t_per)
+            times["persistent3"] = t3
+            if t3 < best[3] * TMA3_MARGIN:
+                best = ("persistent3", dict(_TMA3_TILES), 1, t3)
     summer = "splitk_sum_bias" if kernel == "linear_bias" else "splitk_sum"
     split = None
     for s in _split_shares(m, n, k):
@@ -165,6 +178,30 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
         _PATHS.clear()
     _PATHS[key] = hit
     return hit
+
+
+# 128 x 192 tiles (linear_persistent_tma3: three 64-column products issued as one m64n192 wgmma). The resource model
+# reads that kernel as three 128x64 products (x counted thrice, n = 64 wgmmas), so its time is derived from the
+# persistent kernel's prediction instead: the same time per tile column of 128 (the FLOP rate of 128x128, ncu: both
+# tile shapes keep the tensor pipe ~75% busy while an SM is active), times the tile rounds each needs on SMS SMs.
+# Opt-in (not yet measured on a GPU)
+_TMA3 = False
+_TMA3_TILES = dict(BM=128, BC=64, BK=64, STAGES=4)
+TMA3_MARGIN = 0.97  # taken when predicted 3% faster
+
+
+TMA_STORE_SAVES_US = 0.0  # per 128 columns of a tile round: the register epilogue's time less the TMA store's
+
+
+def _rounds(m: int, n: int, bm: int, bn: int) -> int:
+    """Tile rounds of a persistent kernel with one block per SM: tiles / SMS, rounded up."""
+    return -(-(-(-m // bm) * -(-n // bn)) // SMS)
+
+
+def _tma3_us(m: int, n: int, per: dict, t_per: float) -> float:
+    """Predicted us of linear_persistent_tma3 at M x N from the persistent kernel's tiles `per` and time `t_per`."""
+    unit = t_per / (_rounds(m, n, per["BM"], per["BN"]) * per["BN"] / 128)  # us per 128 columns of a tile round
+    return unit * _rounds(m, n, 128, 192) * 1.5
 
 
 SPLIT_LAUNCH_US = 2.0  # the second launch (splitk_sum) and the dependency between the two, in a CUDA graph
@@ -277,7 +314,10 @@ def linear(x, weight, bias=None):
                 path = "persistent" if tiles == _LARGE and m > 64 and _PERSISTENT and kernel == "linear" else "tc"
             cfg = _tuned(kernel, dt, m, n, k, tiles)
             if path == "persistent" and gpu and cfg == tiles:
-                kernel, cfg = "linear_persistent", dict(cfg, PROGRAMS=L.sm_count(x2))
+                kernel = "linear_persistent_tma" if n % 8 == 0 and _TMA_STORE else "linear_persistent"
+                cfg = dict(cfg, PROGRAMS=L.sm_count(x2))
+            elif path == "persistent3":
+                kernel, cfg = "linear_persistent_tma3", dict(tiles, PROGRAMS=L.sm_count(x2))
         else:
             kernel, cfg = "linear_any", dict(BM=64 if m > 16 else 16, BN=128 if m > 16 else 64, BK=32, STAGES=4)
             if bias is not None:
