@@ -128,3 +128,25 @@ def test_gpu_binds_the_arrays_dtypes(dt):
     assert np.max(np.abs(got - host.astype(np.float64))) / np.max(np.abs(ref)) <= TOL[dt]
     with pytest.raises(LaunchError, match="dtype parameter T is bound"):
         mod.scale(cp.asarray(x), cp.asarray(w.astype(np.float32 if dt != "f32" else np.float16)), y, a=1.0)
+
+
+TWO = SCALE + """
+kernel copy<T: dtype = bf16, B: int = 128>(x: T[N], y: out T[N])
+    grid (cdiv(N, B),)
+{
+    i = program_id(0) * B
+    y[i : i + B] = x[i : i + B]
+}
+"""
+
+
+def test_a_file_define_of_another_kernel_is_no_error_when_one_kernel_is_bound():
+    """tilex.compile(FILE, BLOCK=...) sets BLOCK of `scale`; binding `copy` to f16 translates `copy` alone and takes
+    only its own parameters (on the H200 a stdlib file's splitk_sum failed with '-D BM: no kernel ... has BM')."""
+    mod = tilex.compile(TWO, BLOCK=512)
+    x = np.random.default_rng().standard_normal(300).astype(np.float16)
+    child = mod.kernel("copy").module_for((x, np.zeros_like(x)), {})
+    assert child.specs["copy"].params[0].dtype == "f16"
+    y = np.zeros_like(x)
+    mod.interp("copy", x, y)
+    np.testing.assert_array_equal(y, x)

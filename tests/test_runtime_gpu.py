@@ -157,9 +157,9 @@ def test_launch_errors_on_real_arrays(cp, cache_dir):
 
 
 def test_scalar_types_and_symbol_order(cp, cache_dir):
-    # KernelSpec order: tensor pointers (out, t), scalars (a, b, c, d), symbols (M, N)
+    # the parameters in their declared order (a scalar may come before a tensor), then the symbols (M, N)
     src = r"""
-    extern "C" __global__ void scal(long long* out, int* t, float a, long long b, bool c, int d,
+    extern "C" __global__ void scal(long long* out, float a, long long b, bool c, int d, int* t,
                                     int M, int N) {
         out[0] = (long long)(a * 4.0f); out[1] = b; out[2] = c ? 1 : 0; out[3] = d;
         out[4] = M; out[5] = N; t[N - 1] = 7;

@@ -186,6 +186,7 @@ def make_cases(dev="cpu", seed=0):
     add("linear_add_rms_norm", (r(3, 16), r(7, 16), r(3, 7), r(7), 1e-6), {},
         lambda x, w, res, nw, e: (ref_rms((x.to(f64) @ w.to(f64).T + res.to(f64)), nw, e),
                                   x.to(f64) @ w.to(f64).T + res.to(f64)), 1e-4)
+    add("topk", (r(3, 77), 5), {}, lambda x, k: tuple(torch.topk(x.to(f64), k, dim=-1)), 0.0)
     return cases
 
 
@@ -628,3 +629,17 @@ def test_attention_decode_num_splits_checked_like_the_launch():
     assert ops.attention_decode(*empty, None, 0).shape == (0, 4, 16)
     with mode:
         assert ops.attention_decode(*[mode.from_tensor(a) for a in empty], None, 0).shape == (0, 4, 16)
+
+
+def test_topk_op_matches_torch_topk_on_cpu():
+    """torch.ops.tilex.topk (the interpreter on CPU tensors) against torch.topk: values and int64 indices (random
+    floats have no ties), and its fake rule's shapes under FakeTensorMode."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x = torch.randn(2, 3, 777)
+    v, i = torch.ops.tilex.topk(x, 9)
+    rv, ri = torch.topk(x, 9)
+    assert torch.equal(v, rv) and torch.equal(i, ri)
+    with FakeTensorMode() as mode:
+        fv, fi = torch.ops.tilex.topk(mode.from_tensor(x), 9)
+    assert fv.shape == (2, 3, 9) and fi.dtype == torch.int64

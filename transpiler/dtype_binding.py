@@ -75,6 +75,10 @@ class DtypeBinder:
             m = self.module
             program = m.translation.program
             defines = {**m.defines, **binding}
+            # the file's defines were checked against the whole file when it was compiled; the translation of
+            # this one kernel takes those of its own compile-time parameters (-D BM=... of another kernel is no error)
+            own = {cp.name for k in program.kernels if k.name == self.name for cp in k.cparams}
+            defines = {n: v for n, v in defines.items() if n in own}
             t = translate(program.source, program.file, Options(defines=defines, arch=m.arch_for_choice, kernel=self.name))
             child = type(m)(t, m._arch, m._cache_dir, defines=defines, specialize=m.specialize)
             if len(self._children) >= self.MAX_CHILDREN:

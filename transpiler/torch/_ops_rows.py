@@ -239,6 +239,21 @@ def _(logits):
     return _fake_logits(logits)
 
 
+@_op("topk")
+def topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    return call(S.topk, x, k)
+
+
+@topk.register_fake
+def _(x, k):
+    C.check_float("x", x)
+    v = x.shape[-1]
+    if not 1 <= k <= v:
+        raise ValueError(f"topk: k must be an int from 1 to the last dimension ({v}), got {k!r}")
+    shape = (*x.shape[:-1], k)
+    return x.new_empty(shape), x.new_empty(shape, dtype=torch.int64)
+
+
 @_op("sample")
 def sample(logits: Tensor, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0) -> Tensor:
     return call(S.sample, logits, temperature, top_p, seed)
