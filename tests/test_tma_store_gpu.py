@@ -14,11 +14,7 @@ import pytest
 
 import tilex
 
-# H200, session 18 (c96ce2f): test_linear_persistent_tma hung (four test shards stopped at its launch, and
-# bench_tma_store.py hung in its first synchronize): the TMA-store epilogue deadlocks. It is opt-in and on no default
-# path (stdlib.linear._TMA_STORE / _TMA3 are off); these tests are kept for the fix and not run until then.
-pytestmark = [pytest.mark.gpu, pytest.mark.xfail(run=False, strict=True, reason="the TMA-store epilogue hangs on the H200 "
-                                                 "(session 18); opt-in, on no default path")]
+pytestmark = pytest.mark.gpu
 LINEAR = str(Path(__file__).resolve().parents[1] / "stdlib_kernels" / "linear.tile")
 GUARD = 4096  # elements of sentinel on each side of y (8 KB: a multiple of 16 bytes, so y stays aligned)
 SENTINEL = 12288.0  # exact in bf16
@@ -61,7 +57,10 @@ def _check(buf, y, ref) -> None:
 CONFIGS = [dict(), dict(PROGRAMS=3),  # 128x128 x 4 stages, all of the tile staged at once
            dict(BN=256, PROGRAMS=3), dict(BN=256, STAGES=3),  # 4 stages: 128 columns a round, two rounds; 3: one
            dict(BM=64, BN=128, STAGES=6, PROGRAMS=5),  # one consumer warpgroup
-           dict(BM=256, BN=128, PROGRAMS=7),  # four consumer warpgroups (named barriers 2..5), 64 columns a round
+           # four consumer warpgroups (named barriers 2..5), 64 columns a round: HUNG on the H200 (session 18, c96ce2f;
+           # the other configurations passed in the same run), not run until the deadlock is found
+           pytest.param(dict(BM=256, BN=128, PROGRAMS=7), marks=pytest.mark.xfail(
+               run=False, reason="hangs on the H200 with four consumer warpgroups (session 18)")),
            dict(BM=128, BN=64, STAGES=6, PROGRAMS=132)]
 
 

@@ -9,8 +9,9 @@ staging buffer (stmatrix, ~8 instructions per 16 columns) and stored by one thre
 region), and the consumers start the next tile at once; a warpgroup waits for its previous store to have read
 the buffer only when it next fills it.
 
-Opt-in, and known broken: its first H200 run (session 18) hung in linear_persistent_tma (a deadlock
-not yet found; tests/test_tma_store_gpu.py is not run until it is fixed). A kernel asks for it with the compile-time parameter `TMA_STORE: bool = True`.
+Opt-in and not yet on any default path: on the H200 (session 18) linear_persistent_tma matched torch at odd sizes with
+128x128, 128x256, 64x128 and 128x64 tiles, but HUNG with BM = 256 (four consumer warpgroups, named barriers 2..5): a
+deadlock not yet found, that configuration's GPU test is not run until it is. A kernel asks for it with the compile-time parameter `TMA_STORE: bool = True`.
 Qualifies: each `T[r : r + BM, c : c + BN] = v` among the statements after the main loop in the tile
 loop's body (not nested in an `if`) that stores a whole accumulator-shaped tile into a rank-2 bf16/f16 tensor
 whose row pitch is provably a multiple of 16 bytes (a `where` fact, no launch-time wish is recorded), with

@@ -8,8 +8,8 @@ interpreter). Everywhere else (`path_choice`) tilex.autoconfig's resource model 
 the one-pass `linear` / `linear_bias` over `_SPACE` (BM, BN, stages), `linear_persistent` (one block per SM walking
 the tiles; no bias) and `linear_splitk_tiles` + `splitk_sum(_bias)` (K split S ways, any M) and takes the fastest
 (split-K only when predicted SPLIT_MARGIN faster), memoized per shape; `gated_mlp` takes its tiles from the same
-model (`_model_config`), `gated_mlp_persistent` for its 128x128 4-stage tile. Opt-in and off: on the H200 (session 18) `linear_persistent_tma` hung, so neither may be switched on until that is
-fixed: `_TMA_STORE` (the
+model (`_model_config`), `gated_mlp_persistent` for its 128x128 4-stage tile. Opt-in and off (not yet timed; on the H200 in session 18 `linear_persistent_tma` passed at 1-2 consumer warpgroups and hung
+at 4): `_TMA_STORE` (the
 persistent path runs `linear_persistent_tma`, tiles stored from shared memory by TMA, where N % 8 == 0) and `_TMA3`
 (a `linear_persistent_tma3` path, 128 x 192 tiles). A configuration stored by
 `tilex tune` for the shape's bucket overrides the one-pass tiles.
