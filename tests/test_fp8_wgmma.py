@@ -78,6 +78,9 @@ def test_elsewhere_the_generic_product(src, arch, defines):
     no mma.sync path here), the generic product; it still compiles (nvcc below) and computes the same."""
     assert _loop(src, arch, **defines) == []
     assert "wgmma.mma_async" not in translate(src, "mm8.tile", Options(arch=arch, defines=defines)).cuda
+    # explain says why the loop is not a tensor-core main loop (it used to say nothing)
+    (why,) = explain(compile_program(src, "mm8.tile", Options(arch=arch, defines=defines)))[0]["unplanned_loops"]
+    assert why["why"].startswith("f8e4m3 products run on tensor cores only as wgmma"), why
 
 
 @pytest.mark.parametrize("f8", [F8, ml_dtypes.float8_e5m2])

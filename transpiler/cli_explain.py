@@ -27,7 +27,8 @@ def explain(
     """Show what each kernel becomes: symbols, params, constraints, launch grid, threads,
     shared memory, each tensor-core loop's strategy (wgmma or mma.sync, tiles, stages, warps,
     why not wgmma), each pipeline loop that streams tiles through shared memory (which, how
-    many stages) and how its products run (wgmma or mma.sync, why not wgmma), and every tile
+    many stages) and how its products run (wgmma or mma.sync, why not wgmma), each pipeline loop
+    with products that is none of these and why it is not a tensor-core main loop, and every tile
     with its dtype, shape, memory space, layout and registers per thread."""
     defines = defines_of(define)
     check_arch(arch)
@@ -172,6 +173,8 @@ def _print_explain(data: list[dict], top: int = 8) -> None:
                 note = loop.get("products_note") or ""
                 note = f" ({note})" if note.startswith("not a tensor-core main loop") else f" (not wgmma: {note})" if note else ""
                 con.print(f"  products:    line {loop['line']}: {how}{note}", markup=False)
+        for loop in k.get("unplanned_loops", []):
+            con.print(f"  pipeline:    line {loop['line']}: not a tensor-core main loop: {loop['why']}", markup=False)
         smem = k["smem_bytes"]
         con.print(f"  shared mem:  {fmt(smem)}" + (" bytes" if smem is not None else "")
                   + ("" if k["threads"] is not None else "   (not annotated: memory pass did not run)"))

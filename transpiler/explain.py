@@ -317,6 +317,15 @@ def _streamed_loops(k: A.Kernel) -> list[dict]:
     return out
 
 
+def _unplanned_loops(k: A.Kernel) -> list[dict]:
+    """The `pipeline` loops with products that plan_matmul did not plan as tensor-core main loops and that neither
+    stream tiles nor multiply register tiles on tensor cores: why not (`For.not_main`), e.g. an fp8 product whose
+    BK does not suit wgmma."""
+    return [{"line": s.span.line, "why": s.not_main, **_inlined(s.span)} for s, _ in walk_stmts(k.body)
+            if isinstance(s, A.For) and s.not_main and s.plan is None and not s.stream and s.mma is None
+            and has_product(s.body)]
+
+
 def explain(program: A.Program) -> list[dict]:
     """One dict per kernel (JSON-ready): symbols, params, constraints, grid, launch shape, tiles.
 
@@ -357,6 +366,7 @@ def explain(program: A.Program) -> list[dict]:
             "threads": _jsonable(_get(info, "launch_threads")),
             "matmul_loops": _matmul_loops(k),
             "streamed_loops": _streamed_loops(k),
+            "unplanned_loops": _unplanned_loops(k),
             "smem_bytes": _jsonable(_get(info, "smem_bytes")),
             "info": extra,
             "tiles": _tile_rows(k),
