@@ -157,7 +157,14 @@ def _id(p: Path) -> str:
 
 
 def _nvcc(nvcc: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([nvcc, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    """nvcc with `args`; a spawn that fails with EFAULT (seen once in a full CPU run of session 18: "[Errno 14] Bad
+    address: '/usr/local/bin/nvcc'", the machine's fork/exec, not nvcc's verdict) is tried again once."""
+    try:
+        return subprocess.run([nvcc, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    except OSError as e:
+        if e.errno != 14:
+            raise
+        return subprocess.run([nvcc, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 class Builds:
