@@ -143,3 +143,11 @@ def bad_temperature(t) -> str:
 
 def bad_top_p(p) -> str:
     return f"top_p: expected a value in (0, 1], got {p}"
+
+
+def bad_topk_k(k, v) -> str:
+    return f"topk: k must be an int from 1 to the last dimension ({v}), got {k!r}"
+
+
+def topk_too_large(k, max_k) -> str:
+    return f"topk: k={k} is more than the {max_k} this kernel supports"

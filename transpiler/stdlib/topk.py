@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import _launch as L
+from . import messages as M
 
 MAX_K = 1024  # a chunk's top-k is a sort of at least 2K elements in registers
 CHUNK = 4096  # elements of x one program sorts (a [4096] tile: 16 (value, index) pairs a thread at 8 warps)
@@ -32,9 +33,9 @@ def topk(x, k: int):
     dt = L.check_float("x", x)
     v = int(x.shape[-1])
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= v:
-        raise ValueError(f"topk: k must be an int from 1 to the last dimension ({v}), got {k!r}")
+        raise ValueError(M.bad_topk_k(k, v))
     if k > MAX_K:
-        raise ValueError(f"topk: k={k} is more than the {MAX_K} this kernel supports")
+        raise ValueError(M.topk_too_large(k, MAX_K))
     lead = tuple(int(n) for n in x.shape[:-1])
     b = 1
     for n in lead:

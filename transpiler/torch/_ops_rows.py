@@ -9,6 +9,7 @@ from torch import Tensor
 
 from .. import stdlib as S
 from ..stdlib import messages as M
+from ..stdlib.topk import MAX_K as MAX_TOPK
 from . import _checks as C
 from ._convert import call
 from ._registry import _op, _shown, shown
@@ -249,7 +250,9 @@ def _(x, k):
     C.check_float("x", x)
     v = x.shape[-1]
     if not 1 <= k <= v:
-        raise ValueError(f"topk: k must be an int from 1 to the last dimension ({v}), got {k!r}")
+        raise ValueError(M.bad_topk_k(k, v))
+    if k > MAX_TOPK:
+        raise ValueError(M.topk_too_large(k, MAX_TOPK))
     shape = (*x.shape[:-1], k)
     return x.new_empty(shape), x.new_empty(shape, dtype=torch.int64)
 
