@@ -285,3 +285,27 @@ kernel k(x: f32[N], y: out f32[N], n: i32)
     with pytest.raises(CompileError) as err:
         tilex.compile(src)
     assert msg in str(err.value)
+
+
+def test_exclusive_cummax_cummin_of_narrow_ints_start_from_their_own_range():
+    """An exclusive cummax of i8 starts from -128 and a cummin of i16 from 32767, on the GPU as in the interpreter
+    (np.iinfo): the registers are int, whose range (-2**31) would wrap to 0 / -1 in the narrow store."""
+    from tilex.translate import translate
+
+    src = """
+kernel k(x: i8[N], y: out i8[N], z: out i16[N])
+    grid (1,)
+{
+    t = x[0 : 64]
+    y[0 : 64] = cummax(t, exclusive=True)
+    z[0 : 64] = cummin(t.to(i16), exclusive=True)
+}
+"""
+    cuda = translate(src, "k.tile").cuda
+    assert "] = -128; }" in cuda and "] = 32767; }" in cuda and "2147483647" not in cuda
+    x = np.random.default_rng().integers(-128, 128, 64).astype(np.int8)
+    y, z = np.zeros(64, np.int8), np.zeros(64, np.int16)
+    tilex.compile(src, cache_dir=False).interp("k", x, y, z)
+    assert y[0] == -128 and z[0] == 32767
+    np.testing.assert_array_equal(y[1:], np.maximum.accumulate(x)[:-1])
+    np.testing.assert_array_equal(z[1:], np.minimum.accumulate(x.astype(np.int16))[:-1])

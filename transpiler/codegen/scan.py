@@ -30,6 +30,14 @@ _IDENT = {  # the identity of an exclusive scan per combine and register type
 }
 
 
+def _identity(func: str, t: str, dt: DType) -> str:
+    """The identity of an exclusive scan of `dt` values held in registers of C type `t`: a narrow int's cummax/cummin
+    starts from the end of its own range (-128 for i8, as the interpreter's np.iinfo), not of the int it computes in."""
+    if func != "cumsum" and dt.is_narrow_int:
+        return str(dt.int_range[0 if func == "cummax" else 1])
+    return _IDENT[(func, t)]
+
+
 def _combine(func: str, t: str, a: str, b: str) -> str:
     if func == "cumsum":
         return f"tilex_wadd<{t}>({a}, {b})" if t in ("int", "long long") else f"{a} + {b}"  # ints wrap
@@ -126,7 +134,7 @@ class ScanEmitter:
         tot, pre = out.fresh("tx_st"), out.fresh("tx_sp")
         out.emit(f"// {func} along axis {sa.axis}: a butterfly over {len(bits)} coordinate bits")
         out.emit(f"{t} {tot}[{n}]; {t} {pre}[{n}];")
-        init = _IDENT[(func, t)] if sa.flag else f"{tot}[tx_s]"
+        init = _identity(func, t, e.args[0].ty.dtype) if sa.flag else f"{tot}[tx_s]"
         out.unrolled(n, f"{tot}[tx_s] = {self.expr.cast(f'{src}[tx_s]', e.args[0].ty.dtype, cdt)}; {pre}[tx_s] = {init};")
         for bit in bits:
             (par,) = self._exchange([(tot, t)], have, bit)
