@@ -506,3 +506,22 @@ def test_two_fns_of_one_name_are_an_error(tmp_path):
     assert e.message.startswith("fn 'f' is defined twice (here and at ") and e.span.line == 2
     _write(main, 'import "a.tile"\nimport "./a.tile"\n' + KERNEL.format(body="y[0 : 64] = f(x[0 : 64])"))
     assert translate(main.read_text(), str(main)).cuda  # the same fn through two paths is one fn
+
+
+def test_a_fn_call_in_atomic_cas_expected_value_is_inlined():
+    """atomic_cas(t[...], expected, value): a fn call in `expected` is inlined like one in the value (it was left
+    as an unknown function)."""
+    src = """
+fn neg1() {
+    return -1
+}
+
+kernel claim(owner: out i32[N])
+    grid (4,)
+{
+    atomic_cas(owner[0], neg1(), program_id(0))
+}
+"""
+    owner = np.full(1, -1, np.int32)
+    tilex.compile(src, cache_dir=False).interp("claim", owner)
+    assert owner[0] == 0  # program 0 runs first in the interpreter and finds -1

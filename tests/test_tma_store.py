@@ -231,3 +231,10 @@ def test_staged_fragment_lands_where_the_tma_box_reads_it():
                             assert tma not in seen
                             seen[tma] = (row, col)
         assert len(seen) == 64 * cols  # the warpgroup's 64 rows, every column of the round
+
+
+def test_an_atomic_epilogue_is_not_stored_by_tma():
+    """atomic_add into the output after the main loop keeps its atomic (a TMA store would overwrite: the reviewer's
+    finding)."""
+    k, cuda = _variant_of_tma_kernel("y[m : m + BM, n : n + BN] = acc.to(T)", "atomic_add(y[m : m + BM, n : n + BN], acc.to(T))")
+    assert "tilex_tma_store_2d" not in cuda and "tilex_atomic_add" in cuda

@@ -274,7 +274,9 @@ class _Inliner:
             return pre + [s if v is s.value else replace(s, value=v)]
         if isinstance(s, A.Store):
             t, v = self.expr(s.target, scope, pre), self.expr(s.value, scope, pre)
-            return pre + [s if t is s.target and v is s.value else replace(s, target=t, value=v)]
+            c = None if s.compare is None else self.expr(s.compare, scope, pre)  # atomic_cas's expected values
+            same = t is s.target and v is s.value and c is s.compare
+            return pre + [s if same else replace(s, target=t, value=v, compare=c)]
         if isinstance(s, A.For):
             start, stop, step = (self.expr(e, scope, pre) for e in (s.start, s.stop, s.step))
             stages = self.expr(s.stages, scope, pre) if isinstance(s.stages, A.Expr) else s.stages

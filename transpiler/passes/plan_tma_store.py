@@ -78,7 +78,8 @@ def tma_store(k: A.Kernel, outer: A.For, inner: A.For, limit: int) -> TmaStore |
     if dict(k.defines).get(OPT_IN) is not True or p.consumers // 128 > MAX_CONSUMER_GROUPS:
         return None
     after = outer.body.stmts[outer.body.stmts.index(inner) + 1:]
-    stores = tuple(s for s in after if isinstance(s, A.Store) and s.op is None and s.target.ty is not None
+    stores = tuple(s for s in after if isinstance(s, A.Store) and s.op is None and s.atomic is None  # a plain store
+                   and s.target.ty is not None
                    and s.target.ty.shape and _obstacle(k, s, p.bm, p.bn) is None)
     if not stores:
         return None
