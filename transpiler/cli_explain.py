@@ -147,9 +147,7 @@ def _print_explain(data: list[dict], top: int = 8) -> None:
         con.print(f"  grid:        ({', '.join(k['grid'])}{',' if len(k['grid']) == 1 else ''})")
         con.print(f"  threads:     {fmt(k['threads'])} per block")
         for loop in k.get("matmul_loops", []):
-            via = "".join(f" ({w})" for w in loop.get("inlined_at", ())[:1])  # the fn it is in, the call
-            where = f"{loop['file']}:{loop['line']}" if "file" in loop else f"line {loop['line']}"
-            con.print(f"  matmul loop: {where}{via}: {loop['strategy']} {'x'.join(map(str, loop['tile']))}, "
+            con.print(f"  matmul loop: {_site(loop)}: {loop['strategy']} {'x'.join(map(str, loop['tile']))}, "
                       f"{loop['stages']} stages, {loop['warps']} warps"
                       + (f" + {loop['producer_warps']} producer warps" if loop['producer_warps'] else "")
                       + (f" ({loop['note']})" if loop['note'] else ""), markup=False)
@@ -174,7 +172,7 @@ def _print_explain(data: list[dict], top: int = 8) -> None:
                 note = f" ({note})" if note.startswith("not a tensor-core main loop") else f" (not wgmma: {note})" if note else ""
                 con.print(f"  products:    line {loop['line']}: {how}{note}", markup=False)
         for loop in k.get("unplanned_loops", []):
-            con.print(f"  pipeline:    line {loop['line']}: not a tensor-core main loop: {loop['why']}", markup=False)
+            con.print(f"  pipeline:    {_site(loop)}: not a tensor-core main loop: {loop['why']}", markup=False)
         smem = k["smem_bytes"]
         con.print(f"  shared mem:  {fmt(smem)}" + (" bytes" if smem is not None else "")
                   + ("" if k["threads"] is not None else "   (not annotated: memory pass did not run)"))
@@ -192,3 +190,9 @@ def _print_explain(data: list[dict], top: int = 8) -> None:
                           "[" + ", ".join(str(d) for d in t["shape"]) + "]",
                           t["space"] or "-", t["layout"] or "-", fmt(t["regs_per_thread"]))
         con.print(table)
+
+
+def _site(loop: dict) -> str:
+    """Where an explained loop is: `line N`, or for one inlined from a fn `FILE:N (in fn F, inlined at ...)`."""
+    via = "".join(f" ({w})" for w in loop.get("inlined_at", ())[:1])  # the fn it is in, the call
+    return (f"{loop['file']}:{loop['line']}" if "file" in loop else f"line {loop['line']}") + via
