@@ -14,9 +14,9 @@ for i in $(seq 0 $((N - 1))); do
   awk -v n="$N" -v i="$i" 'NR % n == i' "$OUT/gpu_ids.txt" > "$OUT/gpu_ids_$i.txt"
   mapfile -t ids < "$OUT/gpu_ids_$i.txt"  # one id per line (parametrized ids may hold spaces)
   [ ${#ids[@]} -eq 0 ] && continue
-  timeout -s ABRT "${SHARD_TIMEOUT:-500}" python3 -m pytest -q -rf -p no:cacheprovider -o faulthandler_timeout=240 \
+  timeout -s ABRT "${SHARD_TIMEOUT:-500}" python3 -m pytest -q -rfEx -p no:cacheprovider -o faulthandler_timeout=240 \
       "${ids[@]}" > "$OUT/pytest_shard_$i.log" 2>&1 &
 done
 wait
 for i in $(seq 0 $((N - 1))); do echo "shard $i: $(tail -1 "$OUT/pytest_shard_$i.log")"; done
-grep -h "^FAILED\|^ERROR" "$OUT"/pytest_shard_*.log | head -40
+grep -h "^FAILED\|^ERROR\|^XFAIL" "$OUT"/pytest_shard_*.log | head -40
