@@ -25,7 +25,7 @@ from ..layout import Fragment, Layout, canonical, mma_fragment, mma_warp_grid, r
 from ..replicas import replicated
 from ..targets import MATMUL_PAD, TENSOR_CORE_DTYPES, Target
 from ..types import DType, MemSpace, MmaStrategy, TyWhat, numel
-from .base import Rewriter, Walker, fail
+from .base import Rewriter, fail, for_loops
 from .choose_threads import planned_loops
 from .budget_smem import ring_what
 from .memory_info import SmemUse
@@ -56,14 +56,7 @@ def _kernel(k: A.Kernel, tgt: Target) -> A.Kernel:
 
 def wgmma_loops(k: A.Kernel) -> list:
     """The pipeline loops of `k` whose register-tile products run as wgmma (choose_mma's choice), in order."""
-    found = []
-
-    class _Find(Walker):
-        def on_For(self, f):
-            if f.mma is not None and f.mma.strategy == MmaStrategy.WGMMA:
-                found.append(f)
-    _Find().walk(k.body)
-    return found
+    return [f for f in for_loops(k.body) if f.mma is not None and f.mma.strategy == MmaStrategy.WGMMA]
 
 
 def mma_layout(e: A.BinOp, tgt: Target, threads: int) -> Layout | None:
