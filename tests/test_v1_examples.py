@@ -96,6 +96,19 @@ def test_vocabulary_topk_through_the_library():
     np.testing.assert_array_equal(v, np.take_along_axis(x, order, 1))
 
 
+def test_stream_compaction_with_an_atomic_ticket_counter():
+    n = 10_007
+    x = RNG.standard_normal(n).astype(np.float32)
+    y, count = np.full(n, np.nan, np.float32), np.zeros(1, np.int32)
+    mod("compact").interp("compact", x, y, count, lim=0.5)
+    want = x[x > 0.5]
+    assert count[0] == want.size
+    # the interpreter runs the programs in order, so the blocks come out in order; on the GPU in some order of
+    # blocks (tests/test_atomics_old_gpu.py compares the multiset)
+    np.testing.assert_array_equal(y[: want.size], want)
+    assert np.isnan(y[want.size:]).all()
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 @pytest.mark.parametrize("name", sorted(p.stem for p in V1.glob("*.tile")))
 def test_nvcc_builds_each_v1_example(name, tmp_path):

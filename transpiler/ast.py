@@ -257,7 +257,8 @@ class Store(Stmt):
     With `atomic` (`atomic_add(x[...], value)`: "add", "max", "min", "xchg", "cas"; `compare` the expected
     value of "cas") each element is an atomic read-modify-write. `distinct`: the subscript's index tiles were
     declared never to repeat (`x[ids, distinct = True] = v`); `updates`: the value reads the target (a
-    desugared `x[...] op= value`)."""
+    desugared `x[...] op= value`). `result`: the variable an atomic's old values are assigned to
+    (`old = atomic_add(x[...], value)`: a tile of the subscript's shape and the tensor's dtype, or a scalar)."""
 
     target: Index
     value: Expr
@@ -267,6 +268,7 @@ class Store(Stmt):
     compare: Expr | None = None
     distinct: bool = False
     updates: bool = False
+    result: str | None = None
 
 
 @dataclass(frozen=True)
@@ -292,6 +294,14 @@ class If(Stmt):
     cond: Expr
     then: Block
     orelse: Block | None
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Fence(Stmt):
+    """`fence()`: the program's memory operations before it are ordered, at device scope, before those after it
+    (every thread of the block: a barrier, then `__threadfence()`), for atomics that tell programs apart."""
+
     span: Span = NO_SPAN
 
 

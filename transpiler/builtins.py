@@ -24,6 +24,7 @@ class BuiltinKind(StrEnum):
     AXIS = "axis"  # program_id, num_programs
     SCALAR = "scalar"  # integer scalar functions (cdiv)
     ATOMIC = "atomic"  # a statement: atomic read-modify-write of tensor elements (ATOMICS below)
+    FENCE = "fence"  # a statement: fence(), device-scope ordering of the program's memory operations
     SCAN = "scan"  # cumulative sum/max/min along an axis (same shape)
     SORT = "sort"  # sort / argsort along an axis (same shape)
     TOPK = "topk"  # the K first of a sort along an axis (values or i32 indices)
@@ -96,6 +97,8 @@ FUNCTIONS: dict[str, Builtin] = dict([
     _b("atomic_min", K.ATOMIC, 2, 2, doc="atomic_min(t[...], v): t[...] = min(t[...], v) (np.fmin.at)"),
     _b("atomic_xchg", K.ATOMIC, 2, 2, doc="atomic_xchg(t[...], v): t[...] = v, one of colliding writes wins"),
     _b("atomic_cas", K.ATOMIC, 3, 3, doc="atomic_cas(t[...], expected, v): t[...] = v where t[...] == expected"),
+    _b("fence", K.FENCE, 0, 0, doc="fence(): this program's writes before it are seen by every program before its "
+                                     "atomics after it (a statement)"),
 ])
 
 MATH_FUNCS = {n for n, b in FUNCTIONS.items() if b.kind is K.MATH}
@@ -109,16 +112,18 @@ def is_reduction(call) -> bool:
     return kind in (K.REDUCE, K.ARGREDUCE) or (kind is K.MINMAX and len(call.args) == 1)
 
 # ---- atomics: one row per operation. `dtypes`: the element types it takes; `cuda`: the device helper of
-# templates/tilex_atomic.cuh (`tilex_atomic_<op>(S* p, R v)`, cas: `(S* p, R expected, R v)`)
+# templates/tilex_atomic.cuh (`tilex_atomic_<op>(S* p, R v)`, cas: `(S* p, R expected, R v)`); `fetch`: the one of
+# templates/tilex_atomic_fetch.cuh that returns the old value (`old = atomic_<op>(...)`), same arguments
 @dataclass(frozen=True)
 class Atomic:
     op: str
     dtypes: frozenset
     cuda: str
+    fetch: str
 
 
 def _atomic(op: str, *dtypes: str) -> tuple[str, Atomic]:
-    return f"atomic_{op}", Atomic(op, frozenset(DType(d) for d in dtypes), f"tilex_atomic_{op}")
+    return f"atomic_{op}", Atomic(op, frozenset(DType(d) for d in dtypes), f"tilex_atomic_{op}", f"tilex_atomic_fetch_{op}")
 
 
 ATOMICS: dict[str, Atomic] = dict([

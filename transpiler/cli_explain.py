@@ -42,10 +42,8 @@ def explain(
         else:
             program = compile_program(source, name, options_of(defines, kernel, arch))
             data = do_explain(program)
-            parsed = {k.name: k for k in compile_program(source, name, options_of(defines, kernel, arch),
-                                                         stop_after="parse").kernels}
-            for d in data:  # parameters left to tilex were chosen at the nominal sizes
-                left = [c.name for c in parsed[d["kernel"]].cparams if c.auto and c.name not in defines]
+            for d, k in zip(data, program.kernels, strict=True):  # parameters left to tilex: chosen at nominal sizes
+                left = [c.name for c in k.cparams if c.auto and c.name not in defines]
                 if left:
                     d["nominal"] = left
         if as_json:

@@ -27,7 +27,8 @@ def unparse_stmt(s: A.Stmt) -> str:
         return f"{s.name} {'=' if s.op is None else f'{s.op.value}='} {unparse(s.value)}"
     if isinstance(s, A.Store) and s.atomic is not None:
         args = [s.target] + ([s.compare] if s.compare is not None else []) + [s.value]
-        return f"atomic_{s.atomic}({', '.join(unparse(a) for a in args)})"
+        call = f"atomic_{s.atomic}({', '.join(unparse(a) for a in args)})"
+        return call if s.result is None else f"{s.result} = {call}"
     if isinstance(s, A.Store):
         return f"{unparse(s.target)} {'=' if s.op is None else f'{s.op.value}='} {unparse(s.value)}"
     if isinstance(s, A.For):
@@ -41,6 +42,8 @@ def unparse_stmt(s: A.Stmt) -> str:
         return f"{', '.join(s.names)} = {unparse(s.value)}"
     if isinstance(s, A.CallStmt):
         return unparse(s.call)
+    if isinstance(s, A.Fence):
+        return "fence()"
     if isinstance(s, A.Return):
         return "return " + ", ".join(unparse(v) for v in s.values)
     return f"<{type(s).__name__}>"

@@ -33,7 +33,7 @@ from .builtins import FUNCTIONS, BuiltinKind as K
 from .deep import deep
 from .diagnostics import LaunchError
 from .exprs import unparse
-from .interp_atomic import atomic_update, check_distinct
+from .interp_atomic import atomic_fetch, atomic_update, check_distinct
 from .interp_numeric import (COMPARE, MATH, MATH_ENV, NP_DTYPES, B, InterpError, argreduce, arith, cast,  # noqa: F401
                              dtype_of, lit, reduce_minmax)  # InterpError: re-exported (tilex.interp.InterpError)
 from .interp_scan import run_scan
@@ -68,7 +68,8 @@ class _Interp:
             A.BinOp: self.e_binop, A.UnaryOp: self.e_unary,
             A.Call: self.e_call, A.Method: self.e_method, A.Attr: self.e_attr, A.Index: self.e_index,
         }
-        self.stmt = {A.Assign: self.s_assign, A.Store: self.s_store, A.For: self.s_for, A.If: self.s_if}
+        self.stmt = {A.Assign: self.s_assign, A.Store: self.s_store, A.For: self.s_for, A.If: self.s_if,
+                     A.Fence: lambda s: None}  # programs run one after another: every write is already seen
 
     # ---- driving
     def grid(self) -> tuple[int, int, int]:
@@ -117,7 +118,14 @@ class _Interp:
             v = np.broadcast_to(self.ev_as(s.value, t.ty.dtype), t.ty.shape)[valid]
             if s.atomic is not None:
                 cmp = None if s.compare is None else np.broadcast_to(self.ev_as(s.compare, t.ty.dtype), t.ty.shape)[valid]
-                atomic_update(view, where, s.atomic, v, cmp, t.ty.dtype)
+                if s.result is None:
+                    atomic_update(view, where, s.atomic, v, cmp, t.ty.dtype)
+                    return
+                other = t.kwarg("other")
+                fill = cast(self.ev(other), t.ty.dtype) if other is not None else lit(0, t.ty.dtype)
+                olds = np.full(t.ty.shape, fill, dtype=NP_DTYPES[t.ty.dtype])
+                olds[valid] = atomic_fetch(view, where, s.atomic, v, cmp, t.ty.dtype)
+                self.env[s.result] = olds if t.ty.shape else olds[()]
                 return
             if s.distinct:
                 check_distinct(view, where, f"{s.span}: '{unparse(t)}'")

@@ -12,6 +12,10 @@ rounding depends on it), `xchg` and `cas` between colliding elements may differ;
 * xchg: each write lands in order (the last one wins here; on the device, one of them);
 * cas: in order, each element whose bits equal `compare`'s takes the value (f32 compares bits).
 
+`atomic_fetch` does the same and returns each element's old value (`old = atomic_add(...)`): the value the element
+held just before its update, in that serial order, which is one order the device may run them in (the olds of a
+ticket counter's colliding adds are 0, 1, 2, ... in element order here, some permutation of them on the device).
+
 `check_distinct` enforces the `distinct = True` claim of a scatter.
 """
 from __future__ import annotations
@@ -54,6 +58,28 @@ def atomic_update(view: np.ndarray, where: tuple, op: str, v: np.ndarray, compar
                 view[at] = v[k]
     else:
         raise InterpError(f"internal error: no interpreter rule for atomic_{op}")
+
+
+def atomic_fetch(view: np.ndarray, where: tuple, op: str, v: np.ndarray, compare, dt: DType) -> np.ndarray:
+    """`atomic_update`, returning the old value of each of its updates (in element order)."""
+    olds = np.empty(v.shape, dtype=view.dtype)
+    if not v.size:
+        return olds
+    if op == "add" and dt.is_int:  # vectorized: each old is the start value plus the earlier updates of its element
+        flat = np.ravel_multi_index(where, view.shape)
+        order = np.argsort(flat, kind="stable")
+        f, inc = flat[order], v[order].astype(view.dtype)
+        run = np.cumsum(inc, dtype=view.dtype) - inc  # ints wrap, as the device's
+        first = np.r_[True, f[1:] != f[:-1]]
+        base = np.maximum.accumulate(np.where(first, np.arange(f.size), 0))  # where each element's run starts
+        olds[order] = view.reshape(-1)[f] + (run - run[base])
+        np.add.at(view, where, v)
+        return olds
+    for k in range(v.size):
+        at = tuple(i[k : k + 1] for i in where)
+        olds[k] = view[at][0]
+        atomic_update(view, at, op, v[k : k + 1], None if compare is None else compare[k : k + 1], dt)
+    return olds
 
 
 def check_distinct(view: np.ndarray, where: tuple, what: str) -> None:

@@ -237,7 +237,10 @@ class _ToAst(Transformer):
     # ---- statements
     @v_args(meta=True)
     def assign(self, meta, ch):
-        return A.Assign(str(ch[0]), ch[1], self._span(meta))
+        value = ch[1]
+        if isinstance(value, A.Call) and value.func in ATOMICS:  # `old = atomic_add(t[...], v)`: its old values
+            return self._atomic(value.func, value.args, value.kwargs, self._span(meta), str(ch[0]))
+        return A.Assign(str(ch[0]), value, self._span(meta))
 
     @v_args(meta=True)
     def augassign(self, meta, ch):
@@ -266,9 +269,17 @@ class _ToAst(Transformer):
         CallStmt (a fn called for its stores)."""
         name, span = str(ch[0]), self._span(meta)
         args, kwargs = self._split_args(ch[1:])
-        atomic = ATOMICS.get(name)
-        if atomic is None:  # a fn call standing as a statement (inline_functions inlines it or says what it is)
+        if name == "fence":  # a device-scope fence of this program's memory operations
+            if args or kwargs:
+                raise CompileError("fence() takes no arguments", span, source=self.source)
+            return A.Fence(span)
+        if name not in ATOMICS:  # a fn call standing as a statement (inline_functions inlines it or says what it is)
             return A.CallStmt(self.call(meta, ch), span)
+        return self._atomic(name, args, kwargs, span, None)
+
+    def _atomic(self, name: str, args, kwargs, span, result: str | None) -> A.Store:
+        """The Store of atomic `name` (with `result`, the variable its old values are assigned to)."""
+        atomic = ATOMICS[name]
         want = 3 if atomic.op == "cas" else 2
         if kwargs:
             raise CompileError(f"{name}() takes no keyword arguments; put mask= inside the subscript",
@@ -278,7 +289,7 @@ class _ToAst(Transformer):
             raise CompileError(f"{name}{shape} takes {want} arguments, got {len(args)}", span, source=self.source)
         target = args[0]
         compare = args[1] if atomic.op == "cas" else None
-        return A.Store(target, args[-1], span, atomic=atomic.op, compare=compare)
+        return A.Store(target, args[-1], span, atomic=atomic.op, compare=compare, result=result)
 
     @v_args(meta=True)
     def for_stmt(self, meta, ch):

@@ -10,11 +10,6 @@ from . import ast as A
 from .passes.base import Walker
 from .types import TyWhat
 
-_ORDER = ["parse", "inline_functions", "resolve_names", "infer_dtypes", "infer_shapes", "check_constraints", "plan_matmul", "choose_threads",
-          "choose_mma", "place_resident", "plan_streams", "assign_layouts", "plan_tma", "budget_smem", "plan_barriers"]
-
-
-_RESOLVED = _ORDER.index("resolve_names")  # then infer_dtypes, infer_shapes
 
 
 class IRInvariantError(AssertionError):
@@ -22,18 +17,23 @@ class IRInvariantError(AssertionError):
 
 
 def verify(program: A.Program, after: str) -> None:
-    stage = _ORDER.index(after)
+    """Check the invariants of every pass up to `after` (a name of pipeline.PASS_NAMES, whose order it reads)."""
+    from .pipeline import PASS_NAMES  # the pipeline calls verify: its order, read when called (no import cycle)
+
+    if after not in PASS_NAMES:
+        raise ValueError(f"verify: unknown pass '{after}' (passes: {', '.join(PASS_NAMES)})")
+    done = frozenset(PASS_NAMES[: PASS_NAMES.index(after) + 1])
     for k in program.kernels:
-        if stage >= _ORDER.index("plan_barriers") and len(getattr(k.info.sync, "stmts", ())) != len(k.body.stmts):
+        if "plan_barriers" in done and len(getattr(k.info.sync, "stmts", ())) != len(k.body.stmts):
             raise IRInvariantError(f"after {after}: kernel '{k.name}' has no barrier for each top-level statement")
-        _Check(stage, after, k.name).walk(k.body)
+        _Check(done, after, k.name).walk(k.body)
         for e in k.where + k.grid:
-            _Check(stage, after, k.name).walk(e)
+            _Check(done, after, k.name).walk(e)
 
 
 class _Check(Walker):
-    def __init__(self, stage: int, after: str, kernel: str):
-        self.stage, self.after, self.kernel = stage, after, kernel
+    def __init__(self, done: frozenset, after: str, kernel: str):
+        self.done, self.after, self.kernel = done, after, kernel
 
     def _bad(self, node, what):
         raise IRInvariantError(f"after {self.after}, in kernel {self.kernel}: {type(node).__name__} at {node.span} {what}")
@@ -41,22 +41,23 @@ class _Check(Walker):
     def _expr(self, e: A.Expr):
         if isinstance(e, (A.Slice, A.NewAxis)):
             return
-        if self.stage >= _RESOLVED and isinstance(e, A.Name) and e.kind is A.NameKind.UNRESOLVED:
+        done = self.done
+        if "resolve_names" in done and isinstance(e, A.Name) and e.kind is A.NameKind.UNRESOLVED:
             self._bad(e, "is unresolved")
-        if self.stage >= _RESOLVED + 1 and (e.ty is None or e.ty.dtype is None):
+        if "infer_dtypes" in done and (e.ty is None or e.ty.dtype is None):
             self._bad(e, "has no dtype")
-        if self.stage >= _RESOLVED + 2 and e.ty.what in (TyWhat.VALUE, TyWhat.TENSOR, TyWhat.TYPE) and e.ty.shape is None:
+        if "infer_shapes" in done and e.ty.what in (TyWhat.VALUE, TyWhat.TENSOR, TyWhat.TYPE) and e.ty.shape is None:
             self._bad(e, "has no shape")
-        if self.stage >= _RESOLVED + 2 and e.ty.what == TyWhat.VALUE and not all(isinstance(d, int) for d in e.ty.shape):
+        if "infer_shapes" in done and e.ty.what == TyWhat.VALUE and not all(isinstance(d, int) for d in e.ty.shape):
             self._bad(e, f"has a non-static shape {e.ty.shape}")
-        if self.stage >= _ORDER.index("assign_layouts") and e.ty.what == TyWhat.VALUE:
+        if "assign_layouts" in done and e.ty.what == TyWhat.VALUE:
             if e.ty.space is None:
                 self._bad(e, "has no memory space")
             if e.ty.shape and e.ty.layout is None:
                 self._bad(e, "is a tile without a layout")
 
     def on_Return(self, s):  # and the other statements only a fn has
-        if self.stage >= 1:
+        if "inline_functions" in self.done:
             self._bad(s, "is a fn statement left after inline_functions")
 
     on_MultiAssign = on_CallStmt = on_Return

@@ -21,7 +21,7 @@ from .env import helper as _helper, template
 
 # helper files in the order they must appear (later ones use earlier ones)
 HELPER_ORDER = ["tilex_types.cuh", "tilex_fp8.cuh", "tilex_bits.cuh", "tilex_math.cuh", "tilex_reduce.cuh", "tilex_scan.cuh",
-                "tilex_mem.cuh", "tilex_atomic.cuh", "tilex_mma.cuh", "tilex_shift.cuh", "tilex_gather.cuh", "tilex_stream.cuh", "tilex_sm90.cuh",
+                "tilex_mem.cuh", "tilex_atomic.cuh", "tilex_atomic_fetch.cuh", "tilex_mma.cuh", "tilex_shift.cuh", "tilex_gather.cuh", "tilex_stream.cuh", "tilex_sm90.cuh",
                 "tilex_tma.cuh", "tilex_tma_store.cuh"]
 
 

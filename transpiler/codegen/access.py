@@ -4,6 +4,7 @@ from __future__ import annotations
 from .. import ast as A
 from ..builtins import ATOMIC_OPS
 from ..layout import Fragment, Layout
+from ..replicas import replica_guard
 from ..types import DType
 from .c import reg, storage
 from .context import KernelFacts
@@ -46,9 +47,10 @@ class AccessEmitter:
         return " + ".join(terms), " && ".join(oks)
 
     def access(self, e: A.Index, layout: Layout, arr: str, store: bool, atomic: str | None = None,
-               compare: str | None = None) -> None:
+               compare: str | None = None, result: str | None = None) -> None:
         """Emit a masked load of tensor subscript `e` into `arr` (or a store from it; with `atomic`, that
-        atomic of each element, `compare` the array of cas's expected values)."""
+        atomic of each element, `compare` the array of cas's expected values, `result` the array that gets each
+        element's old value: `other=` where the atomic did not run, and in the replicas that did not run it)."""
         name, axes = self.index_axes(e)
         dt = e.ty.dtype
         self.out.need("tilex_mem.cuh")
@@ -94,9 +96,14 @@ class AccessEmitter:
             # 2-byte adds of column-contiguous slot pairs: one packed f16x2 / bf16x2 instruction per aligned pair
             guard = replica_guard(layout)
             iv, ax = vec_axis
-            call = (f"if ({ok}{' && ' + guard if guard else ''}) tilex_atomic_add_pair({name} + ({off}), -{iv}, "
-                    f"(long long){self.dim(name, ax)} - {iv}, {arr}[tx_s], {arr}[tx_s + 1]);")
-            self.out.need("tilex_atomic.cuh")
+            if result is not None:
+                call = (f"tilex_atomic_fetch_add_pair({name} + ({off}), {ok}{' && ' + guard if guard else ''}, -{iv}, "
+                        f"(long long){self.dim(name, ax)} - {iv}, {arr}[tx_s], {arr}[tx_s + 1], ({R})({self.other(e)}), "
+                        f"{result}[tx_s], {result}[tx_s + 1]);")
+            else:
+                call = (f"if ({ok}{' && ' + guard if guard else ''}) tilex_atomic_add_pair({name} + ({off}), -{iv}, "
+                        f"(long long){self.dim(name, ax)} - {iv}, {arr}[tx_s], {arr}[tx_s + 1]);")
+            self.out.need("tilex_atomic.cuh" if result is None else "tilex_atomic_fetch.cuh")
             self.out.unrolled(layout.slots, " ".join(idx_lines + [call]), step=2)
             return
         if vec > 1:
@@ -115,10 +122,15 @@ class AccessEmitter:
         if tile_mask:
             ok_all = f"{ok_all} && {mask}[tx_s]"
         if atomic is not None:
-            self.out.need("tilex_atomic.cuh")
             guard = replica_guard(layout)
             args = f"{compare}[tx_s], {arr}[tx_s]" if compare is not None else f"{arr}[tx_s]"
-            body = f"if ({ok_all}{' && ' + guard if guard else ''}) {ATOMIC_OPS[atomic].cuda}(&{name}[{off}], {args});"
+            run = f"{ok_all}{' && ' + guard if guard else ''}"
+            if result is not None:
+                self.out.need("tilex_atomic_fetch.cuh")
+                body = f"{result}[tx_s] = ({run}) ? {ATOMIC_OPS[atomic].fetch}(&{name}[{off}], {args}) : ({R})({self.other(e)});"
+            else:
+                self.out.need("tilex_atomic.cuh")
+                body = f"if ({run}) {ATOMIC_OPS[atomic].cuda}(&{name}[{off}], {args});"
         elif store:
             body = f"if ({ok_all}) {name}[{off}] = tilex_io<{S}>::put({arr}[tx_s]);"
         else:
@@ -181,21 +193,3 @@ class AccessEmitter:
         if o is None:
             return "0"
         return self.expr.cast(self.expr.scalar(o), o.ty.dtype, e.ty.dtype)
-
-
-def replica_guard(layout: Layout) -> str | None:
-    """A C condition that holds in exactly one of the (thread, slot) pairs holding each element of a tile in
-    `layout` (None: every pair holds its own element). Threads beyond the root's distinct ones, and those
-    along a root axis the view dropped (a reduction's result is held by every thread that reduced it), hold
-    replicas: an atomic must run once per element, not once per replica."""
-    root = layout.root
-    conds = [f"threadIdx.x < {root.distinct}"] if root.distinct < root.T else []
-    for d in range(root.rank):
-        if d in layout.dims:
-            continue
-        for radix, ts in root.thread_groups(d):
-            conds.append(f"{'threadIdx.x' if ts == 1 else f'(threadIdx.x / {ts})'} % {radix} == 0")
-        for g in sorted(root.axis_digits(d) & set(layout.digits)):  # a slot repeating a dropped axis
-            if root.radix(g) > 1:
-                conds.append(f"{layout.digit_expr(g, 'tx_s')} == 0")
-    return " && ".join(f"({c})" for c in conds) or None

@@ -21,7 +21,8 @@ from __future__ import annotations
 from .. import ast as A
 from ..builtins import ATOMIC_OPS, FUNCTIONS, BuiltinKind as K
 from ..exprs import mentions, unparse_stmt
-from ..layout import Layout
+from ..layout import Layout, flat_index
+from ..replicas import replica_guard
 from ..types import DType, TyWhat
 from .access import AccessEmitter
 from .c import barrier, reg, rounded_scalar, storage
@@ -166,8 +167,10 @@ class Emitter:
             val = expr.cast(expr.scalar(s.value), s.value.ty.dtype, dt)
             idx, ok = self.access.scalar_address(t)
             if s.atomic is not None:  # one thread updates the element
-                out.need("tilex_atomic.cuh")
                 args = val if s.compare is None else f"{expr.cast(expr.scalar(s.compare), s.compare.ty.dtype, dt)}, {val}"
+                if s.result is not None:
+                    return self.scalar_atomic_result(s, f"{ATOMIC_OPS[s.atomic].fetch}(&{t.base.id}[{idx}], {args})", ok)
+                out.need("tilex_atomic.cuh")
                 out.emit(f"if (threadIdx.x == 0 && {ok}) {ATOMIC_OPS[s.atomic].cuda}(&{t.base.id}[{idx}], {args});")
                 return
             out.emit(f"if (threadIdx.x == 0 && {ok}) {t.base.id}[{idx}] = tilex_io<{storage(dt)}>::put({val});")
@@ -180,7 +183,38 @@ class Emitter:
             out.emit(f"{reg(dt)} {compare}[{layout.slots}];")
             out.unrolled(layout.slots, f"{compare}[tx_s] = {expr.cast(cval, c.ty.dtype, dt)};")
         src, layout = self.store_source(s)
-        self.access.access(t, layout, src, store=True, atomic=s.atomic, compare=compare)
+        if s.result is None:
+            return self.access.access(t, layout, src, store=True, atomic=s.atomic, compare=compare)
+        # `old = atomic_OP(t[...], ...)`: the olds straight into the variable (assign_layouts made it in the
+        # target's layout); the values were read into src and compare first, so they may read it
+        if not self.scope.is_declared(s.result):
+            self.scope.declare(s.result, layout)
+            out.emit(f"{reg(dt)} {s.result}[{layout.slots}];")
+        self.access.access(t, layout, src, store=True, atomic=s.atomic, compare=compare, result=s.result)
+        guard = replica_guard(layout)
+        if guard is not None:  # the thread that ran each element's atomic hands its old to the replicas
+            rt, smem, flat = reg(dt), self.facts.smem, flat_index(layout, t.ty.shape)
+            out.emit(f"// the old values of {s.result} to every thread holding them, through shared memory")
+            out.emit(self.scope.barrier)
+            out.unrolled(layout.slots, f"if ({guard}) reinterpret_cast<{rt}*>({smem})[{flat}] = {s.result}[tx_s];")
+            out.emit(self.scope.barrier)
+            out.unrolled(layout.slots, f"{s.result}[tx_s] = reinterpret_cast<const {rt}*>({smem})[{flat}];")
+
+    def scalar_atomic_result(self, s: A.Store, call: str, ok: str) -> None:
+        """`old = atomic_OP(t[i], ...)` of one element: thread 0 runs it and hands the old to every thread."""
+        out, t = self.out, s.target
+        rt, smem, dt = reg(t.ty.dtype), self.facts.smem, t.ty.dtype
+        other = self.access.other(t)
+        out.need("tilex_atomic_fetch.cuh")
+        out.emit(self.scope.barrier)
+        out.emit(f"if (threadIdx.x == 0) reinterpret_cast<{rt}*>({smem})[0] = ({ok}) ? {call} : ({rt})({other});")
+        out.emit(self.scope.barrier)
+        val = f"reinterpret_cast<const {rt}*>({smem})[0]"
+        if self.scope.is_declared(s.result):
+            out.emit(f"{s.result} = {val};")
+        else:
+            self.scope.declare(s.result)
+            out.emit(f"{rt} {s.result} = {val};")
 
     def store_source(self, s: A.Store) -> tuple[str, Layout]:
         """(register array, its layout: the target's) holding the values tile store `s` writes, converted to the
@@ -216,6 +250,12 @@ class Emitter:
         with self.out.block(f"for (int {s.var} = {start}; {s.var} < {stop}; {s.var} += {step}) {{"), \
                 self.scope.names(s.var):
             self.block(s.body)
+
+    def stmt_Fence(self, s: A.Fence) -> None:
+        """Every thread's earlier writes, then (after the barrier) each thread's fence: a later atomic of any
+        thread of the block is ordered after all of them, and its later reads after what the atomic saw."""
+        self.out.emit(self.scope.barrier)
+        self.out.emit("__threadfence();")
 
     def stmt_If(self, s: A.If) -> None:
         out = self.out

@@ -22,9 +22,10 @@ from ..builtins import FUNCTIONS, BuiltinKind as K, is_reduction, is_scan
 from ..diagnostics import CompileError
 from ..exprs import unparse, untransposed
 from ..layout import Fragment, Layout, canonical, mma_fragment, mma_warp_grid, reduction_plan
+from ..replicas import replicated
 from ..targets import MATMUL_PAD, TENSOR_CORE_DTYPES, Target
 from ..types import DType, MemSpace, MmaStrategy, TyWhat, numel
-from .base import Rewriter, Walker, fail
+from .base import Rewriter, fail, for_loops
 from .choose_threads import planned_loops
 from .budget_smem import ring_what
 from .memory_info import SmemUse
@@ -55,14 +56,7 @@ def _kernel(k: A.Kernel, tgt: Target) -> A.Kernel:
 
 def wgmma_loops(k: A.Kernel) -> list:
     """The pipeline loops of `k` whose register-tile products run as wgmma (choose_mma's choice), in order."""
-    found = []
-
-    class _Find(Walker):
-        def on_For(self, f):
-            if f.mma is not None and f.mma.strategy == MmaStrategy.WGMMA:
-                found.append(f)
-    _Find().walk(k.body)
-    return found
+    return [f for f in for_loops(k.body) if f.mma is not None and f.mma.strategy == MmaStrategy.WGMMA]
 
 
 def mma_layout(e: A.BinOp, tgt: Target, threads: int) -> Layout | None:
@@ -312,12 +306,25 @@ class LayoutAssigner(Rewriter):
         tshape = s.target.ty.shape
         if tshape:
             natural = self.natural(s.value) if s.value.ty.shape == tshape else self.canon(tshape)
+            if s.result is not None:  # `old = atomic_OP(t[...], ...)`: the olds arrive in the variable's layout
+                natural = self.vars.get(s.result) or self.seed.get(s.result) or natural
             value = self.assign(s.value, natural.view_for(s.value.ty.shape) if s.value.ty.shape else None)
             target = self.assign(s.target, natural)
             compare = self.assign(s.compare, natural.view_for(s.compare.ty.shape) if _is_tile(s.compare) else None)
         else:
             value, target, compare = self.assign(s.value), self.assign(s.target), self.assign(s.compare)
+        if s.result is not None:
+            self._atomic_result(s, target)
         return replace(s, target=target, value=value, compare=compare)
+
+    def _atomic_result(self, s, target) -> None:
+        """The variable of an atomic's old values, and the shared memory that hands them from the thread that ran
+        each element's atomic to the others holding it (every thread for a scalar, the replicas of a tile)."""
+        layout = target.ty.layout if target.ty.shape else None
+        self.vars.setdefault(s.result, layout)
+        if layout is None or replicated(layout):
+            self.need(f"handing the old values of atomic_{s.atomic}() to every thread holding them",
+                      max(1, numel(target.ty.shape)) * compute_bytes(target.ty.dtype), s)
 
     def visit_For(self, s):
         start, stop, step = (self.assign(x) for x in (s.start, s.stop, s.step))

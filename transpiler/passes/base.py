@@ -105,5 +105,17 @@ def stored_tensors(node) -> set:
     return out
 
 
+def for_loops(node) -> list:
+    """Every `for` loop under `node` (a kernel body, a block), in pre-order: an outer loop before the loops in it,
+    and those in program order. The passes number and filter a kernel's loops through it."""
+    out: list = []
+
+    class _Loops(Walker):
+        def on_For(self, f):
+            out.append(f)
+    _Loops().walk(node)
+    return out
+
+
 def fail(message: str, *notes: str) -> None:
     raise SemanticError(message, notes)

@@ -25,7 +25,7 @@ from .. import ast as A
 from ..diagnostics import CompileError
 from ..targets import Target
 from ..types import MmaStrategy
-from .base import Rewriter, Walker
+from .base import Rewriter, for_loops
 from .choose_threads import min_blocks, planned_loops
 from .plan_tma_store import kernel_tma_stores
 from .memory_info import SWIZZLE_ALIGN, KernelMemory, SmemUse, round_up
@@ -59,14 +59,7 @@ def kernel_memory(k: A.Kernel, tgt: Target) -> KernelMemory:
 
 def streamed(k: A.Kernel) -> list:
     """The `For.stream` tiles of each loop of `k` that streams some (plan_streams)."""
-    out = []
-
-    class _S(Walker):
-        def on_For(self, f):
-            if f.stream:
-                out.append(f.stream)
-    _S().walk(k.body)
-    return out
+    return [f.stream for f in for_loops(k.body) if f.stream]
 
 
 @dataclass(frozen=True)

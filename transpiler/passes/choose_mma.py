@@ -28,7 +28,7 @@ from ..layout import Fragment, Layout
 from ..targets import TENSOR_CORE_DTYPES, WGMMA_ARCHS, Target
 from ..types import DType, MmaStrategy
 from .assign_layouts import assign_layouts, mma_layout, register_a
-from .base import Rewriter, Walker
+from .base import Rewriter, Walker, for_loops
 from .place_resident import place_resident
 from .plan_matmul import SWIZZLE_ELEMS
 from .plan_streams import plan_streams
@@ -69,13 +69,7 @@ def _kernel(program: A.Program, k: A.Kernel, tgt: Target) -> A.Kernel:
 
 def loops(k: A.Kernel) -> list:
     """Every `for` loop of `k`, in pre-order (the numbering `with_mma` and `memory_obstacles` use)."""
-    found = []
-
-    class _F(Walker):
-        def on_For(self, f):
-            found.append(f)
-    _F().walk(k.body)
-    return found
+    return for_loops(k.body)
 
 
 def with_mma(k: A.Kernel, chosen: dict) -> A.Kernel:

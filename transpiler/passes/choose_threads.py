@@ -16,7 +16,7 @@ from .. import ast as A
 from ..diagnostics import CompileError
 from ..launch_params import requested_launch
 from ..types import TyWhat, numel
-from .base import Walker
+from .base import Walker, for_loops
 
 MAX_THREADS_PER_SM = 2048  # sm_80 .. sm_90
 
@@ -48,15 +48,7 @@ def launch_config(k: A.Kernel) -> LaunchConfig:
 
 def planned_loops(k: A.Kernel) -> list:
     """The `For.plan`s of `k` (plan_matmul's tensor-core loops), in program order."""
-    found = []
-
-    class _Find(Walker):
-        def on_For(self, s):
-            if s.plan is not None:
-                found.append(s.plan)
-
-    _Find().walk(k.body)
-    return found
+    return [f.plan for f in for_loops(k.body) if f.plan is not None]
 
 
 def _threads(k: A.Kernel, plans: list) -> int:

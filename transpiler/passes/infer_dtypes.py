@@ -332,7 +332,27 @@ class _Dtypes(Rewriter):
                 fail(f"cannot store {_what(v)}")
             if want != v.ty.dtype and not _weak(v):
                 fail(f"storing {v.ty.dtype} into {target.base.id}: {want}", f"convert explicitly with .to({want})")
+        other = target.kwarg("other")
+        if other is not None and s.result is None:
+            fail("other= applies to reads of a tensor (and to the old values an atomic returns, "
+                 "old = atomic_add(t[..., other = v], ...)); a store skips the elements outside the tensor")
+        if s.result is not None:
+            self._atomic_result(s, target, other)
         return replace(s, target=target, value=value, compare=compare)
+
+    def _atomic_result(self, s: A.Store, target: A.Expr, other: A.Expr | None) -> None:
+        """`old = atomic_OP(t[...], ...)`: old holds t's dtype (one dtype per variable), `other=` one too."""
+        want = target.ty.dtype
+        if other is not None and other.ty.dtype != want and not _weak(other):
+            fail(f"other= of '{target.base.id}' ({want}) is {other.ty.dtype}: the old value of an element the atomic "
+                 "skips has the tensor's dtype", f"convert explicitly with .to({want})")
+        if s.result in self.env:
+            old, line = self.env[s.result]
+            if old != want:
+                fail(f"'{s.result}' holds {old} (from line {line}) but is assigned the old values of "
+                     f"'{target.base.id}' ({want}) here", f"a variable keeps one dtype; use another name")
+        else:
+            self.env[s.result] = (want, s.span.line)
 
     def visit_For(self, s):
         start, stop, step = (self._int(self.visit(x), "a loop bound") for x in (s.start, s.stop, s.step))

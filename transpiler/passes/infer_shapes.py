@@ -17,7 +17,7 @@ from .scan_rules import scan_shape
 from ..exprs import affine, const_int, unparse
 from ..types import TyWhat, numel
 from .base import Rewriter, fail
-from .scatter import check_scatter
+from .scatter import check_scatter, index_tiles
 
 MAX_TILE_ELEMS = 1 << 16
 
@@ -308,7 +308,28 @@ class _Shapes(Rewriter):
                 fail(f"cannot store a value of shape {show(v.ty.shape)} into '{unparse(target)}' of shape {show(target.ty.shape)}")
         s = replace(s, target=target, value=value, compare=compare)
         check_scatter(s)
+        if s.result is not None:
+            self._atomic_result(s)
         return s
+
+    def _atomic_result(self, s):
+        """`old = atomic_OP(t[...], ...)`: old has the subscript's shape; an atomic that may skip elements on
+        purpose (mask=, index tiles) says what their old value reads (other=)."""
+        t = s.target
+        skips = "mask=" if t.kwarg("mask") is not None else "an index tile" if index_tiles(t) else None
+        if skips and t.kwarg("other") is None:
+            fail(f"'{s.result}' would hold old values of elements that atomic_{s.atomic}() skips ({skips}: masked "
+                 f"off, or outside '{unparse(t.base)}'), which have none",
+                 f"say what they read: {unparse(A.Index(t.base, t.items, t.kwargs + (('other', A.IntLit(-1) if t.ty.dtype.is_int else A.FloatLit(-1.0)),)))} "
+                 "(a value no real old value takes, to tell them apart)")
+        shape = t.ty.shape
+        if s.result in self.env:
+            old, line = self.env[s.result]
+            if old != shape:
+                fail(f"'{s.result}' has shape {show(old)} (from line {line}) but is assigned the old values of "
+                     f"'{unparse(t)}', shape {show(shape)}, here", "a variable keeps one shape")
+        else:
+            self.env[s.result] = (shape, s.span.line)
 
     def visit_For(self, s):
         start, stop, step = (self._scalar(self.visit(x), "a loop bound") for x in (s.start, s.stop, s.step))

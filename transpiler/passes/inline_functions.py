@@ -54,6 +54,10 @@ def _assigned(stmts) -> list[str]:
         def on_Assign(self, s):
             out.append(s.name)
 
+        def on_Store(self, s):
+            if s.result is not None:  # `old = atomic_add(...)`
+                out.append(s.result)
+
         def on_MultiAssign(self, s):
             out.extend(s.names)
 
@@ -190,7 +194,9 @@ class _FnFacts:
         self.values = ret.values if ret else ()
         self.stmts = body[:-1] if ret else body
         self.assigned = tuple(dict.fromkeys(_assigned(body)))
-        self.top = {s.name for s in self.stmts if isinstance(s, A.Assign)} - set(f.params)  # bound at the top level
+        self.top = {s.name for s in self.stmts if isinstance(s, A.Assign)} | \
+            {s.result for s in self.stmts if isinstance(s, A.Store) and s.result is not None}
+        self.top -= set(f.params)  # bound at the top level
         self.own = set(self.assigned) | set(f.params) | {cp.name for cp in f.cparams} | names_in(f.body)
         stores = _has_store(f.body, h.scope)
         self.single_use = set() if stores else {p for p in f.params if _uses(f.body, p) in ((0, False), (1, False))}
@@ -218,7 +224,8 @@ class _Instantiate:
             v = getattr(n, f.name)
             if f.name == "span":
                 changes["span"] = self.span(v)
-            elif f.name in ("name", "var") and isinstance(n, (A.Assign, A.For)):
+            elif f.name in ("name", "var") and isinstance(n, (A.Assign, A.For)) or \
+                    f.name == "result" and isinstance(n, A.Store) and v is not None:
                 changes[f.name] = self.rename.get(v, v)
             elif f.name == "names" and isinstance(n, A.MultiAssign):
                 changes[f.name] = tuple(self.rename.get(x, x) for x in v)

@@ -62,6 +62,10 @@ def resident_tiles(k: A.Kernel, plans: list, wgmma: set, mma_layout) -> tuple[di
         def on_Assign(self, s):
             count[s.name] = count.get(s.name, 0) + 1
 
+        def on_Store(self, s):  # `old = atomic_add(...)` assigns old too
+            if s.result is not None:
+                count[s.result] = count.get(s.result, 0) + 2
+
         def on_BinOp(self, e):
             if e.op is A.BinOpKind.MATMUL and isinstance(e.lhs, A.Name):
                 if mma_layout(e) is not None:

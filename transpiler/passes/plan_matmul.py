@@ -339,6 +339,10 @@ class _Planner(Rewriter):
             def on_Assign(self, st):
                 assigned.setdefault(st.name, []).append(st)
 
+            def on_Store(self, st):  # `old = atomic_add(...)`
+                if st.result is not None:
+                    assigned.setdefault(st.result, []).append(st)
+
             def on_For(self, f):
                 assigned.setdefault(f.var, []).append(f)
         _Assigned().walk(outer.body)

@@ -314,9 +314,13 @@ class _Resolver(Rewriter):
             fail(f"unknown function '{c.func}'", *_suggest(c.func, CALLABLES))
         if self.header and c.func not in ("cdiv", "min", "max"):
             fail(f"{self.header} may call only cdiv(), min() and max(), not {c.func}()")
+        if c.func == "fence":
+            fail("fence() is a statement and gives no value", "write fence() on its own line")
         if c.func in ATOMICS:
-            fail(f"{c.func}() is a statement: it updates the tensor and gives no value in this version",
-                 f"write it on its own line: {c.func}(t[...], value)")
+            fail(f"{c.func}() is a statement: its old values can only be assigned to a variable, as the whole "
+                 "right side of an assignment",
+                 f"write old = {c.func}(t[...], value) on its own line (or {c.func}(t[...], value) alone), "
+                 "then use old")
         if c.args and c.func in FUNCTIONS and FUNCTIONS[c.func].kind is BuiltinKind.CTOR:
             first = self.dtype_arg(c.args[0])
             if first is not None:  # zeros(T[BLOCK]): a tile type of the dtype parameter
@@ -389,8 +393,10 @@ class _Resolver(Rewriter):
         compare = self.visit(s.compare)
         if s.op is not None:
             value = _combine(s.op, target, value, s.span)
+        if s.result is not None:  # `old = atomic_add(...)`: bound after its operands are read
+            self._bind(s.result, A.NameKind.LOCAL, s)
         return A.Store(target, value, s.span, atomic=s.atomic, compare=compare, distinct=distinct,
-                       updates=s.op is not None)
+                       updates=s.op is not None, result=s.result)
 
     def visit_For(self, s: A.For) -> A.Stmt:
         start, stop, step = self.visit(s.start), self.visit(s.stop), self.visit(s.step)
@@ -461,6 +467,8 @@ def _assigned(b: A.Block) -> set[str]:
     for s in b.stmts:
         if isinstance(s, A.Assign):
             out.add(s.name)
+        elif isinstance(s, A.Store) and s.result is not None:
+            out.add(s.result)
         elif isinstance(s, A.For):
             out |= _assigned(s.body)
         elif isinstance(s, A.If):

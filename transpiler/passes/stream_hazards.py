@@ -23,6 +23,10 @@ def assigned(block) -> set:
         def on_Assign(self, st):
             names.add(st.name)
 
+        def on_Store(self, st):  # `old = atomic_add(...)` assigns old
+            if st.result is not None:
+                names.add(st.result)
+
         def on_For(self, st):
             names.add(st.var)
     _A().walk(block)
@@ -36,6 +40,9 @@ def assigned_count(node, name) -> int:
     class _C(Walker):
         def on_Assign(self, st):
             n[0] += st.name == name
+
+        def on_Store(self, st):
+            n[0] += st.result == name
     _C().walk(node)
     return n[0]
 
@@ -51,6 +58,9 @@ def mentions(node, name, skip_local: bool = False) -> int:
 
         def on_Assign(self, st):
             n[0] += st.name == name
+
+        def on_Store(self, st):
+            n[0] += st.result == name
 
         def on_Name(self, e):
             n[0] += e.id == name
