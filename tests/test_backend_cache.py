@@ -39,9 +39,10 @@ SCRIPT = textwrap.dedent('''
     first = time.perf_counter() - t0
     ref = model(x)
     (p,) = progs
-    from tilex import translation_cache as T
+    from tilex import translation_cache as T, autoconfig as A
+    from tilex.backend import choices as CH
     print(json.dumps({"cache": p.cache, "stats": C.STATS, "all": T.STATS, "err": float((out - ref).abs().max()),
-                      "first_forward_s": first}))
+                      "first_forward_s": first, "choices": CH.STATS, "candidates": len(A._PROGRAMS)}))
 ''')
 
 
@@ -69,6 +70,11 @@ def test_second_process_builds_no_kernel(tmp_path):
     assert warm["cache"]["stats"] == {"kernels": 3, "reused": 3, "built": 0, "cubins_built": 0}
     assert warm["stats"] == {"translated": 0, "loaded": 3}                  # no generated kernel translated
     assert cold["all"]["translated"] >= 5 and warm["all"]["translated"] == 0  # nor a library (stdlib) one
+    # the GEMM tile choices (tuning/): made and kept by the cold process, read back by the warm one, which
+    # translates no candidate configuration to choose again
+    assert cold["choices"]["stored"] >= 1 and cold["candidates"] > 0
+    assert warm["choices"]["loaded"] == cold["choices"]["stored"] and warm["choices"]["stored"] == 0
+    assert warm["candidates"] == 0
     fp = cold["cache"]["fingerprint"]
     assert f"tilex backend: graph {fp[:8]}.. not cached, 0 kernels reused, 3 built" in log1
     assert f"tilex backend: graph {fp[:8]}.. cached, 3 kernels reused, 0 built" in log2

@@ -264,6 +264,8 @@ class Program:
 
     # ---------------------------------------------------------------- execution
     def __call__(self, *args):
+        if self.after_first_call is not None:  # the first call: timed (build_stats["first_run_s"])
+            self._first_t0 = time.perf_counter()
         env: dict = {}
         for p, a in zip(self.placeholders, args):
             env[p] = a
@@ -313,7 +315,10 @@ class Program:
         result = map_arg(self.output_args, lambda n: env[n])
         if self.after_first_call is not None:
             callback, self.after_first_call = self.after_first_call, None
+            t0 = time.perf_counter()
+            self.build_stats["first_run_s"] = round(t0 - getattr(self, "_first_t0", t0), 3)
             callback()
+            self.build_stats["after_first_call_s"] = round(time.perf_counter() - t0, 3)
         return result
 
     def _run(self, step: Step, env: dict, folded: dict, arena=None) -> None:
