@@ -99,11 +99,15 @@ def kernel_table(fn, n: int):
 
 
 def print_table(title, table):
+    from tilex.backend.kernel_kinds import kind, shares
+
     total = sum(t for _, t in table.values()) or 1.0
     print(f"\n## {title}: {sum(c for c, _ in table.values()):.0f} kernels, {total:.1f} us of kernel time per forward")
-    print(f"| kernel | launches/fwd | us/fwd | share |\n| --- | --- | --- | --- |")
+    print("by kind (us, share): " + ", ".join(f"{k} {us} ({100 * sh:.1f}%)" for k, (us, sh) in
+                                           shares({n: t for n, (_, t) in table.items()}).items()))
+    print("| kernel | kind | launches/fwd | us/fwd | share |\n| --- | --- | --- | --- | --- |")
     for k, (c, t) in sorted(table.items(), key=lambda kv: -kv[1][1]):
-        print(f"| {k} | {c:.0f} | {t:.1f} | {100 * t / total:.1f}% |")
+        print(f"| {k} | {kind(k)} | {c:.0f} | {t:.1f} | {100 * t / total:.1f}% |")
     sys.stdout.flush()
 
 
