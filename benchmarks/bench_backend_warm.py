@@ -81,6 +81,8 @@ def child(args, cache_dir, arena=True):
     a = dict(vars(args), arena=arena)
     a.pop("json", None)
     env = dict(os.environ, TILEX_CACHE_DIR=cache_dir)
+    if args.pycache:  # Python's bytecode cache there too: a host whose site-packages takes no .pyc files
+        env["PYTHONPYCACHEPREFIX"] = os.path.join(cache_dir, "pycache")
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(a)], env=env, capture_output=True, text=True)
     if proc.returncode:
@@ -102,10 +104,15 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f32"])
+    ap.add_argument("--pycache", action="store_true", help="PYTHONPYCACHEPREFIX under the cache directory (for a "
+                    "host whose site-packages takes no .pyc: else every process compiles torch's sources)")
+    ap.add_argument("--skip-no-arena", action="store_true", help="no third process (warm, arena off)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="tilex-warm-") as d:
-        runs = {"cold": child(args, d), "warm": child(args, d), "warm_no_arena": child(args, d, arena=False)}
+        runs = {"cold": child(args, d), "warm": child(args, d)}
+        if not args.skip_no_arena:
+            runs["warm_no_arena"] = child(args, d, arena=False)
     for k, r in runs.items():
         st = r["cache"].get("stats", {})
         print(f"{k:14s} first forward {r['first_forward_s']:6.2f} s from import (imports {r['import_s']:.2f} s, model "

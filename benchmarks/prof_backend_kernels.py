@@ -124,6 +124,8 @@ def main():
     ap.add_argument("--budget", type=float, default=130.0, help="skip later shapes after this many seconds")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run of the script (tiny sizes; no kernel table)")
     ap.add_argument("--rep", type=int, default=20)
+    ap.add_argument("--backends", default="inductor,tilex", help="compiled rows (default inductor,tilex; "
+                    "tilex alone skips Inductor's compiles: eager is then the only baseline)")
     ap.add_argument("--json")
     args = ap.parse_args()
     t_start = time.perf_counter()
@@ -134,7 +136,7 @@ def main():
     g = torch.Generator(args.device).manual_seed(1)
     out = {"args": vars(args), "shapes": {}}
     for shape in args.shapes.split(","):
-        if time.perf_counter() - t_start > args.budget * 0.55 and out["shapes"]:
+        if time.perf_counter() - t_start > args.budget * 0.6 and out["shapes"]:
             say(f"{shape}: skipped (budget)")
             break
         b, s = (int(v) for v in shape.split("x"))
@@ -144,11 +146,13 @@ def main():
             ref = model(ids, use_cache=False).logits.float()
             fns = {"eager": lambda: model(ids, use_cache=False)}
             torch._dynamo.reset()
-            fns["inductor"] = (lambda cm: lambda: cm(ids, use_cache=False))(torch.compile(model))
+            rows = args.backends.split(",")
+            if "inductor" in rows:
+                fns["inductor"] = (lambda cm: lambda: cm(ids, use_cache=False))(torch.compile(model))
             progs: list = []
             fns["tilex"] = (lambda cm: lambda: cm(ids, use_cache=False))(
                 torch.compile(model, backend="tilex", options={"programs": progs}))
-            for name in ("inductor", "tilex"):
+            for name in [r for r in ("inductor", "tilex") if r in fns]:
                 t0 = time.perf_counter()
                 y = fns[name]().logits.float()
                 if torch.cuda.is_available():
@@ -163,22 +167,33 @@ def main():
             for name, fn in fns.items():
                 res[f"{name} ms"] = round(median_ms(fn, rep=args.rep), 4)
                 say(f"{shape} {name}: {res[f'{name} ms']} ms")
+            for p in progs:  # library steps whose check sent calls to eager, and why an attention check may decline
+                for st in p.steps:
+                    if st.kind == "library" and (st.fallbacks or st.label == "attention_prefill"):
+                        mask = st.match.args[3] if st.label == "attention_prefill" else None
+                        info = ""
+                        if mask is not None and hasattr(mask, "meta"):
+                            mv = mask.meta.get("val")
+                            info = (f" mask {mask.name} = {mask.target}: {tuple(mv.shape)} {mv.dtype}; its inputs "
+                                    + ", ".join(f"{a.name}={a.target}" for a in mask.all_input_nodes))
+                        print(f"{shape} tilex {st.label}: {st.calls} calls, {st.fallbacks} sent to eager{info}")
             for p in progs:  # what each tilex kernel launch is: the steps that launch something
                 print(f"\n## {shape} tilex program: {len(p.steps)} steps")
                 for st in p.steps:
                     if st.kind in ("library", "generated", "eager", "copy"):
                         ops = ",".join(sorted({str(getattr(n.target, "__name__", n.target)) for n in st.nodes}))
                         print(f"  {st.kind:9s} {st.label:28s} {ops[:110]}")
-            tables = {name: kernel_table(fns[name], args.prof) for name in ("inductor", "tilex")}
+            tables = {name: kernel_table(fns[name], args.prof) for name in ("inductor", "tilex") if name in fns}
             for name, tab in tables.items():
                 print_table(f"{shape} {name}", tab)
                 res[f"{name} kernels"] = {k: [round(c, 2), round(t, 2)] for k, (c, t) in tab.items()}
                 res[f"{name} kernel_us"] = round(sum(t for _, t in tab.values()), 1)
             if time.perf_counter() - t_start < args.budget * 0.75:  # CUDA graphs on both sides
                 torch._dynamo.reset()
-                ro = torch.compile(model, mode="reduce-overhead")
-                cg = torch.compile(model, backend="tilex", options={"cuda_graphs": True})
-                for name, cm in (("inductor-ro", ro), ("tilex-cg", cg)):
+                graphs = [("tilex-cg", torch.compile(model, backend="tilex", options={"cuda_graphs": True}))]
+                if "inductor" in fns:
+                    graphs.insert(0, ("inductor-ro", torch.compile(model, mode="reduce-overhead")))
+                for name, cm in graphs:
                     f = (lambda cm: lambda: cm(ids, use_cache=False))(cm)
                     y = f().logits.float()
                     y = f().logits.float()
@@ -192,8 +207,18 @@ def main():
                 if f"{a} ms" in res and f"{bb} ms" in res:
                     print(f"{shape} {a} / {bb}: speed ratio {res[f'{bb} ms'] / res[f'{a} ms']:.3f}x "
                           f"(>1: tilex faster)", flush=True)
-            print(f"{shape} kernel time per forward: inductor {res['inductor kernel_us']} us, "
-                  f"tilex {res['tilex kernel_us']} us", flush=True)
+            print(f"{shape} kernel time per forward: " + ", ".join(f"{n} {res[f'{n} kernel_us']} us" for n in tables),
+                  flush=True)
+            if "tilex" in fns:  # the time to enqueue one forward (host-bound when near its ms)
+                times = []
+                for _ in range(5):
+                    if torch.cuda.is_available():
+                        torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    fns["tilex"]()
+                    times.append(1e3 * (time.perf_counter() - t0))
+                res["tilex host_ms"] = round(sorted(times)[2], 3)
+                print(f"{shape} tilex host time to enqueue a forward: {res['tilex host_ms']} ms", flush=True)
         out["shapes"][shape] = res
         torch._dynamo.reset()
         if torch.cuda.is_available():
