@@ -47,6 +47,9 @@ def main():
         cm(ids, use_cache=False)
     type(prog).__call__ = cls_call
     kernels.launch_generated = lambda *a, **k: None
+    kernels.generated_launcher = lambda *a, **k: (lambda arrays, scalars: None)
+    for s in prog.steps:
+        s.plans.clear()  # launch plans made before the stub hold the real launcher
     for s in prog.steps:
         if s.kind == "library":
             v = s.match.root.meta["val"]

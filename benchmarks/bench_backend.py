@@ -7,9 +7,12 @@ A Qwen2-shaped model built from a config with random weights (no network), for e
   compile time: the first call of each shape (cold in this process: Dynamo, lowering, kernel builds; the
   kernel disk cache may be warm from an earlier run) and again after torch._dynamo.reset() (warm: the
   kernels are in memory and on disk, only tracing and lowering remain),
-  peak memory per shape, the host time to enqueue one forward (host_ms: near the ms per forward means
-  host-bound), the tilex programs' build statistics (generated steps, distinct kernels,
-  seconds), the share of profiled time in generated vs library kernels, and the eager fallbacks.
+  peak memory per shape (and per decode batch), the host time to enqueue one forward (host_ms: near the ms
+  per forward means host-bound), the tilex programs' build statistics (generated steps, distinct kernels,
+  seconds) and eager fallbacks, and per prefill shape and decode batch a torch.profiler table of 3 calls
+  (`kernels <shape>`: kernel time and launches per call, the share of time in tilex generated vs library
+  kernels, copies and torch's own kernels, the torch kernels seen, the top kernels; kernel_kinds.py).
+A phase that fails (a decode under one backend, say) is recorded as `error <phase>` and the row goes on.
 `tilex-cg` is the tilex backend with options={"cuda_graphs": True}, to compare with Inductor's
 mode="reduce-overhead" (`inductor-ro`).
 
@@ -107,7 +110,7 @@ def prefill(row, name, fn, ids_by_shape):
         say(f"{name}: prefill {shape}: {row[f'ms {shape}']} ms (host {row[f'host_ms {shape}']} ms to enqueue)")
 
 
-def decode(row, name, fn, model, batch: int, prompt: int, steps: int, vocab: int):
+def decode(row, name, fn, model, batch: int, prompt: int, steps: int, vocab: int, kernel_table: bool = True):
     """Greedy decode forwards against a StaticCache: (first decode call s, tok/s over `steps` calls)."""
     import transformers
 
@@ -117,49 +120,87 @@ def decode(row, name, fn, model, batch: int, prompt: int, steps: int, vocab: int
     key = f"decode b{batch}"
     say(f"{name}: {key}: prefill {batch}x{prompt} and the first decode call (compile) ...")
     t0 = time.perf_counter()
+    torch.cuda.reset_peak_memory_stats()
     out = fn(ids, past_key_values=cache, cache_position=torch.arange(prompt, device="cuda"), use_cache=True)
-    tok = out.logits[:, -1:].argmax(-1)
-    pos = torch.tensor([prompt], device="cuda")
+    state = {"tok": out.logits[:, -1:].argmax(-1), "pos": torch.tensor([prompt], device="cuda")}
+
+    def step():
+        out = fn(state["tok"], past_key_values=cache, cache_position=state["pos"], use_cache=True)
+        state["tok"] = out.logits[:, -1:].argmax(-1)
+        state["pos"] = state["pos"] + 1
     for _ in range(3):  # compile, warm up (a CUDA-graph runner captures on its second call)
-        out = fn(tok, past_key_values=cache, cache_position=pos, use_cache=True)
-        tok = out.logits[:, -1:].argmax(-1)
-        pos = pos + 1
+        step()
     torch.cuda.synchronize()
     row[f"first_call_s {key}"] = round(time.perf_counter() - t0, 2)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(steps):
-        out = fn(tok, past_key_values=cache, cache_position=pos, use_cache=True)
-        tok = out.logits[:, -1:].argmax(-1)
-        pos = pos + 1
+        step()
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     row[f"tok_s {key}"] = round(batch * steps / dt, 1)
     row[f"ms_per_step {key}"] = round(1e3 * dt / steps, 3)
+    row[f"peak_MiB {key}"] = round(torch.cuda.max_memory_allocated() / 2 ** 20, 1)
     say(f"{name}: {key}: {row[f'tok_s {key}']} tok/s ({row[f'ms_per_step {key}']} ms a step)")
+    if kernel_table:  # the decode step's kernels (3 more steps; the cache has room: max_cache_len has 16 spare)
+        kernels(row, key, step)
 
 
-def measure(name, model, ids_by_shape, compile_kwargs, args):
+def _over_budget(e: BaseException) -> bool:
+    """The row's alarm, also when Dynamo wrapped it (BackendCompilerFailed from inside a recompile)."""
+    while e is not None:
+        if isinstance(e, Budget):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def phase(row, key, fn):
+    """Run one measurement; an error is recorded under `error <key>` and the row goes on (the budget stops it)."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - report and go on: one phase failing must not hide the others
+        if _over_budget(e):
+            raise Budget() from e
+        row[f"error {key}"] = f"{type(e).__name__}: {str(e)[:300]}"
+        say(f"{row['name']}: {key}: {row[f'error {key}']}")
+
+
+def kernels(row, key, fn):
+    """torch.profiler over 3 calls: kernel time, launches, the share of tilex generated / library kernels,
+    copies and torch's own kernels (which a compiled tilex forward should not launch), the top kernels."""
+    from tilex.backend.kernel_kinds import profile_kernels, summary
+
+    row[f"kernels {key}"] = summary(profile_kernels(fn, 3))
+
+
+def measure(row, model, ids_by_shape, compile_kwargs, args):
+    """Fill `row` (kept as far as it got when the budget stops it)."""
     import tilex.backend  # noqa: F401
 
+    name = row["name"]
     torch._dynamo.reset()
     progs: list = []
-    row = {"name": name}
     with torch.no_grad():
         fn = compiled(model, compile_kwargs, progs, args.verbose)
-        prefill(row, name, fn, ids_by_shape)
+        for shape, ids in ids_by_shape.items():
+            phase(row, f"prefill {shape}", lambda: prefill(row, name, fn, {shape: ids}))
+            phase(row, f"kernels {shape}", lambda: kernels(row, shape, lambda: fn(ids, use_cache=False)))
         if not args.skip_decode:
             for b in (1, 16):
-                decode(row, name, fn, model, b, args.prompt, args.steps, args.vocab)
+                phase(row, f"decode b{b}", lambda: decode(row, name, fn, model, b, args.prompt, args.steps,
+                                                          args.vocab))
         if compile_kwargs is not None:  # warm compile: the same shapes after a Dynamo reset
             torch._dynamo.reset()
             fn = compiled(model, compile_kwargs, [], args.verbose)
             for shape, ids in ids_by_shape.items():
-                t0 = time.perf_counter()
-                fn(ids, use_cache=False)
-                torch.cuda.synchronize()
-                row[f"warm_first_call_s {shape}"] = round(time.perf_counter() - t0, 2)
-                say(f"{name}: warm compile {shape}: {row[f'warm_first_call_s {shape}']} s")
+                def warm(shape=shape, ids=ids):
+                    t0 = time.perf_counter()
+                    fn(ids, use_cache=False)
+                    torch.cuda.synchronize()
+                    row[f"warm_first_call_s {shape}"] = round(time.perf_counter() - t0, 2)
+                    say(f"{name}: warm compile {shape}: {row[f'warm_first_call_s {shape}']} s")
+                phase(row, f"warm compile {shape}", warm)
     if progs:
         row["build"] = [dict(p.build_stats) for p in progs]
         p = max(progs, key=lambda p: len(p.steps))
@@ -170,30 +211,6 @@ def measure(name, model, ids_by_shape, compile_kwargs, args):
         row["eager_fallbacks"] = sorted({t for q in progs for _, t in q.fallbacks()})
         row["library_kernels"] = sorted({s.label for q in progs for s in q.steps if s.kind == "library"})
         row["copies"] = sum(s.copies for q in progs for s in q.steps)
-    if progs and compile_kwargs.get("backend") == "tilex":
-        say(f"{name}: one profiled forward per shape (synchronized per step) for the time shares ...")
-        torch._dynamo.reset()
-        pprogs: list = []
-        pf = torch.compile(model, backend="tilex", options={"programs": pprogs, "profile": True})
-        with torch.no_grad():
-            for ids in ids_by_shape.values():
-                pf(ids, use_cache=False)
-        shares: dict = {}
-        for q in pprogs:
-            for k, v in q.time_shares().items():
-                shares[k] = shares.get(k, 0.0) + v / len(pprogs)
-        row["time_share"] = {k: round(v, 3) for k, v in shares.items()}
-        if not args.skip_decode:  # and of the decode graph (batch 1): a few profiled steps
-            n = len(pprogs)
-            scratch: dict = {}
-            with torch.no_grad():
-                decode(scratch, name + " (profiled)", pf, model, 1, args.prompt, 4, args.vocab)
-            dec = [q for q in pprogs[n:] if any(s.label == "cache_write" for s in q.steps)]
-            if dec:
-                row["time_share decode b1"] = {k: round(v, 3) for k, v in dec[-1].time_shares().items()}
-                top = sorted(dec[-1].steps, key=lambda s: -s.seconds)[:8]
-                row["top_steps decode b1"] = [(s.label, round(1e3 * s.seconds / max(1, s.calls), 4)) for s in top]
-    return row
 
 
 def main():
@@ -227,12 +244,12 @@ def main():
         say(f"{name}: start (budget {args.budget:.0f} s)")
         t0 = time.perf_counter()
         signal.setitimer(signal.ITIMER_REAL, args.budget)
+        rows.append({"name": name})
         try:
-            rows.append(measure(name, model, ids, configs[name], args))
-        except Budget:
-            rows.append({"name": name, "error": f"over its budget of {args.budget:.0f} s"})
+            measure(rows[-1], model, ids, configs[name], args)
         except Exception as e:  # report and go on: one backend failing must not hide the others
-            rows.append({"name": name, "error": f"{type(e).__name__}: {str(e)[:400]}"})
+            rows[-1]["error"] = (f"over its budget of {args.budget:.0f} s" if _over_budget(e) else
+                                 f"{type(e).__name__}: {str(e)[:400]}")
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         rows[-1]["row_s"] = round(time.perf_counter() - t0, 1)

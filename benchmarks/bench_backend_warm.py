@@ -2,7 +2,10 @@
 
 Runs the same Qwen2-shaped model (a config, random weights, no network) in two fresh processes
 under one new cache directory: each prints the seconds from before `import torch` to the end of its
-first compiled forward (prefill BxS), what the graph cache says (kernels reused / built, cubins
+first compiled forward (prefill BxS), split into the imports (torch, transformers, tilex.backend), building
+the model, and the first compiled call: Dynamo's trace, AOTAutograd's trace, tilex's lowering, its kernel
+builds, the program's first run, the cache record written after it, the rest (Dynamo's own work after the
+backend returns); the configuration choices read from / written to the cache (tuning/), what the graph cache says (kernels reused / built, cubins
 compiled, translations done), and the peak memory of the compiled forward (the arena on and off)
 next to eager's, all as torch.cuda.max_memory_allocated above what the weights and inputs hold.
 
@@ -24,7 +27,8 @@ CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 import torch, transformers, tilex.backend
-from tilex.backend import cache as C
+t_import = time.perf_counter() - t0
+from tilex.backend import cache as C, choices as CH
 from tilex import translation_cache as T
 a = json.loads(sys.argv[1])
 cfg = transformers.Qwen2Config(vocab_size=a["vocab"], hidden_size=a["hidden"], intermediate_size=a["inter"],
@@ -39,10 +43,18 @@ ids = torch.randint(0, a["vocab"], (a["batch"], a["seq"]), device="cuda")
 t_model = time.perf_counter() - t0
 progs = []
 cm = torch.compile(model, backend="tilex", options={"programs": progs, "arena": a["arena"]})
+t_call = time.perf_counter()
 with torch.no_grad():
     out = cm(ids, use_cache=False).logits
 torch.cuda.synchronize()
-first = time.perf_counter() - t0
+t_done = time.perf_counter()
+first = t_done - t0
+b = [p.build_stats for p in progs]  # the first compiled call, split (every graph of it summed)
+split = {"dynamo_s": b[0]["backend_entered"] - t_call, "aot_s": sum(x["aot_s"] for x in b),
+         "lower_s": sum(x["lower_s"] for x in b), "builds_s": sum(x["seconds"] for x in b),
+         "first_run_s": sum(x.get("first_run_s", 0.0) for x in b),
+         "record_s": sum(x.get("after_first_call_s", 0.0) for x in b)}
+split["rest_s"] = (t_done - t_call) - sum(split.values())
 
 def peak(fn):
     torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats(); base = torch.cuda.memory_allocated()
@@ -54,7 +66,8 @@ p_tilex, got = peak(lambda: cm(ids, use_cache=False).logits)
 p_eager, ref = peak(lambda: model(ids, use_cache=False).logits)
 p = progs[0]
 plan = p.arena.last_plan if p.arena is not None else None
-print(json.dumps({"first_forward_s": first, "model_built_s": t_model, "compile_first_forward_s": first - t_model,
+print(json.dumps({"first_forward_s": first, "import_s": t_import, "model_built_s": t_model,
+                  "compile_first_forward_s": first - t_model, "split": split, "choices": CH.STATS,
                   "cache": p.cache,
                   "generated": C.STATS, "translations": T.STATS,
                   "peak_bytes_tilex": p_tilex, "peak_bytes_eager": p_eager,
@@ -68,6 +81,8 @@ def child(args, cache_dir, arena=True):
     a = dict(vars(args), arena=arena)
     a.pop("json", None)
     env = dict(os.environ, TILEX_CACHE_DIR=cache_dir)
+    if args.pycache:  # Python's bytecode cache there too: a host whose site-packages takes no .pyc files
+        env["PYTHONPYCACHEPREFIX"] = os.path.join(cache_dir, "pycache")
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(a)], env=env, capture_output=True, text=True)
     if proc.returncode:
@@ -89,14 +104,20 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f32"])
+    ap.add_argument("--pycache", action="store_true", help="PYTHONPYCACHEPREFIX under the cache directory (for a "
+                    "host whose site-packages takes no .pyc: else every process compiles torch's sources)")
+    ap.add_argument("--skip-no-arena", action="store_true", help="no third process (warm, arena off)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="tilex-warm-") as d:
-        runs = {"cold": child(args, d), "warm": child(args, d), "warm_no_arena": child(args, d, arena=False)}
+        runs = {"cold": child(args, d), "warm": child(args, d)}
+        if not args.skip_no_arena:
+            runs["warm_no_arena"] = child(args, d, arena=False)
     for k, r in runs.items():
         st = r["cache"].get("stats", {})
-        print(f"{k:14s} first forward {r['first_forward_s']:6.2f} s from import (model built at {r['model_built_s']:.2f} s, "
-              f"compile + first forward {r['compile_first_forward_s']:.2f} s); "
+        print(f"{k:14s} first forward {r['first_forward_s']:6.2f} s from import (imports {r['import_s']:.2f} s, model "
+              f"built at {r['model_built_s']:.2f} s, compile + first forward {r['compile_first_forward_s']:.2f} s: "
+              + ", ".join(f"{n[:-2]} {v:.2f}" for n, v in r["split"].items()) + f"); choices {r['choices']}; "
               f"graph {'hit' if r['cache']['hit'] else 'miss'}: {st.get('reused')} kernels reused, {st.get('built')} built, "
               f"{st.get('cubins_built')} cubins compiled; translations {r['translations']}; peak MiB tilex "
               f"{r['peak_bytes_tilex'] / 2**20:.1f} vs eager {r['peak_bytes_eager'] / 2**20:.1f} (arena "

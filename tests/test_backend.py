@@ -418,3 +418,23 @@ def test_gemm_epilogue_residual_add_and_norm():
         close(o, r, rtol=1e-4, atol=1e-4)
     assert labels(p, "library") == ["linear_add_rms_norm"] and p.fallbacks() == []
     assert [s.kernel.members for s in p.steps if s.kind == "generated"] == [("aten.mul.Tensor",)]
+
+
+def test_bmm_with_inner_size_one_is_elementwise():
+    """HF's rotary table inv_freq[None, :, None] @ positions[:, None, :] (K = 1) is an outer product: a generated
+    kernel (fused with its neighbours), not a GEMM; a bmm with K > 1 stays the library's."""
+    g = torch.Generator().manual_seed(19)
+    inv = torch.rand(8, generator=g)
+    pos = torch.arange(12)[None].expand(2, -1)
+    a3, b3 = torch.randn(2, 5, 3, generator=g), torch.randn(2, 3, 7, generator=g)
+
+    def f(inv, pos, a3, b3):
+        fr = (inv[None, :, None].float().expand(pos.shape[0], -1, 1) @ pos[:, None, :].float()).transpose(1, 2)
+        emb = torch.cat((fr, fr), dim=-1)
+        return emb.cos() * 2.0, emb.sin(), torch.bmm(a3, b3)
+    out, (p,) = compiled(f, inv, pos, a3, b3)
+    for o, r in zip(out, f(inv, pos, a3, b3)):
+        close(o, r, rtol=1e-5, atol=1e-5)
+    assert labels(p, "library") == ["linear (per batch)"]  # the K = 3 bmm
+    assert any(s.kind == "generated" and "aten.bmm.default" in s.kernel.members for s in p.steps)
+    assert p.fallbacks() == []

@@ -39,9 +39,11 @@ SCRIPT = textwrap.dedent('''
     first = time.perf_counter() - t0
     ref = model(x)
     (p,) = progs
-    from tilex import translation_cache as T
+    from tilex import translation_cache as T, autoconfig as A
+    from tilex.backend import choices as CH
     print(json.dumps({"cache": p.cache, "stats": C.STATS, "all": T.STATS, "err": float((out - ref).abs().max()),
-                      "first_forward_s": first}))
+                      "first_forward_s": first, "choices": CH.STATS, "candidates": len(A._PROGRAMS),
+                      "split": {k: p.build_stats.get(k) for k in ("aot_s", "lower_s", "seconds", "first_run_s")}}))
 ''')
 
 
@@ -69,6 +71,11 @@ def test_second_process_builds_no_kernel(tmp_path):
     assert warm["cache"]["stats"] == {"kernels": 3, "reused": 3, "built": 0, "cubins_built": 0}
     assert warm["stats"] == {"translated": 0, "loaded": 3}                  # no generated kernel translated
     assert cold["all"]["translated"] >= 5 and warm["all"]["translated"] == 0  # nor a library (stdlib) one
+    # the GEMM tile choices (tuning/): made and kept by the cold process, read back by the warm one, which
+    # translates no candidate configuration to choose again
+    assert cold["choices"]["stored"] >= 1 and cold["candidates"] > 0
+    assert warm["choices"]["loaded"] == cold["choices"]["stored"] and warm["choices"]["stored"] == 0
+    assert warm["candidates"] == 0
     fp = cold["cache"]["fingerprint"]
     assert f"tilex backend: graph {fp[:8]}.. not cached, 0 kernels reused, 3 built" in log1
     assert f"tilex backend: graph {fp[:8]}.. cached, 3 kernels reused, 0 built" in log2
@@ -137,7 +144,9 @@ def test_second_process_on_cuda_builds_no_kernel_and_starts_fast(tmp_path):
     assert cold["err"] < 1e-4 and warm["err"] < 1e-4
     assert cold["cache"]["stats"]["cubins_built"] >= 3
     assert warm["cache"]["stats"] == {"kernels": 3, "reused": 3, "built": 0, "cubins_built": 0}
-    print(f"\nfirst forward from import: cold {cold['first_forward_s']:.2f} s, warm {warm['first_forward_s']:.2f} s")
+    assert warm["candidates"] == 0 and warm["choices"]["loaded"] >= 1  # the GEMM tile choices came from tuning/
+    print(f"\nfirst forward from import: cold {cold['first_forward_s']:.2f} s, warm {warm['first_forward_s']:.2f} s; "
+          f"warm split {warm['split']}")
     # H200, session 17: 11.9 s; session 18: 14.3 s, of which 8.7 s compiling torch's .py files (no .pyc written
     # on that host: now under the cache directory, as any installation with a writable bytecode cache has them)
     if warm["first_forward_s"] >= 5.0:

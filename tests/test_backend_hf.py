@@ -65,12 +65,15 @@ def test_tiny_model_forward_matches_eager_on_cpu(arch):
     copied = [s for s in prog.steps if s.copies]
     assert len(copied) == 1 and copied[0].copies == 1 and "aten.cat.default" in copied[0].kernel.members
     # the same group in every layer is one kernel (named by its text), built once before the first call:
-    # the rotary table, q/k rotary (one source at two tile configurations: q and k differ in heads);
-    # 5 generated steps in all (the residual adds are GEMM epilogues)
+    # the rotary table's outer product (a K=1 bmm: elementwise, no GEMM), its cos/sin, q/k rotary (one source
+    # at two tile configurations: q and k differ in heads); 6 generated steps in all (the residual adds are
+    # GEMM epilogues)
     st = prog.build_stats
-    assert st["generated_steps"] == 5 and st["distinct_kernels"] == 2 and st["builds"] == 3
+    assert st["generated_steps"] == 6 and st["distinct_kernels"] == 3 and st["builds"] == 4
     gen = [s.kernel.name for s in prog.steps if s.kind == "generated"]
-    assert len(set(gen)) == 2 and all(n.startswith("fused_") for n in gen)
+    assert len(set(gen)) == 3 and all(n.startswith("fused_") for n in gen)
+    assert "linear (per batch)" not in lib and any("aten.bmm.default" in s.kernel.members
+                                                   for s in prog.steps if s.kind == "generated")
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])

@@ -84,6 +84,7 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
     """The torch.compile backend: AOTAutograd with a forward compiler that lowers to a Program."""
     from torch._dynamo.backends.common import aot_autograd
 
+    entered = time.perf_counter()  # Dynamo has traced; AOTAutograd traces next (build_stats["aot_s"])
     opts = _check_options(options)
     if opts["verbose"]:
         _progress_to_stderr()
@@ -101,6 +102,8 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
         # every static generated kernel built now (distinct ones once, binaries in parallel)
         prog.prepare(any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in inputs))
         prog.build_stats["lower_s"] = round(time.perf_counter() - t0 - prog.build_stats["seconds"], 3)
+        prog.build_stats["aot_s"] = round(t0 - entered, 3)
+        prog.build_stats["backend_entered"] = entered  # perf_counter when Dynamo handed over the graph
         if opts["report"] is not None:
             from . import report
 

@@ -7,6 +7,7 @@
                                  the stdlib's kernels too)
     kernels/cubins/<key>.tlxc    their cubins (NVRTC, through tilex.runtime.cache)
     profiles/<fingerprint>.json  with profile=True: each step's calls and seconds after the first call
+    tuning/choices-<hash>.tlxc   the configuration model's choices (GEMM tiles per shape bucket; choices.py)
     reports/<fingerprint>.json   the report's data (report.describe), for `tilex report`
 
 The fingerprint is a sha256 over the graph's canonical text (ops, arguments, constants' shapes,
@@ -191,8 +192,11 @@ def _cubins() -> int:
 def attach(prog, fgm, arch: str, chain) -> None:
     """Look the graph up (fingerprint, record, prewarm); after the first call, count what that call
     reused and built, log it, and write the record on a miss. `chain(a, b)` composes callbacks."""
+    from . import choices
+
     fp = fingerprint(fgm, arch)
     rec = load(fp)
+    choices.load()  # the configuration model's earlier choices (tuning/): prewarm and call 1 evaluate none again
     sources = {s.kernel.source for s in prog.steps if s.kind == "generated"}
     cubins0 = _cubins()
     reused = prewarm(rec, sources) if rec is not None else 0
@@ -209,6 +213,7 @@ def attach(prog, fgm, arch: str, chain) -> None:
                  f" ({new_cubins} cubins compiled)" if new_cubins else "")
         if rec is None or {k["source"] for k in rec.get("kernels", ())} != {s for _, s, _ in prog.launched}:
             store(fp, prog.launched, prog.summary())
+        choices.store()
         if getattr(prog, "profile", False):
             store_profile(fp, [{"label": s.label, "kind": s.kind, "calls": s.calls, "seconds": s.seconds}
                                for s in prog.steps])

@@ -71,6 +71,8 @@ def template(node: Node) -> str | None:
         if set(node.kwargs) - {"memory_format"} or not (fmt is torch.contiguous_format or val.is_contiguous()):
             return None  # preserve_format of a strided value keeps its strides: not a generated kernel's layout
         return "{0}"
+    if t is torch.ops.aten.bmm.default:  # bmm(a [B, M, 1], b [B, 1, N]): an outer product, a * b broadcast
+        return "({0} * {1})" if is_outer_product(node) else None
     if t is torch.ops.aten.pow.Tensor_Scalar:
         return ops.pow_template(node.args[1])
     if t is torch.ops.aten.gelu.default:
@@ -80,6 +82,16 @@ def template(node: Node) -> str | None:
             return None
         return ops.ELEMENTWISE[t]
     return None
+
+
+def is_outer_product(node: Node) -> bool:
+    """bmm(a, b) with a static inner size of 1 (HF's rotary table: inv_freq[None, :, None] @ positions[:, None, :]):
+    each output element is one product, so it is elementwise (no GEMM kernel, fused with its neighbours)."""
+    if not (node.op == "call_function" and node.target is torch.ops.aten.bmm.default and len(node.args) == 2
+            and all(isinstance(a, Node) for a in node.args)):
+        return False
+    a, b = tensor_meta(node.args[0]), tensor_meta(node.args[1])
+    return a is not None and b is not None and a.dim() == 3 and b.dim() == 3 and a.shape[-1] == 1 and b.shape[1] == 1
 
 
 def reduction(node: Node) -> tuple[str, str] | None:

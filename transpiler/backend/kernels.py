@@ -76,6 +76,19 @@ def launch_generated(source: str, kernel: str, defines: dict, arrays: list, scal
     mod.interp(kernel, *[to_numpy(a) for a in arrays], **scalars)
 
 
+def generated_launcher(source: str, kernel: str, defines: dict, launched: set | None, cuda: bool):
+    """`launch(arrays, scalars)` for a generated kernel whose operands are CUDA tensors (`cuda`) or CPU ones:
+    launch_generated with the module and kernel looked up once (a generated step's launch plan keeps it)."""
+    items = tuple(sorted(defines.items()))
+    mod = module(source, items)
+    if launched is not None:
+        launched.add((kernel, source, items))
+    if cuda:
+        kern = mod.kernel(kernel)
+        return lambda arrays, scalars: kern(*arrays, **scalars)
+    return lambda arrays, scalars: mod.interp(kernel, *[to_numpy(a) for a in arrays], **scalars)
+
+
 def _compile(kern) -> float:
     """Compile a runtime Kernel's binary (through the cubin cache); seconds taken."""
     from ..runtime.nvrtc import default_arch

@@ -50,6 +50,10 @@ def match_bmm(node: Node):
         return None
     if tensor_meta(node.args[0]).dtype != tensor_meta(node.args[1]).dtype:
         return None
+    from .fusion import is_outer_product
+
+    if is_outer_product(node):  # K = 1: elementwise, a generated kernel (fusion.template)
+        return None
     S = _stdlib()
 
     def call(a, b):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import time
 import operator
 from dataclasses import dataclass, field
@@ -26,8 +25,8 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 
 from . import kernels, memory
-from .cachegen import rows_view
-from .fusion import absorbed_nodes, group_nodes, member_inputs, tensor_meta
+from .fusion import absorbed_nodes, group_nodes, member_inputs
+from .generated import run_generated
 from .patterns import Match, find_matches, is_inplace_copy_back
 from .schedule import _last_uses, _order
 from .tilegen import GeneratedKernel, generate, tile_config
@@ -62,6 +61,8 @@ class Step:
     copies: int = 0               # inputs a generated step copied (a layout it cannot read in place)
     seconds: float = 0.0          # time spent in this step, with profile=True (synchronized on CUDA)
     alias: bool = False           # a view step that is copy_(cache, cache written in place): no work
+    plans: dict = field(default_factory=dict)  # generated: launch plans per input layout (generated.py)
+    argspec: object = None        # view / eager / copy: (target, ((is node, arg), ...)), False: map_arg's way
 
     @property
     def label(self) -> str:
@@ -264,6 +265,8 @@ class Program:
 
     # ---------------------------------------------------------------- execution
     def __call__(self, *args):
+        if self.after_first_call is not None:  # the first call: timed (build_stats["first_run_s"])
+            self._first_t0 = time.perf_counter()
         env: dict = {}
         for p, a in zip(self.placeholders, args):
             env[p] = a
@@ -313,7 +316,10 @@ class Program:
         result = map_arg(self.output_args, lambda n: env[n])
         if self.after_first_call is not None:
             callback, self.after_first_call = self.after_first_call, None
+            t0 = time.perf_counter()
+            self.build_stats["first_run_s"] = round(t0 - getattr(self, "_first_t0", t0), 3)
             callback()
+            self.build_stats["after_first_call_s"] = round(time.perf_counter() - t0, 3)
         return result
 
     def _run(self, step: Step, env: dict, folded: dict, arena=None) -> None:
@@ -326,7 +332,10 @@ class Program:
         elif step.alias:
             env[node] = env[node.args[0]]  # the cache was written in place by its cache_write step
         elif step.kind in ("view", "eager", "copy"):
-            env[node] = _eager(node, env)
+            spec = step.argspec
+            if spec is None:
+                spec = step.argspec = _argspec(node)
+            env[node] = _eager(node, env) if spec is False else _call_flat(spec, env)
         elif step.kind == "library":
             m = step.match
             vals = [env[a] if isinstance(a, Node) else a for a in m.args]
@@ -347,7 +356,7 @@ class Program:
             if arena is not None:
                 arena.check((node, *m.extra), outs)
         else:
-            step.copies += _run_generated(step.kernel, env, self.launched, arena)
+            step.copies += run_generated(step, env, self.launched, arena)
 
 
 def _sm_count() -> int:
@@ -365,6 +374,29 @@ def _eager(node: Node, env: dict):
     return node.target(*args, **kwargs)
 
 
+def _argspec(node: Node):
+    """(target, ((is a node, arg), ...)) for a node whose arguments are a flat tuple (each a node, or a constant
+    holding no node) and that has no kwargs: its call needs no map_arg; False otherwise."""
+    def has_node(a) -> bool:
+        return isinstance(a, Node) or (isinstance(a, (list, tuple)) and any(has_node(x) for x in a)) or (
+            isinstance(a, dict) and any(has_node(x) for x in a.values()))
+    if node.kwargs or any(has_node(a) for a in node.args if not isinstance(a, Node)):
+        return False
+    return node.target, tuple((isinstance(a, Node), a) for a in node.args)
+
+
+def _call_flat(spec, env: dict):
+    """_eager for a node with an _argspec: the same call, the arguments read from env without map_arg."""
+    target, flat = spec
+    args = [env[a] if is_node else a for is_node, a in flat]
+    if target is aten.view.default:
+        try:
+            return args[0].view(args[1])
+        except RuntimeError:  # a kernel's output laid out unlike eager's: copy
+            return aten.reshape.default(*args)
+    return target(*args)
+
+
 def _eager_match(m: Match, env: dict):
     """The match's root computed in eager from its interior nodes (the check declined the kernel)."""
     local = dict(env)
@@ -373,69 +405,6 @@ def _eager_match(m: Match, env: dict):
         if n in inside:
             local[n] = _eager(n, local)
     return local[m.root]
-
-
-def _run_generated(k: GeneratedKernel, env: dict, launched: set | None = None, arena=None) -> int:
-    """Launch a generated kernel; the number of inputs it had to copy (a layout it cannot read)."""
-    ins = [env[op.node] for op in k.inputs]
-    device = next((t.device for t in ins if t.is_cuda), ins[0].device if ins else torch.device("cpu"))
-    moved = sum(t.device != device for t in ins)
-    ins = [t.to(device) for t in ins]  # a 0-d CPU scalar (dynamic=True's floats) next to CUDA tensors
-    outs_meta = [tensor_meta(op.node) for op in k.outputs]
-    shape = list(outs_shape(k, ins))
-    n = shape[-1]
-    m = math.prod(shape[:-1])
-    arrays, scalars, copies = [], {}, moved
-    for i, (op, t) in enumerate(zip(k.inputs, ins)):
-        width = t.shape[-1] if t.dim() else 1
-        if op.last == "1":
-            width = 1
-        if op.rows == "gather":
-            got = rows_view(t, k.rank, width)
-            if got is None:
-                copies += 1
-                got = rows_view(t.contiguous(), k.rank, width)
-            view, rs = got
-            arrays.append(view)
-            for j, r in enumerate(rs):
-                scalars[f"s{i}_{j}"] = r
-            continue
-        if not t.is_contiguous():
-            copies += 1
-            t = t.contiguous()
-        arrays.append(t.reshape(width) if op.rows == "vec" else t.reshape(-1, width))
-    if any(op.rows == "gather" for op in k.inputs):
-        p = 1
-        for j in range(k.rank - 2, -1, -1):
-            scalars[f"d{j}"], scalars[f"p{j}"] = shape[j], p
-            p *= shape[j]
-    outs = []
-    for op, meta in zip(k.outputs, outs_meta):
-        oshape = shape[:-1] + [n if op.last == "N" else 1]
-        y = (torch.empty(oshape, dtype=meta.dtype, device=device) if arena is None else
-             arena.tensor(op.node, oshape, meta.dtype, device))
-        outs.append(y)
-        arrays.append(y.view(m, oshape[-1]))
-    kernels.launch_generated(k.source, k.name, tile_config(m, n, k.has_reduction), arrays, scalars, launched)
-    for op, y, meta in zip(k.outputs, outs, outs_meta):
-        env[op.node] = y if y.dim() == meta.dim() else y.reshape(
-            [int(d) if isinstance(d, int) else -1 for d in meta.shape])
-    return copies
-
-
-def outs_shape(k: GeneratedKernel, ins: list) -> tuple:
-    """The iteration shape at run time: the inputs broadcast, a cat's sources counted by the cat's width."""
-    shapes = []
-    for op, t in zip(k.inputs, ins):
-        s = list(t.shape)
-        if op.last not in ("N", "1") and s:
-            s[-1] = 1  # a cat source: its width is not the group's
-        shapes.append(tuple(s))
-    shape = list(torch.broadcast_shapes(*shapes))
-    shape = [1] * (k.rank - len(shape)) + shape
-    if k.cat_width is not None:
-        shape[-1] = k.cat_width
-    return tuple(shape)
 
 
 def step_io(step: Step) -> memory.StepIO:

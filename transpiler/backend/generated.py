@@ -1,0 +1,109 @@
+"""Running a generated step (a fusion group's `.tile` kernel): its operands viewed as the kernel reads them,
+its outputs allocated (in the arena when planned), the launch.
+
+What a launch derives from its inputs (the iteration shape, each operand's rows view or `gather` strides,
+the launch scalars, the tile configuration, the output shapes, the kernel object) depends only on the inputs'
+layouts, so it is worked out once per layout (shape, strides, dtype, device of every input) and kept on the
+step as a launch plan (`Step.plans`, 8 layouts at most). A call then only makes the views (`as_strided`
+with the plan's sizes and strides), allocates the outputs and launches. An input the kernel cannot read in
+place (a last dim that is not contiguous, strides that are not whole rows) is copied first, and a 0-d CPU
+scalar next to CUDA tensors moved, on every call; each counts in `Step.copies`.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import kernels
+from .cachegen import rows_view
+from .fusion import tensor_meta
+from .tilegen import GeneratedKernel, tile_config
+
+MAX_PLANS = 8
+
+
+def run_generated(step, env: dict, launched: set | None = None, arena=None) -> int:
+    """Launch `step`'s generated kernel on the values in `env`; the number of inputs it had to copy."""
+    k = step.kernel
+    ins = [env[op.node] for op in k.inputs]
+    key = tuple((t.shape, t.stride(), t.dtype, t.device) for t in ins)
+    plan = step.plans.get(key)
+    if plan is None:
+        plan = _plan(k, ins, launched)
+        if len(step.plans) >= MAX_PLANS:
+            step.plans.clear()
+        step.plans[key] = plan
+    views, outs, launcher, scalars, device, copies = plan
+    arrays = [(t if prep == 0 else t.contiguous() if prep == 1 else t.to(device)).as_strided(size, stride)
+              for t, (prep, size, stride) in zip(ins, views)]
+    for node, oshape, dtype, flat, final in outs:
+        y = (torch.empty(oshape, dtype=dtype, device=device) if arena is None else
+             arena.tensor(node, oshape, dtype, device))
+        arrays.append(y.view(flat))
+        env[node] = y if final is None else y.reshape(final)
+    launcher(arrays, scalars)
+    return copies
+
+
+def _plan(k: GeneratedKernel, ins: list, launched: set | None) -> tuple:
+    """The launch plan for inputs laid out as `ins`: (per input (prep, size, stride): its view, after `prep`
+    0 none, 1 a contiguous copy (a layout the kernel cannot read), 2 a move to the device (a 0-d CPU scalar
+    next to CUDA tensors); per output (node, shape, dtype, flat view, final shape or None); the launcher; the
+    launch scalars; the device; how many inputs each call copies or moves)."""
+    device = next((t.device for t in ins if t.is_cuda), ins[0].device if ins else torch.device("cpu"))
+    preps = [2 if t.device != device else 0 for t in ins]
+    ins = [t.to(device) for t in ins]
+    shape = list(outs_shape(k, ins))
+    n, m = shape[-1], math.prod(shape[:-1])
+    views, scalars = [], {}
+    for i, (op, t) in enumerate(zip(k.inputs, ins)):
+        width = 1 if op.last == "1" else (t.shape[-1] if t.dim() else 1)
+        if op.rows == "gather":
+            got = rows_view(t, k.rank, width)
+            if got is None:
+                preps[i] = preps[i] or 1
+                t = t.contiguous()
+                got = rows_view(t, k.rank, width)
+            v, rs = got
+            for j, r in enumerate(rs):
+                scalars[f"s{i}_{j}"] = r
+        else:
+            if not t.is_contiguous():
+                preps[i] = preps[i] or 1
+                t = t.contiguous()
+            v = t.reshape(width) if op.rows == "vec" else t.reshape(-1, width)
+        assert v.storage_offset() == t.storage_offset()  # a view of t's own elements, from where t starts
+        views.append((preps[i], tuple(v.shape), tuple(v.stride())))
+    if any(op.rows == "gather" for op in k.inputs):
+        p = 1
+        for j in range(k.rank - 2, -1, -1):
+            scalars[f"d{j}"], scalars[f"p{j}"] = shape[j], p
+            p *= shape[j]
+    outs = []
+    for op in k.outputs:
+        meta = tensor_meta(op.node)
+        oshape = shape[:-1] + [n if op.last == "N" else 1]
+        final = None
+        if len(oshape) != meta.dim():  # the group's rank differs from the value's: reshaped after the launch
+            want = [int(d) if isinstance(d, int) else -1 for d in meta.shape]
+            final = list(torch.empty(oshape, device="meta").reshape(want).shape)
+        outs.append((op.node, oshape, meta.dtype, (m, oshape[-1]), final))
+    launcher = kernels.generated_launcher(k.source, k.name, tile_config(m, n, k.has_reduction), launched,
+                                          device.type == "cuda")
+    return views, outs, launcher, scalars, device, sum(p != 0 for p in preps)
+
+
+def outs_shape(k: GeneratedKernel, ins: list) -> tuple:
+    """The iteration shape at run time: the inputs broadcast, a cat's sources counted by the cat's width."""
+    shapes = []
+    for op, t in zip(k.inputs, ins):
+        s = list(t.shape)
+        if op.last not in ("N", "1") and s:
+            s[-1] = 1  # a cat source: its width is not the group's
+        shapes.append(tuple(s))
+    shape = list(torch.broadcast_shapes(*shapes))
+    shape = [1] * (k.rank - len(shape)) + shape
+    if k.cat_width is not None:
+        shape[-1] = k.cat_width
+    return tuple(shape)
