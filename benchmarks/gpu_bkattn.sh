@@ -10,8 +10,9 @@ cd "$(dirname "$0")/.." || exit 1
 git log -1 --format='%H %s' > "$OUT/commit.txt"
 timeout 25 python benchmarks/bench_backend_attention.py --json "$OUT/attention.json" > "$OUT/attention.log" 2>&1
 echo "part 1 rc=$?" >> "$OUT/rc.txt"
-timeout 45 python -m pytest -q -s -m gpu -p no:cacheprovider tests/test_backend_decode_attention.py \
-    tests/test_backend_decode.py -k "not bf16_error" > "$OUT/gpu_tests.log" 2>&1
+# the static-cache generate tests first (their eager-node lines are item 2's evidence), then the kernel tests
+timeout 45 python -m pytest -q -s -m gpu -p no:cacheprovider tests/test_backend_decode.py \
+    tests/test_backend_decode_attention.py > "$OUT/gpu_tests.log" 2>&1
 echo "part 2 rc=$?" >> "$OUT/rc.txt"
 timeout 78 python benchmarks/bench_backend_decode.py --layers 2 --steps 20 --json "$OUT/decode.json" \
     > "$OUT/decode.log" 2>&1
