@@ -14,7 +14,7 @@ the allowed keys are read.
 A float (additive) mask can hold values other than 0 and -inf (a bias): its table kernel marks such a
 row with seq_lens = -1 (the library writes zeros there) and `masked_attention_rows` (cachegen.py's
 masked attention restricted to the marked rows; the others return at once) recomputes it exactly. A bool
-mask, or a float one the pattern saw built from a bool (`where(b, 0, -inf)`), needs no such pass.
+mask, or a float one the pattern saw built from a bool (`where(b, 0, -inf)`: it passes `b`), needs no such pass.
 
 q is read token-major ([B, T, Hq, D], the layout HF's transposed q view has at T = 1; another layout
 is copied by the generated `attention_q_rows`); the output is [B, Hq, T, D] laid out [B, T, Hq, D],
@@ -125,10 +125,10 @@ def layout(q, k, v, mask):
     return kview, vview, (kb, kh), mv, (mb, mt)
 
 
-def decode_attention(q, k, v, mask, scale: float, exact_mask: bool = False, launched: set | None = None):
+def decode_attention(q, k, v, mask, scale: float, launched: set | None = None):
     """softmax(scale * q @ k^T + mask) @ v for q [B, Hq, T, D], k, v [B, Hkv, L, D], mask broadcastable to
-    [B, 1, T, L] (bool, or additive float; `exact_mask`: a float mask known to hold only 0 and -inf) on
-    attention_decode; masked_attention where the layout does not suit it. Returns [B, Hq, T, D] laid out
+    [B, 1, T, L] (bool, or additive float) on attention_decode; masked_attention where the layout does not
+    suit it (`layout`). Returns [B, Hq, T, D] laid out
     [B, T, Hq, D]. A row whose mask allows no key gives zeros."""
     got = layout(q, k, v, mask)
     if got is None:
@@ -165,6 +165,6 @@ def decode_attention(q, k, v, mask, scale: float, exact_mask: bool = False, laun
     o = kernels.call_library(S.attention_decode, qrows, kview.view(rows, 1, 1, d), vview.view(rows, 1, 1, d),
                              table.view(seqs, max(length, 1)), lens, scale=float(scale))
     o = o.reshape(out_shape)
-    if mv.dtype != torch.bool and not exact_mask:
+    if mv.dtype != torch.bool:  # rows with values other than 0 and -inf: lens -1, recomputed here
         masked_attention(q, k, v, mask, scale, launched, rows_of=(lens, o))
     return o.transpose(1, 2)

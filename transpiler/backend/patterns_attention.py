@@ -247,11 +247,10 @@ def match_sdpa_masked(node: Node):
 
     nq = qm.shape[2]
     library = isinstance(nq, int) and nq <= decodeattn.MAX_QUERIES and qm.shape[-1] in decodeattn.HEAD_DIMS
-    exact = bool(bool_chain)
 
     def call(q, k, v, mask):
         if library:
-            return decodeattn.decode_attention(q, k, v, mask, scale, exact_mask=exact)
+            return decodeattn.decode_attention(q, k, v, mask, scale)
         from . import cachegen
 
         return cachegen.masked_attention(q, k, v, mask, scale)
