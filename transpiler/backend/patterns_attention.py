@@ -218,9 +218,9 @@ def match_sdpa_masked(node: Node):
     """getitem(sdpa(q, k, v, attn_mask), 0) with no dropout and query length != key length (decode
     against a static KV cache), k/v read through HF's repeat_kv as grouped-query heads, the mask read as
     data (any mask: padding, causal, holes): the library's attention_decode over a table of the keys each
-    query row allows, built on the device (decodeattn.py), when the query has at most
-    decodeattn.MAX_QUERIES rows and the head size is the library's; else (or for a cache layout it cannot
-    read) the generated masked attention (cachegen.py)."""
+    query row allows, built on the device (decodeattn.py), when the head size is the library's and the table
+    fits decodeattn.MAX_TABLE_BYTES (`decodeattn.takes`); else (or for a cache layout it cannot read) the
+    generated masked attention (cachegen.py)."""
     got = _sdpa_call(node)
     if got is None:
         return None
@@ -245,8 +245,7 @@ def match_sdpa_masked(node: Node):
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(qm.shape[-1])
     from . import decodeattn
 
-    nq = qm.shape[2]
-    library = isinstance(nq, int) and nq <= decodeattn.MAX_QUERIES and qm.shape[-1] in decodeattn.HEAD_DIMS
+    library = decodeattn.takes(qm.shape[0], qm.shape[2], tensor_meta(k).shape[1], km.shape[2], qm.shape[-1])
 
     def call(q, k, v, mask):
         if library:
