@@ -89,6 +89,7 @@ def main():
     import tilex.backend  # noqa: F401
 
     dev = args.device
+    say(f"building the model ({args.layers} layers, hidden {args.hidden}, {args.dtype}) and eager's tokens ...")
     model = build(args)
     tol = 1e-4 if args.dtype == "f32" else 2e-2
     rows = []

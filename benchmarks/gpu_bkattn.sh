@@ -6,6 +6,7 @@
 #   3. decode tok/s, 2 layers of Qwen2.5-7B, b1 and b16: eager, tilex, tilex-cg, inductor, inductor-ro      <= 78 s
 OUT=${OUT:-/tmp/bkattn_out}
 mkdir -p "$OUT"
+export OUT PYTHONUNBUFFERED=1   # a part cut by its timeout still leaves its lines (session 19: two empty logs)
 cd "$(dirname "$0")/.." || exit 1
 git log -1 --format='%H %s' > "$OUT/commit.txt"
 timeout 25 python benchmarks/bench_backend_attention.py --json "$OUT/attention.json" > "$OUT/attention.log" 2>&1

@@ -11,6 +11,8 @@ masked_attention: o[b, h, t] = softmax(scale * q[b, h, t] . k[b, h // g, :] + ma
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import kernels
@@ -86,10 +88,12 @@ _MASK_READ = {"float": "mask[mrow, j : j + BN, other = -inf].to(f32)",
               "bool": "where(mask[mrow, j : j + BN], 0.0, -inf)"}
 
 
+@functools.lru_cache(maxsize=None)
 def cache_write_source(dtype: torch.dtype, idx_dtype: torch.dtype) -> str:
     return CACHE_WRITE.format(T=DTYPES[dtype], I=DTYPES[idx_dtype])
 
 
+@functools.lru_cache(maxsize=None)
 def copy_into_source(src_dtype: torch.dtype, dst_dtype: torch.dtype) -> str:
     return COPY_INTO.format(S=DTYPES[src_dtype], D=DTYPES[dst_dtype])
 
@@ -102,6 +106,7 @@ _ROWS = {False: {"LENS": "", "OPEN": "", "CLOSE": ""},
                 "CLOSE": "\n    }"}}
 
 
+@functools.lru_cache(maxsize=None)
 def masked_attention_source(dtype: torch.dtype, mask_dtype: torch.dtype, rows: bool = False) -> str:
     kind = "bool" if mask_dtype == torch.bool else "float"
     src = MASKED_ATTENTION.format(T=DTYPES[dtype], M=DTYPES[mask_dtype], MASK=_MASK_READ[kind], **_ROWS[rows])

@@ -22,6 +22,8 @@ as eager's SDPA output.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import kernels
@@ -97,15 +99,18 @@ def _kind(mask_dtype: torch.dtype) -> str:
     return "bool" if mask_dtype == torch.bool else "float"
 
 
+@functools.lru_cache(maxsize=None)
 def mask_table_source(mask_dtype: torch.dtype) -> str:
     k = _kind(mask_dtype)
     return MASK_TABLE.format(M=DTYPES[mask_dtype], READ=_READ[k], ODD=_ODD[k], ODD_NOTE=_ODD_NOTE[k])
 
 
+@functools.lru_cache(maxsize=None)
 def q_rows_source(dtype: torch.dtype) -> str:
     return Q_ROWS.format(T=DTYPES[dtype])
 
 
+@functools.lru_cache(maxsize=None)
 def masked_rows_source(dtype: torch.dtype, mask_dtype: torch.dtype) -> str:
     """masked_attention restricted to the rows whose sequence the table kernel marked (lens < 0)."""
     return masked_attention_source(dtype, mask_dtype, rows=True)
