@@ -1,13 +1,15 @@
 """The decode path's `.tile` kernels: a KV-cache scatter (HF's StaticCache `index_copy_`, written in
 place into the cache the graph received), the write-back of any other mutated input (a flat copy)
-and attention against the cache with a mask (SDPA with a query length other than the key length). Both are fixed templates over a dtype; tensors are passed
-as `[rows, width]` storage views and their leading dims' strides in rows (launch scalars), so strided
-views (HF's transposed q, k, v) are read in place.
+and attention against the cache with a mask (SDPA with a query length other than the key length, where
+decodeattn.py's library path does not apply, and the rows of a float mask it leaves to it). All are fixed
+templates over a dtype; tensors are passed as `[rows, width]` storage views and their leading dims'
+strides in rows (launch scalars), so strided views (HF's transposed q, k, v) are read in place.
 
 cache_write: cache[b, h, idx[t], :] = src[b, h, t, :]  (cache [B, H, L, D] contiguous, viewed [B*H, L, D])
 copy_into: dst[i] = src[i] over the elements (the write-back of another mutated input: StaticCache's counter)
 masked_attention: o[b, h, t] = softmax(scale * q[b, h, t] . k[b, h // g, :] + mask[b, h, t, :]) @ v[b, h // g]
-    one program per query row, an online softmax over BN-key chunks; keys past L are masked out.
+    one program per query row, an online softmax over BN-key chunks; keys past L are masked out; with
+    rows=True (a `lens` argument) only the rows whose sequence decodeattn's table kernel marked (lens < 0).
 """
 from __future__ import annotations
 

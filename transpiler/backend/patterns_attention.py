@@ -1,5 +1,6 @@
 """Library patterns for scaled-dot-product attention: causal prefill (attention_prefill) and attention with a
-mask against a longer key sequence (decode against a static KV cache: the generated masked_attention)."""
+mask against a longer key sequence (decode against a static KV cache: attention_decode over a key table built
+from the mask on the device, decodeattn.py; the generated masked_attention where that does not apply)."""
 from __future__ import annotations
 
 import math
