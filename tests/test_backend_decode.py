@@ -1,10 +1,12 @@
 """tilex.backend at decode: HF StaticCache's index_copy_ (the generated cache_write scatter, in place
-into the graph's cache input) and SDPA against the cache with a mask (the generated masked_attention),
+into the graph's cache input) and SDPA against the cache with a mask (the library's attention_decode over a
+table the generated attention_mask_table builds from the mask; the generated masked_attention otherwise),
 checked against torch on fresh random data; `model.generate(..., cache_implementation="static")` of
 transformers' tiny Qwen2 and Llama under torch.compile(backend="tilex") against eager (CPU: the
 interpreter path; GPU tests: f32, bf16, CUDA-graph replays, the profiler's kernel list)."""
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -88,7 +90,7 @@ def test_compiled_index_copy_updates_the_input_in_place():
     assert torch.equal(kc, ekc) and torch.equal(vc, evc)
     (p,) = progs
     lib = [s.label for s in p.steps if s.kind == "library"]
-    assert lib.count("cache_write") == 2 and lib.count("masked_attention") == 1
+    assert lib.count("cache_write") == 2 and lib.count("masked_attention") == 1   # head size 8: not the library's
     assert sum(s.alias for s in p.steps) == 2 and p.fallbacks() == []
 
 
@@ -143,8 +145,13 @@ def _no_eager_on_cuda(progs):
     (checked before this), the 'every kernel is tilex' target is not met yet. Reported as xfail, with the nodes."""
     left = sorted({t for p in progs for _, t in p.fallbacks()})
     if left:
-        print("eager nodes on CUDA:\n" + "\n".join(eager_details(progs)))
-        pytest.xfail(f"eager nodes on CUDA (known, issue 19): {left}")
+        details = "\n".join(eager_details(progs))
+        print("eager nodes on CUDA:\n" + details)
+        out = os.environ.get("OUT")
+        if out and os.path.isdir(out):  # the evidence for issue 19's last eager add.Tensor, kept with the run's logs
+            with open(os.path.join(out, "eager_nodes_on_cuda.txt"), "a") as f:
+                f.write(f"{os.environ.get('PYTEST_CURRENT_TEST', '')}\n{details}\n")
+        pytest.xfail(f"eager nodes on CUDA (known, issue 19): {left}\n{details}")
 
 
 def eager_details(progs) -> list:
@@ -170,7 +177,7 @@ def _check_decode_programs(progs, cuda=False):
         assert p.fallbacks() == []                          # no eager node
     decode = progs[-1]
     lib = [s.label for s in decode.steps if s.kind == "library"]
-    assert lib.count("cache_write") == 2 * 2 and lib.count("masked_attention") == 2   # 2 layers
+    assert lib.count("cache_write") == 2 * 2 and lib.count("attention_decode") == 2   # 2 layers
     assert sum(s.alias for s in decode.steps) == 4          # the caches' copy_ write-backs: in place
 
 
@@ -272,7 +279,7 @@ def test_decode_steps_with_explicit_static_cache_on_cpu():
 @pytest.mark.gpu
 def test_profiler_sees_only_tilex_kernels_in_the_compiled_decode_forward():
     """torch.profiler around one compiled decode forward: every CUDA kernel is a tilex one (generated
-    `fused_*`, `cache_write`, `masked_attention`, or a library kernel); copies are listed apart."""
+    `fused_*`, `cache_write`, `attention_mask_table`, or a library kernel); copies are listed apart."""
     from torch.profiler import ProfilerActivity, profile
 
     model = tiny("qwen2").cuda()
@@ -290,7 +297,7 @@ def test_profiler_sees_only_tilex_kernels_in_the_compiled_decode_forward():
     names = {e.key for e in profs[0].key_averages() if e.device_type.name == "CUDA"}
     library = ("linear", "gated_mlp", "rms_norm", "attention", "embedding", "argmax", "softmax", "layer_norm",
                "splitk", "fused_add")
-    generated = ("cache_write", "masked_attention", "copy_into")
+    generated = ("cache_write", "masked_attention", "copy_into", "attention_mask_table", "attention_q_rows")
     copies = {n for n in names - set(generated) if "copy" in n.lower() or "memcpy" in n.lower() or "memset" in n.lower()}
     foreign = sorted(n for n in names - copies if not (n.startswith("fused_") or n in generated
                                                        or any(n.startswith(x) for x in library)))

@@ -161,12 +161,12 @@ def test_static_cache_graphs_on_a_device_keep_no_eager_node(arch, monkeypatch):
     first, decode = progs
     assert sum(s.kind == "copy" for s in first.steps) == 2          # each layer's counter moved to the device
     lib = [s.label for s in decode.steps if s.kind == "library"]
-    assert lib.count("copy_into") == 2 and lib.count("cache_write") == 4 and lib.count("masked_attention") == 2
+    assert lib.count("copy_into") == 2 and lib.count("cache_write") == 4 and lib.count("attention_decode") == 2
 
 
 @pytest.mark.parametrize("q_len", [1, 24])
 def test_padded_and_sliced_mask_is_read_unpadded(q_len):
-    """expand(pad(mask)[..., :n]) (CUDA's efficient-SDPA preprocessing) as the mask of masked_attention (q_len 1)
+    """expand(pad(mask)[..., :n]) (CUDA's efficient-SDPA preprocessing) as the mask of attention_decode (q_len 1)
     and of a causal prefill (q_len = n): the kernels read the unpadded mask, no pad runs; values as eager's."""
     g = torch.Generator().manual_seed(44)
     n = 24
@@ -188,7 +188,7 @@ def test_padded_and_sliced_mask_is_read_unpadded(q_len):
     torch.testing.assert_close(out, f(q, k, v, mask), rtol=1e-5, atol=1e-5)
     (p,) = progs
     assert [s.label for s in p.steps if s.kind == "library"] == [
-        "masked_attention" if q_len == 1 else "attention_prefill"]
+        "attention_decode" if q_len == 1 else "attention_prefill"]
     assert not any(str(n.target) == "aten.constant_pad_nd.default" for s in p.steps for n in s.nodes)
 
 

@@ -1,5 +1,6 @@
 """Library patterns for scaled-dot-product attention: causal prefill (attention_prefill) and attention with a
-mask against a longer key sequence (decode against a static KV cache: the generated masked_attention)."""
+mask against a longer key sequence (decode against a static KV cache: attention_decode over a key table built
+from the mask on the device, decodeattn.py; the generated masked_attention where that does not apply)."""
 from __future__ import annotations
 
 import math
@@ -26,6 +27,21 @@ def _is_causal_mask(mask, sq: int, sk: int) -> bool:
     if mask.dtype != torch.bool and not bool(((mask == 0) | (mask == float("-inf"))).all()):
         return False
     return bool((allowed == tril).all())
+
+
+def _reads_input(node: Node) -> bool:
+    """node's value depends on a tensor input of the graph (it is no folded constant: the same tensor object
+    can hold new contents at the next call)."""
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor):
+            return True
+        for a in n.all_input_nodes:
+            if a not in seen:
+                seen.add(a)
+                stack.append(a)
+    return False
 
 
 def _strip_full_slices(node, chain: list):
@@ -142,10 +158,13 @@ def match_sdpa(node: Node):
 
     decided: dict = {}  # id(mask) -> (mask, verdict): a folded mask is one object per size binding,
     #                     so it is looked at once (no device sync per call on the GPU)
+    constant = mask is None or not _reads_input(mask)   # else its contents can change between calls
 
     def check(q, k, v, mask):
         if mask is None:
             return True
+        if not constant:
+            return _is_causal_mask(mask, q.shape[2], k.shape[2])
         hit = decided.get(id(mask))
         if hit is None or hit[0] is not mask:
             if len(decided) >= 16:
@@ -157,10 +176,52 @@ def match_sdpa(node: Node):
                  decides=(3,))
 
 
+def _const(a):
+    """The value of a Python number or a folded 0-d constant node (scalar_tensor, full([])), else None."""
+    if isinstance(a, (int, float)) and not isinstance(a, bool):
+        return float(a)
+    if _is(a, aten.scalar_tensor.default) and isinstance(a.args[0], (int, float)):
+        return float(a.args[0])
+    if _is(a, aten.full.default) and list(a.args[0]) == [] and isinstance(a.args[1], (int, float)):
+        return float(a.args[1])
+    return None
+
+
+_FLOAT_CASTS = {aten._to_copy.default, torch.ops.prims.convert_element_type.default}
+
+
+def _bool_source(mask):
+    """(b, nodes) when the float mask is where(b, 0, -inf) or where(logical_not(b), -inf, 0) of a bool b, cast
+    or not (SDPA making a bool mask additive: the values are exactly 0 and -inf); else (mask, [])."""
+    chain = []
+    node = mask
+    while _is(node, *_FLOAT_CASTS) and _float(node) and _float(node.args[0]):
+        chain.append(node)
+        node = node.args[0]
+    if not _is(node, aten.where.self) or len(node.args) != 3:
+        return mask, []
+    cond, a, b = node.args
+    chain.append(node)
+    if _const(a) == 0.0 and _const(b) == float("-inf"):
+        pass
+    elif _const(a) == float("-inf") and _const(b) == 0.0 and _is(cond, aten.logical_not.default):
+        chain.append(cond)
+        cond = cond.args[0]
+    else:
+        return mask, []
+    cm = tensor_meta(cond)
+    if cm is None or cm.dtype != torch.bool:
+        return mask, []
+    return cond, chain
+
+
 def match_sdpa_masked(node: Node):
     """getitem(sdpa(q, k, v, attn_mask), 0) with no dropout and query length != key length (decode
-    against a static KV cache): the generated masked attention (cachegen.py), k/v read through
-    HF's repeat_kv as grouped-query heads. The mask is read as data (any mask: padding, causal)."""
+    against a static KV cache), k/v read through HF's repeat_kv as grouped-query heads, the mask read as
+    data (any mask: padding, causal, holes): the library's attention_decode over a table of the keys each
+    query row allows, built on the device (decodeattn.py), when the head size is the library's and the table
+    fits decodeattn.MAX_TABLE_BYTES (`decodeattn.takes`); else (or for a cache layout it cannot read) the
+    generated masked attention (cachegen.py)."""
     got = _sdpa_call(node)
     if got is None:
         return None
@@ -169,6 +230,7 @@ def match_sdpa_masked(node: Node):
             params.get("is_causal", False):
         return None
     mask, mask_chain = _unpad_mask(mask)
+    mask, bool_chain = _bool_source(mask)
     qm, km, mm = tensor_meta(q), tensor_meta(k), tensor_meta(mask)
     if qm is None or km is None or mm is None or qm.dim() != 4 or km.dim() != 4 or not _float(q) or mm.dim() > 4:
         return None
@@ -182,9 +244,15 @@ def match_sdpa_masked(node: Node):
         return None
     scale = params.get("scale")
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(qm.shape[-1])
-    from . import cachegen
+    from . import decodeattn
+
+    library = decodeattn.takes(qm.shape[0], qm.shape[2], tensor_meta(k).shape[1], km.shape[2], qm.shape[-1])
 
     def call(q, k, v, mask):
+        if library:
+            return decodeattn.decode_attention(q, k, v, mask, scale)
+        from . import cachegen
+
         return cachegen.masked_attention(q, k, v, mask, scale)
-    return Match("masked_attention", node, [q, k, v, mask], call, {sd, *k_chain, *v_chain, *mask_chain},
-                 native=True)
+    return Match("attention_decode" if library else "masked_attention", node, [q, k, v, mask], call,
+                 {sd, *k_chain, *v_chain, *mask_chain, *bool_chain}, native=True)
