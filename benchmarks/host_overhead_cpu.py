@@ -9,7 +9,7 @@ Times, per call (median of `--reps` calls, the best of 5 such rounds; microsecon
   tensors, `(fast path)`: a repeated call of a memoized layout (`_launch.fastpath`: key, output allocation,
   pointers patched into the plans, the launch), `(full)`: the whole wrapper (every check, output allocation,
   kernel choice, tuned-config lookup and the launch plan's replay: runtime/plan.py's signature, scalar checks,
-  parameter buffer, stream); only the driver's cuLaunchKernel, the module load and TMA encoding are stubbed
+  parameter buffer, stream); only the driver's cuLaunchKernelEx, the module load and TMA encoding are stubbed
   out. The stand-in `torch.empty` is NumPy's (a [512, 5120] one maps fresh pages: the small shapes show the
   wrapper's own cost better);
 - with torch installed (`--stand-in`), torch's own CPU calls on tiny tensors and a `torch.empty`, for scale
@@ -20,7 +20,7 @@ Times, per call (median of `--reps` calls, the best of 5 such rounds; microsecon
 When torch is not installed, a minimal stand-in `torch` module (NumPy-backed tensors) is put in
 `sys.modules` (tests/fake_torch.py); `--stand-in` uses it even when torch is installed. The numbers are only
 indicative of the host cost on a GPU machine: real torch attribute access (`.device`, `.shape`) costs a
-little more than the stand-ins', and cuLaunchKernel itself is not included (benchmarks/bench_eager.py
+little more than the stand-ins', and cuLaunchKernelEx itself is not included (benchmarks/bench_eager.py
 measures the real thing on a GPU).
 """
 from __future__ import annotations
@@ -105,7 +105,7 @@ def main() -> int:
     cache_dir = tempfile.mkdtemp(prefix="tilex-host-overhead-")
     os.environ["TILEX_CACHE_DIR"] = cache_dir
     TuneStore(cache_dir).put("other|0|M=1|sm_90a", {"defines": {"BM": 64}})
-    # everything but the driver: cuLaunchKernel, the module load (CuPy) and cuTensorMapEncodeTiled stubbed
+    # everything but the driver: cuLaunchKernelEx, the module load (CuPy) and cuTensorMapEncodeTiled stubbed
     import types
 
     from tilex.runtime import driver, tma
@@ -114,6 +114,8 @@ def main() -> int:
     from fastpath_stand_ins import AddrTensor
 
     sys.modules["torch"].empty = lambda shape, dtype, device=None: AddrTensor(np.empty(shape, dtype.np), dtype, device)
+    sys.modules["torch"].empty_strided = (lambda shape, strides, dtype, device=None:
+                                          AddrTensor(np.empty(shape, dtype.np), dtype, device))
     cupy = types.ModuleType("cupy")
     cupy.cuda = types.SimpleNamespace(Device=lambda i=None: types.SimpleNamespace(id=0),
                                       runtime=types.SimpleNamespace(getDevice=lambda: 0))

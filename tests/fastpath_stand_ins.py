@@ -65,14 +65,16 @@ _CTYPES = {"f32": ctypes.c_float, "f16": ctypes.c_float, "bf16": ctypes.c_float,
 
 
 class Driver:
-    """cuLaunchKernel: decodes each launch's parameter buffer by the spec of the function it is given."""
+    """cuLaunchKernelEx: decodes each launch's LaunchConfig and parameter buffer by the spec of the function it
+    is given."""
 
     def __init__(self):
         self.launches: list = []
         self.specs: dict = {}  # function handle -> KernelSpec
         self.result = 0
 
-    def __call__(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+    def __call__(self, config, f, params, extra):
+        c = config.contents
         spec = self.specs[f.value]
         layout = ([("ptr", ctypes.c_uint64) for p in spec.params if p.kind == "tensor"]
                   + [("scalar", _CTYPES[p.dtype]) for p in spec.params if p.kind == "scalar"]
@@ -81,9 +83,17 @@ class Driver:
         for i, (what, ct) in enumerate(layout):
             v = ct.from_address(params[i])
             values.append((what, bytes(v) if what == "tma" else v.value))
-        self.launches.append(dict(kernel=spec.name, grid=(gx, gy, gz), block=(bx, by, bz), smem=smem,
-                                  stream=stream.value or 0, values=values))
+        self.launches.append(dict(kernel=spec.name, grid=(c.gridDimX, c.gridDimY, c.gridDimZ),
+                                  block=(c.blockDimX, c.blockDimY, c.blockDimZ), smem=c.sharedMemBytes,
+                                  stream=c.hStream or 0, values=values))
         return self.result
+
+
+def empty_strided(shape, strides, dtype, device=None):
+    """torch.empty_strided of the stand-in torch (contiguous strides only, as the fast path asks)."""
+    a = np.empty(shape, dtype.np)
+    assert tuple(s // a.itemsize for s in a.strides) == tuple(strides) or a.size == 0, (shape, strides)
+    return AddrTensor(a, dtype, device)
 
 
 def install(monkeypatch):
@@ -96,6 +106,7 @@ def install(monkeypatch):
     t = fake_torch.module()
     t.Tensor = AddrTensor
     t.empty = lambda shape, dtype, device=None: AddrTensor(np.empty(shape, dtype.np), dtype, device)
+    t.empty_strided = empty_strided
     state = {"device": 0, "stream": 0x5000}
     t._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda d: state["stream"] + d)
     monkeypatch.setitem(sys.modules, "torch", t)

@@ -205,7 +205,10 @@ def test_stream_and_device_are_honoured(fp):
     rms_norm(x, w)
     rms_norm(x, w)
     assert [launch["stream"] for launch in fp.driver.launches[-2:]] == [0x7000, 0x7000]
-    assert L.STATS["hit"] == hits + 1  # a new key: recorded once, then replayed
+    assert L.STATS["hit"] == hits + 2  # the stream is asked on every call, not keyed: both replayed on the new one
+    fp.state["stream"] = 0x5000
+    rms_norm(x, w)
+    assert fp.driver.launches[-1]["stream"] == 0x5000 and L.STATS["hit"] == hits + 3
     fp.state["device"] = 1  # another device is current: no direct launch on device 0's plan
     n = len(fp.driver.launches)
     rms_norm(x, w)
