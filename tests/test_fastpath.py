@@ -384,3 +384,21 @@ def test_an_argument_read_on_the_host_is_never_memoized(fp):
         host_eps(x, w, e)
         assert fp.driver.launches[-1]["values"][3] == ("scalar", float(e._a))
     assert list(host_eps.memo.values()) == [L._NOT_MEMOIZED]
+
+
+def test_a_negative_zero_option_is_its_own_key(fp):
+    """-0.0 == 0.0 (and hashes alike), but a kernel given -0.0 may compute another sign: a -0.0 option after a
+    memoized 0.0 is a new key, launched with -0.0 (it replayed the 0.0 entry's launch before)."""
+    import math
+
+    from tilex.stdlib import rms_norm
+
+    x, w = T(fp, 8, 640), T(fp, 640)
+    for eps in (0.0, 0.0, -0.0, -0.0, 0.0):
+        rms_norm(x, w, eps=eps)
+        got = fp.driver.launches[-1]["values"][3][1]
+        assert got == 0.0 and math.copysign(1.0, got) == math.copysign(1.0, eps), eps
+    assert len(rms_norm.memo) == 2
+    hits = L.STATS["hit"]
+    rms_norm(x, w, eps=-0.0)
+    assert L.STATS["hit"] == hits + 1
