@@ -205,23 +205,24 @@ class LaunchPlan:
             lock.release()
         return err == 0
 
-    def patches(self, sources: list) -> tuple[tuple, tuple]:
-        """(tensor patches, map patches) for `fire`: `sources[i]` is (index, byte offset) of call position i's
-        address in the list `fire` will be given (None for a scalar)."""
+    def patches(self, sources: list, values: tuple) -> tuple[tuple, tuple, tuple]:
+        """(tensor patches, map patches, scalar writes) for `fire`: `sources[i]` is (index, byte offset) of call
+        position i's address in the list `fire` will be given (None for a scalar); `values` the checked scalar
+        values in `self.scalars` order."""
         tensors = tuple((slot, *sources[i]) for i, slot in self.tensors)
         maps = tuple((mp, *sources[mp.index]) for mp in self.maps)
-        return tensors, maps
+        writes = tuple((slot, v) for (_, _, slot, _), v in zip(self.scalars, values))
+        return tensors, maps, writes
 
-    def fire(self, tensors: tuple, maps: tuple, addresses: list, values: tuple, handle: int,
+    def fire(self, tensors: tuple, maps: tuple, writes: tuple, addresses: list, handle: int,
              launch: Callable[..., int]) -> int:
-        """Launch with checked inputs (the stdlib's fast path, `tilex.stdlib._launch.fastpath`): each pointer slot
-        gets addresses[index] + offset (`patches`), each scalar its value from `values` (in `self.scalars` order,
-        already checked), the stream `handle`. No device check here (the caller made it). The driver's CUresult
-        (0: launched)."""
+        """Launch with checked inputs (the stdlib's fast path, `tilex.stdlib._launch.fastpath`; the three tuples
+        from `patches`): each pointer slot gets addresses[index] + offset, each scalar slot its value, the stream
+        `handle`. No device check here (the caller made it). The driver's CUresult (0: launched)."""
         lock = self._lock
         lock.acquire()
         try:
-            for (_, _, slot, _), v in zip(self.scalars, values):
+            for slot, v in writes:
                 slot.value = v
             self._config.hStream = handle
             for slot, j, off in tensors:

@@ -253,8 +253,9 @@ def _extent(t) -> int:
 
 class _Entry:
     """A recorded wrapper call, ready to replay (see above): `allocs` the (shape, strides, dtype, device) of each
-    output, `launches` the (plan, pointer patches, TMA map patches, scalar values) of each launch, `build`
-    (args, outputs) -> the result, `device` the launches' CUDA ordinal, `stream` device -> its current stream."""
+    output, `launches` the (plan, pointer patches, TMA map patches, scalar writes) of each launch (`plan.patches`),
+    `build` (args, outputs) -> the result, `device` the launches' CUDA ordinal, `stream` device -> its current
+    stream."""
 
     __slots__ = ("empty", "allocs", "launches", "build", "device", "current_device", "stream", "born")
 
@@ -275,8 +276,8 @@ class _Entry:
         allp = ptrs + [o.data_ptr() for o in outs] if outs else ptrs
         handle = self.stream(device)
         first = True
-        for plan, tensors, maps, values in self.launches:
-            err = plan.fire(tensors, maps, allp, values, handle, launch)
+        for plan, tensors, maps, writes in self.launches:
+            err = plan.fire(tensors, maps, writes, allp, handle, launch)
             if err:
                 if first:  # nothing ran: the full path launches through CuPy and says what is wrong
                     return _MISS
@@ -369,7 +370,7 @@ def _finish(rec: _Recording, args_flat: tuple, ptrs: list, result):
 
     from ..runtime.plan import _torch_stream_getter
 
-    launches = [(plan, *plan.patches(srcs), values) for plan, srcs, values in launches]
+    launches = [(plan, *plan.patches(srcs, values)) for plan, srcs, values in launches]
     torch = sys.modules[type(outs[0]).__module__.split(".")[0]] if outs else None
     shapes = [shapes.get(j, tuple(o.shape)) for j, o in enumerate(outs)]
     allocs = tuple((shape, _strides(shape), o.dtype, o.device) for shape, o in zip(shapes, outs))
