@@ -160,6 +160,7 @@ def test_every_error_after_a_cached_call(fp):
         ((x, T(fp, 640, dtype="float16")), {}),  # dtype
         ((x, T(fp, 639)), {}),  # shape
         ((x, T(fp, 640, device=Dev("cpu", None))), {}),  # device
+        ((T(fp, 8, 640, device=Dev("cpu", None)), w), {}),  # the first tensor's: never recorded, the full path's error
         ((T(fp, 8, 640, device=Dev("cuda", 1)), w), {}),  # another GPU than the weight's
         ((x, w), dict(eps=float("nan"))),  # an option
         ((x, w), dict(eps="1e-6")),
