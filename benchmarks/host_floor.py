@@ -155,7 +155,7 @@ def library_rows(torch, reps: int, log) -> dict:
              "lookup": measure(torch, lambda: fn.memo.get(key), reps)["host"],
              "replay": measure(torch, lambda: entry.replay(args, ptrs, launch), reps)["host"],
              "replay, driver stubbed": measure(torch, lambda: entry.replay(args, ptrs, lambda *a: 0), reps)["host"],
-             "allocations": measure(torch, lambda: [entry.empty(s, t, dtype=d, device=v) for s, t, d, v in entry.allocs],
+             "allocations": measure(torch, lambda: [entry.empty(s, dtype=d, device=v) for s, d, v in entry.allocs],
                                     reps)["host"]}
         plans = [p for p, *_ in entry.launches]
         r["launches (driver alone)"] = measure(

@@ -89,13 +89,6 @@ class Driver:
         return self.result
 
 
-def empty_strided(shape, strides, dtype, device=None):
-    """torch.empty_strided of the stand-in torch (contiguous strides only, as the fast path asks)."""
-    a = np.empty(shape, dtype.np)
-    assert tuple(s // a.itemsize for s in a.strides) == tuple(strides) or a.size == 0, (shape, strides)
-    return AddrTensor(a, dtype, device)
-
-
 def install(monkeypatch):
     """The stand-ins (see the module docstring); returns a namespace: torch, driver, state (current device,
     stream handle), tensor(shape, dtype, device) making random tensors."""
@@ -106,7 +99,6 @@ def install(monkeypatch):
     t = fake_torch.module()
     t.Tensor = AddrTensor
     t.empty = lambda shape, dtype, device=None: AddrTensor(np.empty(shape, dtype.np), dtype, device)
-    t.empty_strided = empty_strided
     state = {"device": 0, "stream": 0x5000}
     t._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda d: state["stream"] + d)
     monkeypatch.setitem(sys.modules, "torch", t)
