@@ -7,9 +7,9 @@ preallocated tensors); linear at M = 1, 16, 64, 512 with K = N = 4096; rms_norm,
 silu_and_mul, gated_mlp, linear_qkv, rope, embedding, kv_cache_write, attention_prefill and attention_decode at
 Qwen2.5-14B shapes), each as
 - `tilex`: the default path: the wrapper's per-layout fast path (`tilex.stdlib._launch.fastpath`: key, torch.empty
-  of the outputs, pointers patched into the launch plans, cuLaunchKernel),
+  of the outputs, pointers patched into the launch plans, cuLaunchKernelEx),
 - `tilex-full`: the whole wrapper every call (checks, configuration choice, launch plans replayed through the
-  driver's cuLaunchKernel: the path before the fast path),
+  driver's cuLaunchKernelEx: the path before the fast path),
 - `tilex-cupy`: the same calls with the direct launch off (bind + CuPy's launch every call, as before plans),
 - `torch`: torch's equivalent (F.linear, F.rms_norm, silu(x1) * x2, rotate-half rope, SDPA over a
   contiguous cache with enable_gqa for attention_decode's paged cache: the host cost of a torch call, not
@@ -19,7 +19,9 @@ with per call, in microseconds:
   the launch queue is drained before each batch so it never blocks),
 - `cpu`: the thread's CPU time per call over the same calls (time.thread_time),
 - `wall`: the time of `reps` back-to-back calls, synchronised at the end, per call (max of host and GPU).
-The target (issue 17) is host <= 10 us per library call; `vs torch` is tilex's host time over torch's.
+The target (issue 17) is host <= 10 us per library call; `vs torch` is tilex's host time over torch's. The floor on the
+H200 host (benchmarks/host_floor.py, 2026-12-02): one torch.empty 3.7-3.9 us + one bare driver launch 5.9-6.0 us, i.e.
+~9.6-9.9 us for a one-output, one-kernel call before any key or check (torch's own F.rms_norm: 11.7-12.1 us).
 Predicted on the H200 host (session 16 measured tilex-full 23-74 us, torch 9-18 us): `tilex` 9-14 us for the
 one-kernel calls (about torch's own host time; two-kernel calls such as attention_decode or split-K linears
 ~3 us more per extra launch).

@@ -1,6 +1,6 @@
 """Host (Python) cost of tilex's launch path, measured on the CPU (no GPU, CuPy or torch needed).
 
-    python benchmarks/host_overhead_cpu.py [--reps 2000]
+    python benchmarks/host_overhead_cpu.py [--reps 2000] [--stand-in] [--cpu-time]
 
 Times, per call (median of `--reps` calls, the best of 5 such rounds; microseconds):
 - `bind_arguments` of an rms_norm-like spec with NumPy arrays (allow_numpy) and with stand-in
@@ -9,7 +9,7 @@ Times, per call (median of `--reps` calls, the best of 5 such rounds; microsecon
   tensors, `(fast path)`: a repeated call of a memoized layout (`_launch.fastpath`: key, output allocation,
   pointers patched into the plans, the launch), `(full)`: the whole wrapper (every check, output allocation,
   kernel choice, tuned-config lookup and the launch plan's replay: runtime/plan.py's signature, scalar checks,
-  parameter buffer, stream); only the driver's cuLaunchKernel, the module load and TMA encoding are stubbed
+  parameter buffer, stream); only the driver's cuLaunchKernelEx, the module load and TMA encoding are stubbed
   out. The stand-in `torch.empty` is NumPy's (a [512, 5120] one maps fresh pages: the small shapes show the
   wrapper's own cost better);
 - with torch installed (`--stand-in`), torch's own CPU calls on tiny tensors and a `torch.empty`, for scale
@@ -20,7 +20,7 @@ Times, per call (median of `--reps` calls, the best of 5 such rounds; microsecon
 When torch is not installed, a minimal stand-in `torch` module (NumPy-backed tensors) is put in
 `sys.modules` (tests/fake_torch.py); `--stand-in` uses it even when torch is installed. The numbers are only
 indicative of the host cost on a GPU machine: real torch attribute access (`.device`, `.shape`) costs a
-little more than the stand-ins', and cuLaunchKernel itself is not included (benchmarks/bench_eager.py
+little more than the stand-ins', and cuLaunchKernelEx itself is not included (benchmarks/bench_eager.py
 measures the real thing on a GPU).
 """
 from __future__ import annotations
@@ -54,11 +54,20 @@ def tensor(shape, dtype="bfloat16"):
 
 
 # ----------------------------------------------------------------- timing
-def per_call_us(fn, reps: int, rounds: int = 5) -> float:
+def per_call_us(fn, reps: int, rounds: int = 5, cpu: bool = False) -> float:
     """The median time of one call over `reps` calls, the lowest of `rounds` such medians (a
-    shared machine's noise only ever adds time)."""
+    shared machine's noise only ever adds time). cpu: the thread's CPU time of `reps` calls over reps
+    instead (time.thread_time: steadier on a loaded machine, where other processes preempt this one)."""
     for _ in range(min(reps, 200)):
         fn()
+    if cpu:
+        best = float("inf")
+        for _ in range(rounds):
+            t = time.thread_time()
+            for _ in range(reps):
+                fn()
+            best = min(best, (time.thread_time() - t) / reps)
+        return best * 1e6
     medians = []
     for _ in range(rounds):
         times = []
@@ -74,6 +83,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=1000)
     ap.add_argument("--stand-in", action="store_true", help="use the stand-in torch even when torch is installed")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="the thread's CPU time per call instead of the wall time (steadier on a loaded machine)")
     args = ap.parse_args()
     try:
         if args.stand_in:
@@ -105,7 +116,7 @@ def main() -> int:
     cache_dir = tempfile.mkdtemp(prefix="tilex-host-overhead-")
     os.environ["TILEX_CACHE_DIR"] = cache_dir
     TuneStore(cache_dir).put("other|0|M=1|sm_90a", {"defines": {"BM": 64}})
-    # everything but the driver: cuLaunchKernel, the module load (CuPy) and cuTensorMapEncodeTiled stubbed
+    # everything but the driver: cuLaunchKernelEx, the module load (CuPy) and cuTensorMapEncodeTiled stubbed
     import types
 
     from tilex.runtime import driver, tma
@@ -156,18 +167,27 @@ def main() -> int:
                             (silu_and_mul, "silu_and_mul, torch, [512, 2048]", lambda f: f(gate_up))):
         rows.append((f"stdlib.{label} (fast path)", lambda fn=fn, call=call: call(fn)))
         rows.append((f"stdlib.{label} (full)", lambda fn=fn, call=call: call(fn.full)))
+    # the parts of one fast-path hit (rms_norm [4, 5120]): the key, the memo lookup, the replay (allocation, launch)
+    rms_norm(xt4, wt4)
+    key, ptrs, _ = L._call_key((xt4, wt4), {})
+    entry = rms_norm.memo[key]
+    rows += [("  fast-path part: _call_key (rms_norm [4, 5120])", lambda: L._call_key((xt4, wt4), {})),
+             ("  fast-path part: memo lookup", lambda: rms_norm.memo.get(key)),
+             ("  fast-path part: replay (allocation + launch)", lambda: entry.replay((xt4, wt4), ptrs, driver.launcher())),
+             ("  of which the stand-in allocation (torch.empty)",
+              lambda: [entry.empty(a, dtype=b, device=c) for a, b, c in entry.allocs])]
     if real_torch is not None:
         F = real_torch.nn.functional
         a, b = real_torch.randn(1, 8), real_torch.randn(8, 8)
         rows += [("torch F.linear [1, 8] x [8, 8] f32 CPU (for scale)", lambda: F.linear(a, b)),
                  ("torch.empty [512, 5120] bf16 CPU (for scale)",
                   lambda: real_torch.empty((512, 5120), dtype=real_torch.bfloat16))]
-    print(f"host cost per call on this CPU (median of {args.reps} calls, best of 5 rounds; "
-          "the driver stubbed out):")
+    what = "CPU time of" if args.cpu_time else "median of"
+    print(f"host cost per call on this CPU ({what} {args.reps} calls, best of 5 rounds; the driver stubbed out):")
     try:
         for name, fn in rows:
             fn()  # compile / warm the caches
-            print(f"  {name:<56} {per_call_us(fn, args.reps):8.1f} us")
+            print(f"  {name:<56} {per_call_us(fn, args.reps, cpu=args.cpu_time):8.1f} us")
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
     return 0

@@ -65,14 +65,16 @@ _CTYPES = {"f32": ctypes.c_float, "f16": ctypes.c_float, "bf16": ctypes.c_float,
 
 
 class Driver:
-    """cuLaunchKernel: decodes each launch's parameter buffer by the spec of the function it is given."""
+    """cuLaunchKernelEx: decodes each launch's LaunchConfig and parameter buffer by the spec of the function it
+    is given."""
 
     def __init__(self):
         self.launches: list = []
         self.specs: dict = {}  # function handle -> KernelSpec
         self.result = 0
 
-    def __call__(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+    def __call__(self, config, f, params, extra):
+        c = config.contents
         spec = self.specs[f.value]
         layout = ([("ptr", ctypes.c_uint64) for p in spec.params if p.kind == "tensor"]
                   + [("scalar", _CTYPES[p.dtype]) for p in spec.params if p.kind == "scalar"]
@@ -81,8 +83,9 @@ class Driver:
         for i, (what, ct) in enumerate(layout):
             v = ct.from_address(params[i])
             values.append((what, bytes(v) if what == "tma" else v.value))
-        self.launches.append(dict(kernel=spec.name, grid=(gx, gy, gz), block=(bx, by, bz), smem=smem,
-                                  stream=stream.value or 0, values=values))
+        self.launches.append(dict(kernel=spec.name, grid=(c.gridDimX, c.gridDimY, c.gridDimZ),
+                                  block=(c.blockDimX, c.blockDimY, c.blockDimZ), smem=c.sharedMemBytes,
+                                  stream=c.hStream or 0, values=values))
         return self.result
 
 

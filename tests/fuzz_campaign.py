@@ -282,7 +282,7 @@ def _interp(program, seed: int) -> tuple[str, str]:
     from tilex.diagnostics import LaunchError
     from tilex.interp import InterpError, launch
     from tilex.launchspec import make_spec
-    from tilex.runtime.args import numpy_dtype
+    from tilex.runtime.arrays import numpy_dtype
 
     rng = np.random.default_rng(seed)
     for k in program.kernels:

@@ -160,6 +160,7 @@ def test_every_error_after_a_cached_call(fp):
         ((x, T(fp, 640, dtype="float16")), {}),  # dtype
         ((x, T(fp, 639)), {}),  # shape
         ((x, T(fp, 640, device=Dev("cpu", None))), {}),  # device
+        ((T(fp, 8, 640, device=Dev("cpu", None)), w), {}),  # the first tensor's: never recorded, the full path's error
         ((T(fp, 8, 640, device=Dev("cuda", 1)), w), {}),  # another GPU than the weight's
         ((x, w), dict(eps=float("nan"))),  # an option
         ((x, w), dict(eps="1e-6")),
@@ -205,7 +206,10 @@ def test_stream_and_device_are_honoured(fp):
     rms_norm(x, w)
     rms_norm(x, w)
     assert [launch["stream"] for launch in fp.driver.launches[-2:]] == [0x7000, 0x7000]
-    assert L.STATS["hit"] == hits + 1  # a new key: recorded once, then replayed
+    assert L.STATS["hit"] == hits + 2  # the stream is asked on every call, not keyed: both replayed on the new one
+    fp.state["stream"] = 0x5000
+    rms_norm(x, w)
+    assert fp.driver.launches[-1]["stream"] == 0x5000 and L.STATS["hit"] == hits + 3
     fp.state["device"] = 1  # another device is current: no direct launch on device 0's plan
     n = len(fp.driver.launches)
     rms_norm(x, w)
@@ -381,3 +385,21 @@ def test_an_argument_read_on_the_host_is_never_memoized(fp):
         host_eps(x, w, e)
         assert fp.driver.launches[-1]["values"][3] == ("scalar", float(e._a))
     assert list(host_eps.memo.values()) == [L._NOT_MEMOIZED]
+
+
+def test_a_negative_zero_option_is_its_own_key(fp):
+    """-0.0 == 0.0 (and hashes alike), but a kernel given -0.0 may compute another sign: a -0.0 option after a
+    memoized 0.0 is a new key, launched with -0.0 (it replayed the 0.0 entry's launch before)."""
+    import math
+
+    from tilex.stdlib import rms_norm
+
+    x, w = T(fp, 8, 640), T(fp, 640)
+    for eps in (0.0, 0.0, -0.0, -0.0, 0.0):
+        rms_norm(x, w, eps=eps)
+        got = fp.driver.launches[-1]["values"][3][1]
+        assert got == 0.0 and math.copysign(1.0, got) == math.copysign(1.0, eps), eps
+    assert len(rms_norm.memo) == 2
+    hits = L.STATS["hit"]
+    rms_norm(x, w, eps=-0.0)
+    assert L.STATS["hit"] == hits + 1

@@ -26,7 +26,8 @@ from fake_torch import Device, FakeTensor
 from tilex.diagnostics import LaunchError
 from tilex.runtime import Kernel, driver, launch as rt_launch, plan as rt_plan
 from tilex.runtime import tma as rt_tma
-from tilex.runtime.args import ArrayInfo, bind_arguments, describe_array, is_array, is_torch_tensor
+from tilex.runtime.args import bind_arguments
+from tilex.runtime.arrays import ArrayInfo, describe_array, is_array, is_torch_tensor
 from tilex.spec import ConstraintSpec, KernelSpec, ParamSpec, TmaMap
 from tilex.stdlib import _launch as L
 from tilex.tune import TuneStore, source_sha256, store_key
@@ -403,19 +404,23 @@ class Driver:
         c = {"f32": ctypes.c_float, "f16": ctypes.c_float, "bf16": ctypes.c_float, "i32": ctypes.c_int32,
              "i64": ctypes.c_int64, "bool": ctypes.c_bool}
         return ([ctypes.c_uint64 for p in self.spec.params if p.kind == "tensor"]
-                + [c[p.dtype] for p in self.spec.params if p.kind == "scalar"]
+                + [c.get(p.dtype) or rt_plan._SCALAR_CTYPES[p.dtype] for p in self.spec.params if p.kind == "scalar"]
                 + [ctypes.c_int32] * len(self.spec.symbols) + [ctypes.c_ubyte * 128] * len(self.spec.tma))
 
-    def __call__(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+    def __call__(self, config, f, params, extra):
         values = []
         for i, ct in enumerate(self.layout()):
             v = ct.from_address(params[i])
             values.append(bytes(v) if ct not in (ctypes.c_uint64, ctypes.c_float, ctypes.c_int32, ctypes.c_int64,
                                                  ctypes.c_bool) else v.value)
-        assert type(f) is type(stream) is ctypes.c_void_p and isinstance(params, ctypes.Array)  # no argtypes
-        assert all(type(v) is int and 0 <= v < 2**31 for v in (gx, gy, gz, bx, by, bz, smem))
-        self.launches.append(dict(f=f.value, grid=(gx, gy, gz), block=(bx, by, bz), smem=smem,
-                                  stream=stream.value or 0, values=values, extra=extra))
+        # no argtypes: nothing ctypes would have to convert
+        assert type(config) is ctypes.POINTER(driver.LaunchConfig) and type(f) is ctypes.c_void_p
+        assert isinstance(params, ctypes.Array)
+        c = config.contents
+        assert c.attrs is None and c.numAttrs == 0
+        self.launches.append(dict(f=f.value, grid=(c.gridDimX, c.gridDimY, c.gridDimZ),
+                                  block=(c.blockDimX, c.blockDimY, c.blockDimZ), smem=c.sharedMemBytes,
+                                  stream=c.hStream or 0, values=values, extra=extra))
         return self.result
 
 
@@ -502,8 +507,9 @@ def test_replay_does_no_binding_work(direct):
                  "args.py:eval_grid", "args.py:_match_params", "launch.py:kernel_arguments", "launch.py:_prepare",
                  "launch.py:_new_plan", "plan.py:__init__", "tma.py:encode_nd"):
         assert name not in counts, name
-    assert counts["args.py:_check_scalar"] == 1  # eps: a scalar's range depends on its value
-    assert counts["arrays.py:describe_array"] == 1  # eps's "not an array" test, none for the tensors
+    # eps: a float within f32's range passes the plan's inline check (plan.scalar_fast_check); anything else
+    # takes _check_scalar (test_replayed_scalars_meet_the_full_check)
+    assert "args.py:_check_scalar" not in counts and "arrays.py:describe_array" not in counts
     assert counts["plan.py:signature"] == 1 and counts["plan.py:replay"] == 1
     assert len(drv.launches) == 2 and len(k._plans) == 1
     k(*args)  # eps left to its default: another layout, checked in full once
@@ -561,6 +567,43 @@ def test_every_error_after_a_replayed_call(direct):
         assert len(k._plans) == 1
     finally:
         tma_mod.encode_nd = old
+
+
+def test_replayed_scalars_meet_the_full_check(direct):
+    """A replay's scalar values (the inline check, else _check_scalar) are what binding gives, or its error, for
+    every scalar dtype and the edge values of each: bools and ints for floats, floats for ints, NaN, inf, -0.0,
+    the ends of each range and one past them, NumPy scalars."""
+    import math
+
+    from tilex.types import PARAM_DTYPES
+
+    for d in PARAM_DTYPES:
+        spec = KernelSpec("s", (ParamSpec("x", "tensor", "bf16", ("M",)), ParamSpec("v", "scalar", d.value)),
+                          ("M",), (), ("M",), 32, 0)
+        k, drv = direct.make(spec)
+        x = direct.tensor((8,))
+        lo, hi = d.int_range if d.is_int else (-3.4e38, 3.4e38)
+        values = [True, False, 0, 1, -1, 0.5, -0.0, 0.0, float("nan"), float("inf"), -float("inf"), lo, hi,
+                  lo - 1, hi + 1, float(hi) * 2, 2**70, np.float32(1.5), np.int64(3), "1", None]
+        k(x, v=values[0] if d.value == "bool" else 1)  # the plan every later call of these types replays
+        for v in values:
+            try:
+                want = ("ok", bind_arguments(spec, (x,), {"v": v}).scalars["v"])
+            except LaunchError as e:
+                want = ("error", str(e))
+            n = len(drv.launches)
+            try:
+                k(x, v=v)
+                got = ("ok", drv.launches[-1]["values"][1]) if len(drv.launches) > n else ("no launch", None)
+            except LaunchError as e:
+                got = ("error", str(e))
+            if want[0] == "ok" and got[0] == "ok":  # the value the driver read: the C type's rounding of binding's
+                ct = rt_plan._SCALAR_CTYPES[d.value]
+                expect = ct(want[1]).value
+                assert (got[1] == expect or (got[1] != got[1] and expect != expect)) and (
+                    not isinstance(expect, float) or math.copysign(1, got[1]) == math.copysign(1, expect)), (d, v)
+            else:
+                assert got == want, (d, v, got, want)
 
 
 def test_tma_maps_follow_the_pointer(direct, monkeypatch):
@@ -662,7 +705,7 @@ def test_stdlib_replays_skip_the_kind_checks(direct, monkeypatch, tmp_cache_dir)
 
     x, w = direct.tensor((64, 256)), direct.tensor((256,), ptr=0x7F0000100000)
     seen = []
-    monkeypatch.setattr(driver, "launcher", lambda: lambda *a: seen.append(a[1:8]) or 0)
+    monkeypatch.setattr(driver, "launcher", lambda: lambda config, *a: seen.append(bytes(config.contents)) or 0)
     monkeypatch.setattr(Kernel, "_function", lambda self, device: types.SimpleNamespace(ptr=0xF00))
     try:
         rms_norm(x, w)

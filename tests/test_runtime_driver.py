@@ -1,7 +1,7 @@
 """The direct launch's ctypes plumbing on the CPU: driver.launcher() opened on a stand-in libcuda (a small C
-library built with the system C compiler, exporting cuLaunchKernel) that copies out what the real driver
-would read: the grid, block, shared memory, stream, `extra`, and each kernel parameter through
-kernelParams[i] with the parameter's size. Compared, byte for byte, with the CuPy path's argument list
+library built with the system C compiler, exporting cuLaunchKernelEx with cuda.h's CUlaunchConfig) that copies
+out what the real driver would read: the grid, block, shared memory, stream, launch attributes, `extra`, and
+each kernel parameter through kernelParams[i] with the parameter's size. Compared, byte for byte, with the CuPy path's argument list
 (kernel_arguments) packed as C types, on random sizes, addresses and scalars."""
 from __future__ import annotations
 
@@ -26,15 +26,22 @@ STUB = r"""
 static int n_sizes;
 static int sizes[64];
 static unsigned char record[8192];
-static unsigned long long meta[10];
+static unsigned long long meta[12];
 static int result;
 void stub_setup(int n, const int* s, int r) { n_sizes = n; memcpy(sizes, s, n * sizeof(int)); result = r; }
 const unsigned long long* stub_meta(void) { return meta; }
 const unsigned char* stub_record(void) { return record; }
-int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                   unsigned smem, void* stream, void** params, void** extra) {
-    meta[0] = (uintptr_t)f; meta[1] = gx; meta[2] = gy; meta[3] = gz; meta[4] = bx; meta[5] = by; meta[6] = bz;
-    meta[7] = smem; meta[8] = (uintptr_t)stream; meta[9] = (uintptr_t)extra;
+typedef struct CUlaunchConfig_st {  /* cuda.h */
+    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    void* hStream;
+    void* attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+int cuLaunchKernelEx(const CUlaunchConfig* c, void* f, void** params, void** extra) {
+    meta[0] = (uintptr_t)f; meta[1] = c->gridDimX; meta[2] = c->gridDimY; meta[3] = c->gridDimZ;
+    meta[4] = c->blockDimX; meta[5] = c->blockDimY; meta[6] = c->blockDimZ; meta[7] = c->sharedMemBytes;
+    meta[8] = (uintptr_t)c->hStream; meta[9] = (uintptr_t)extra;
+    meta[10] = (uintptr_t)c->attrs; meta[11] = c->numAttrs;
     size_t off = 0;
     for (int i = 0; i < n_sizes; i++) { memcpy(record + off, params[i], sizes[i]); off += sizes[i]; }
     return result;
@@ -113,8 +120,8 @@ def test_the_driver_reads_what_the_cupy_path_passes(stub, monkeypatch):
         stream = None if i % 3 else int(rng.integers(1, 2**40))
         for _ in range(2):  # makes the plan, then replays it
             k(a, b, stream=stream, **kwargs)
-            meta = [so.stub_meta()[j] for j in range(10)]
-            assert meta == [0xF00D0, -(-m // 3), 2, 1, 96, 1, 1, 4096, stream if stream else 0xABC000, 0]
+            meta = [so.stub_meta()[j] for j in range(12)]
+            assert meta == [0xF00D0, -(-m // 3), 2, 1, 96, 1, 1, 4096, stream if stream else 0xABC000, 0, 0, 0]
             want = packed(rt_launch.kernel_arguments(SPEC, bind_arguments(SPEC, (a, b), kwargs)))
             assert bytes(so.stub_record()[:sum(SIZES)]) == want
     assert fallbacks == []

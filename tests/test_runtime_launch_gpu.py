@@ -3,7 +3,7 @@ against the CuPy path (TILEX_DIRECT_LAUNCH off), at odd sizes; inside torch CUDA
 stream capture.
 
 Each wrapper is called several times on fresh inputs and outputs (new addresses: pointers and TMA maps are
-rewritten in the plan's buffer), and the driver's cuLaunchKernel is counted so a test fails when the
+rewritten in the plan's buffer), and the driver's cuLaunchKernelEx is counted so a test fails when the
 replays did not take the direct path. Tolerance: max |out - ref| / max |ref| against a float64 reference
 (torch's float32/float64 math on the same inputs), 1e-2 for bf16; direct vs CuPy path: bitwise equal
 (the same kernel on the same inputs).
@@ -39,7 +39,7 @@ def _cuda():
 
 @pytest.fixture
 def counted(monkeypatch):
-    """Counts the driver launches (the real cuLaunchKernel underneath)."""
+    """Counts the driver launches (the real cuLaunchKernelEx underneath)."""
     real = driver.launcher()
     calls = []
 

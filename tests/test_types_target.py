@@ -106,12 +106,12 @@ def test_kernel_parameter_facts():
 
 
 def test_the_runtime_tables_are_the_hand_written_ones():
-    """The tables of runtime/args, runtime/plan and stdlib/_launch, now read from DTYPES, have the values
+    """The tables of runtime/arrays, runtime/plan and stdlib/_launch, now read from DTYPES, have the values
     they were written with."""
-    from tilex.runtime import args, plan
+    from tilex.runtime import arrays, plan
     narrow = ("i8", "u8", "i16", "u16")
-    assert args._NUMPY_NAMES == ("f16", "bf16", "f32", "i32", "i64", "bool", "f8e4m3", *narrow, "f8e5m2")
-    assert args._TORCH_NAMES == {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32",
+    assert arrays._NUMPY_NAMES == ("f16", "bf16", "f32", "i32", "i64", "bool", "f8e4m3", *narrow, "f8e5m2")
+    assert arrays._TORCH_NAMES == {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32",
                                  "i32": "torch.int32", "i64": "torch.int64", "bool": "torch.bool",
                                  "f8e4m3": "torch.float8_e4m3fn", "i8": "torch.int8", "u8": "torch.uint8",
                                  "i16": "torch.int16", "u16": "torch.uint16", "f8e5m2": "torch.float8_e5m2"}
@@ -119,7 +119,7 @@ def test_the_runtime_tables_are_the_hand_written_ones():
                                    "f8e4m3": ctypes.c_float, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
                                    "bool": ctypes.c_bool, **{n: ctypes.c_int32 for n in narrow},
                                    "f8e5m2": ctypes.c_float}
-    assert args.numpy_dtype("bf16") == numpy_dtype(DType.BF16) and args.numpy_dtype("i64") == np.dtype(np.int64)
+    assert arrays.numpy_dtype("bf16") == numpy_dtype(DType.BF16) and arrays.numpy_dtype("i64") == np.dtype(np.int64)
 
 
 # ---------------------------------------------------------------- targets

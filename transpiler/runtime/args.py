@@ -22,9 +22,7 @@ import numpy as np
 from ..diagnostics import LaunchError
 from ..spec import KernelSpec, ParamSpec
 from ..types import PARAM_DTYPES
-from .arrays import (_CUPY_TYPES, _NUMPY_NAMES, _PLAIN_SCALARS, _TORCH_NAMES, _TORCH_TO_TILEX,  # noqa: F401
-                     _TORCH_TYPES, ArrayInfo, _numpy_dtypes, describe_array, is_array, is_cupy_array,
-                     is_torch_tensor, numpy_dtype, tilex_dtype_of_numpy, torch_dtype_names)
+from .arrays import ArrayInfo, _numpy_dtypes, describe_array
 
 INT32_MAX = 2**31 - 1
 GRID_X_MAX = 2**31 - 1

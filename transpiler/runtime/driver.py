@@ -1,10 +1,14 @@
-"""The CUDA driver's cuLaunchKernel through ctypes: the direct launch of a pre-built parameter buffer.
+"""The CUDA driver's cuLaunchKernelEx through ctypes: the direct launch of a pre-built parameter buffer.
 
 CuPy's RawModule call packs its argument list anew on every launch (about 5.5 µs of host time on an
-H200 host); a launch plan (`plan.py`) keeps the packed parameters in ctypes storage and hands their
-addresses to cuLaunchKernel itself. libcuda is opened with ctypes (as `tma.py` does for
-cuTensorMapEncodeTiled), so no extra Python package is needed. `TILEX_DIRECT_LAUNCH=0` in the
-environment turns the direct launch off (every launch then goes through CuPy, as before plans).
+H200 host); a launch plan (`plan.py`) keeps the packed parameters in ctypes storage and the grid, block,
+shared memory and stream in a `LaunchConfig` (CUlaunchConfig), and hands their addresses to
+cuLaunchKernelEx itself: four arguments, all made once per plan, that ctypes passes as they are
+(cuLaunchKernel's eleven cost ~0.4 µs more to convert on a dev CPU; on the H200 host both measured 6.0 µs
+per launch of an empty kernel, the driver's own time: benchmarks/host_floor.py). libcuda is opened with
+ctypes (as `tma.py` does for cuTensorMapEncodeTiled), so no extra Python package is needed.
+`TILEX_DIRECT_LAUNCH=0` in the environment turns the direct launch off (every launch then goes through
+CuPy, as before plans).
 """
 from __future__ import annotations
 
@@ -17,21 +21,29 @@ ENV = "TILEX_DIRECT_LAUNCH"
 LIBRARY = "libcuda.so.1"  # the driver library (tests point it at a stand-in)
 
 
+class LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig (cuda.h, CUDA >= 12.0): what cuLaunchKernelEx launches with; no launch attributes."""
+
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.c_void_p), ("numAttrs", ctypes.c_uint)]
+
+
 @lru_cache(maxsize=1)
 def launcher() -> Callable[..., int] | None:
-    """cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, stream, kernelParams, extra) -> CUresult, or None when
-    the direct launch is off (TILEX_DIRECT_LAUNCH=0) or libcuda cannot be loaded (read once per process).
+    """cuLaunchKernelEx(config, f, kernelParams, extra) -> CUresult, or None when the direct launch is off
+    (TILEX_DIRECT_LAUNCH=0) or libcuda cannot be loaded or lacks cuLaunchKernelEx (read once per process).
 
-    No argtypes (their conversion doubles the call's cost, ~1.7 against ~0.8 us): the caller passes f and
-    stream as ctypes.c_void_p, kernelParams as a ctypes array of void* (passed by address), extra as None,
-    and the grid, block and shared-memory sizes as Python ints below 2**31 (C ints, as the driver's
-    unsigned ints take them; bind_arguments keeps grids within CUDA's limits)."""
+    No argtypes (their conversion costs more than the call): the caller passes config as a ctypes.pointer to
+    a LaunchConfig, f as a ctypes.c_void_p, kernelParams as a ctypes array of void* (passed by address) and
+    extra as None. The pointer and the arrays are made once per plan, so a launch converts nothing."""
     if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     try:
         lib = ctypes.CDLL(LIBRARY)
-    except OSError:
+        fn = lib.cuLaunchKernelEx
+    except (OSError, AttributeError):  # no driver, or one older than CUDA 12.0
         return None
-    fn = lib.cuLaunchKernel
     fn.restype = ctypes.c_int
     return fn

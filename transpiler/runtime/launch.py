@@ -12,7 +12,7 @@ stream unless a stream is given.
 Repeated calls: the first call of an argument layout (shapes, dtypes, devices, contiguity,
 address alignment: `plan.signature`) is checked in full and makes a `LaunchPlan`; later
 calls of that layout replay it (no binding, the scalars still checked) through the
-driver's cuLaunchKernel (`driver.py`). Anything else (NumPy or other array objects, no
+driver's cuLaunchKernelEx (`driver.py`). Anything else (NumPy or other array objects, no
 libcuda, TILEX_DIRECT_LAUNCH=0, a device switch, a launch the driver refuses) takes the
 full path: bind_arguments and CuPy's launch.
 """
@@ -26,7 +26,8 @@ import numpy as np
 
 from ..diagnostics import LaunchError
 from ..spec import KernelSpec, ParamKind
-from .args import BoundArgs, bind_arguments, is_cupy_array, is_torch_tensor
+from .args import BoundArgs, bind_arguments
+from .arrays import is_cupy_array, is_torch_tensor
 from .nvrtc import compile_cubin, default_arch
 from .plan import _SCALAR_CTYPES, LaunchPlan, signature
 from . import driver

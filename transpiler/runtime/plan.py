@@ -9,10 +9,11 @@ the scalars' own checks (their range depends on the value), which run on every r
 kinds (NumPy arrays, other `__cuda_array_interface__` objects) have no signature and always take the full
 path.
 
-A plan holds the grid and the kernel's parameter buffer: ctypes storage for every pointer, scalar, symbol
-and TMA map, and the array of their addresses that cuLaunchKernel takes (`driver.py`). A replay writes the
-new pointers and scalars into it and launches on the caller's stream. TMA maps depend on the address: a
-map is re-encoded (memoized per address by `tma.encode_nd`) when its tensor's pointer changed.
+A plan holds the kernel's parameter buffer (ctypes storage for every pointer, scalar, symbol and TMA map,
+and the array of their addresses) and its `driver.LaunchConfig` (grid, block, shared memory, stream), the
+two things cuLaunchKernelEx takes (`driver.py`). A replay writes the new pointers, scalars and stream into
+them and launches. TMA maps depend on the address: a map is re-encoded (memoized per address by
+`tma.encode_nd`) when its tensor's pointer changed.
 """
 from __future__ import annotations
 
@@ -26,13 +27,25 @@ import numpy as np
 from ..diagnostics import LaunchError
 from ..spec import KernelSpec, ParamKind
 from ..types import PARAM_DTYPES
-from .args import (_CUPY_TYPES, _PLAIN_SCALARS, _TORCH_TYPES, BoundArgs, _check_scalar, is_cupy_array,
-                   is_torch_tensor)
+from .args import _FLOAT_MAX, _INT_RANGES, BoundArgs, _check_scalar
+from .arrays import _CUPY_TYPES, _PLAIN_SCALARS, _TORCH_TYPES, is_cupy_array, is_torch_tensor
+from .driver import LaunchConfig
 
 # ctypes storage of a scalar parameter by its dtype: f16/bf16/f8e4m3 scalars are passed as float (the kernel
 # rounds). The one table of scalar C types: launch._SCALAR_TYPES (the CuPy path's) is derived from it
 _SCALAR_CTYPES = {d: getattr(ctypes, d.info.scalar_arg) for d in PARAM_DTYPES}  # from types.DTYPES
 _TMA_BYTES = ctypes.c_ubyte * 128
+
+
+def scalar_fast_check(p) -> tuple:
+    """(type, lo, hi): a value of exactly this Python type within [lo, hi] is one `_check_scalar(p, v)` returns
+    unchanged, so a replay skips the full check for it (anything else, NaN and inf included, takes the check)."""
+    if p.dtype == "bool":
+        return bool, False, True
+    if p.dtype in _INT_RANGES:
+        return (int, *_INT_RANGES[p.dtype])
+    top = _FLOAT_MAX.get(p.dtype, float("inf"))  # f8 scalars saturate: any float
+    return float, -top, top
 
 
 def signature(args: tuple, kwargs: dict) -> tuple[tuple, list] | None:
@@ -136,7 +149,7 @@ class LaunchPlan:
         where = {p.name: (i if i < nargs else nargs + kwnames.index(p.name) if p.name in kwnames else None)
                  for i, p in enumerate(spec.params)}
         slots: list = []
-        tensors, scalars, maps = [], [], []
+        tensors, scalars, maps = [], [], []  # (call position, slot); (call position, param, slot, fast check); maps
         for p in spec.params:  # in the declared order, the kernel's signature (a scalar may come before a tensor)
             if p.kind == ParamKind.TENSOR:
                 slot = ctypes.c_uint64(ptrs[where[p.name]])
@@ -144,7 +157,7 @@ class LaunchPlan:
             else:
                 slot = _SCALAR_CTYPES[p.dtype](bound.scalars[p.name])
                 if where[p.name] is not None:  # a default stays as written
-                    scalars.append((where[p.name], p, slot))
+                    scalars.append((where[p.name], p, slot, scalar_fast_check(p)))
             slots.append(slot)
         slots += [ctypes.c_int32(bound.symbols[s]) for s in spec.symbols]
         params = {p.name: p for p in spec.params}
@@ -157,8 +170,9 @@ class LaunchPlan:
         self._slots = slots  # keeps the storage the addresses point to alive
         self.params = (ctypes.c_void_p * max(1, len(slots)))(*(ctypes.addressof(s) for s in slots))
         self._lock = threading.Lock()  # the buffer is shared; ctypes releases the GIL during the launch
-        self._shape = (*self.grid, self.threads, 1, 1, self.smem)  # cuLaunchKernel's grid, block, shared memory
-        self._function, self._stream = ctypes.c_void_p(function), ctypes.c_void_p()  # as driver.launcher takes them
+        self._config = LaunchConfig(*self.grid, self.threads, 1, 1, self.smem, None, None, 0)
+        self._config_ptr = ctypes.pointer(self._config)  # as driver.launcher takes them: nothing to convert
+        self._function = ctypes.c_void_p(function)
         self._torch_stream = _torch_stream_getter() if self.uses_torch and not self.empty else None
 
     def replay(self, args: tuple, kwargs: dict, ptrs: list, stream: Any, launch: Callable[..., int]) -> bool:
@@ -167,7 +181,10 @@ class LaunchPlan:
         the caller then takes the full path, whose CuPy launch switches devices or raises CuPy's error."""
         if self.scalars:
             flat = (*args, *kwargs.values()) if kwargs else args
-            values = [(slot, _check_scalar(p, flat[i])) for i, p, slot in self.scalars]
+            values = []
+            for i, p, slot, (t, lo, hi) in self.scalars:
+                v = flat[i]
+                values.append((slot, v if type(v) is t and lo <= v <= hi else _check_scalar(p, v)))
         else:
             values = ()
         if self.empty:
@@ -178,47 +195,56 @@ class LaunchPlan:
             handle = stream_handle(stream, self.device, self.uses_torch)
         if self.current_device() != self.device:
             return False
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # acquire/release: a `with` block costs twice as much
+        try:
             for slot, v in values:
                 slot.value = v
             err = self._fire(ptrs, handle, launch)
+        finally:
+            lock.release()
         return err == 0
 
-    def patches(self, sources: list) -> tuple[tuple, tuple]:
-        """(tensor patches, map patches) for `fire`: `sources[i]` is (index, byte offset) of call position i's
-        address in the list `fire` will be given (None for a scalar)."""
+    def patches(self, sources: list, values: tuple) -> tuple[tuple, tuple, tuple]:
+        """(tensor patches, map patches, scalar writes) for `fire`: `sources[i]` is (index, byte offset) of call
+        position i's address in the list `fire` will be given (None for a scalar); `values` the checked scalar
+        values in `self.scalars` order."""
         tensors = tuple((slot, *sources[i]) for i, slot in self.tensors)
         maps = tuple((mp, *sources[mp.index]) for mp in self.maps)
-        return tensors, maps
+        writes = tuple((slot, v) for (_, _, slot, _), v in zip(self.scalars, values))
+        return tensors, maps, writes
 
-    def fire(self, tensors: tuple, maps: tuple, addresses: list, values: tuple, handle: int,
+    def fire(self, tensors: tuple, maps: tuple, writes: tuple, addresses: list, handle: int,
              launch: Callable[..., int]) -> int:
-        """Launch with checked inputs (the stdlib's fast path, `tilex.stdlib._launch.fastpath`): each pointer slot
-        gets addresses[index] + offset (`patches`), each scalar its value from `values` (in `self.scalars` order,
-        already checked), the stream `handle`. No device check here (the caller made it). The driver's CUresult
-        (0: launched)."""
-        with self._lock:
-            for (_, _, slot), v in zip(self.scalars, values):
+        """Launch with checked inputs (the stdlib's fast path, `tilex.stdlib._launch.fastpath`; the three tuples
+        from `patches`): each pointer slot gets addresses[index] + offset, each scalar slot its value, the stream
+        `handle`. No device check here (the caller made it). The driver's CUresult (0: launched)."""
+        lock = self._lock
+        lock.acquire()
+        try:
+            for slot, v in writes:
                 slot.value = v
-            self._stream.value = handle
+            self._config.hStream = handle
             for slot, j, off in tensors:
                 slot.value = addresses[j] + off
             for mp, j, off in maps:
                 ptr = addresses[j] + off
                 if ptr != mp.ptr:
                     self._encode(mp, ptr)
-            return launch(self._function, *self._shape, self._stream, self.params, None)
+            return launch(self._config_ptr, self._function, self.params, None)
+        finally:
+            lock.release()
 
     def _fire(self, ptrs: list, handle: int, launch: Callable[..., int]) -> int:
         """Write the stream and pointers (re-encoding TMA maps whose address changed) and launch; under the lock."""
-        self._stream.value = handle
+        self._config.hStream = handle
         for i, slot in self.tensors:
             slot.value = ptrs[i]
         for mp in self.maps:
             ptr = ptrs[mp.index]
             if ptr != mp.ptr:
                 self._encode(mp, ptr)
-        return launch(self._function, *self._shape, self._stream, self.params, None)
+        return launch(self._config_ptr, self._function, self.params, None)
 
     def _encode(self, mp: _Map, ptr: int) -> None:
         from .launch import tma_argument

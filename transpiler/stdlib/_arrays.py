@@ -73,7 +73,7 @@ def _torch_dtype(name: str):
 
 
 def _np_dtype(name: str):
-    from ..runtime.args import numpy_dtype
+    from ..runtime.arrays import numpy_dtype
 
     return numpy_dtype(name)
 

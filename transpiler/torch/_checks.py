@@ -6,7 +6,7 @@ is a torch._check_with on a (Sym)Bool, which records a guard instead; dtypes and
 """
 import torch
 
-from ..runtime.args import _TORCH_TO_TILEX
+from ..runtime.arrays import _TORCH_TO_TILEX
 from ..stdlib import messages as M
 from ..stdlib._launch import FLOATS
 
