@@ -147,6 +147,25 @@ def test_sdpa_causal_gqa(masked):
     assert p.fallbacks() == [] and all(s.fallbacks == 0 for s in p.steps)
 
 
+@pytest.mark.parametrize("fill, taken", [(torch.finfo(torch.float32).min, True), (float("-inf"), True),
+                                         (-1e4, False)])
+def test_sdpa_additive_causal_mask(fill, taken):
+    """HF's additive causal mask: where(tril, 0, finfo(dtype).min). A removed key's value at or below
+    patterns_attention.MASKED_AT contributes exactly 0, so the causal kernel runs; -1e4 does not remove a key
+    exactly (exp(-1e4) underflows only relative to the scores), so the check declines it and eager SDPA runs."""
+    g = torch.Generator().manual_seed(15)
+    q, k, v = (torch.randn(1, 2, 8, 16, generator=g) for _ in range(3))
+    tril = torch.ones(8, 8, dtype=torch.bool).tril()[None, None]
+
+    def f(q, k, v):
+        mask = torch.zeros(8, 8).masked_fill(~tril, fill)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out, (p,) = compiled(f, q, k, v)
+    close(out, f(q, k, v), rtol=1e-4, atol=1e-5)
+    step = next(s for s in p.steps if s.kind == "library" and s.label == "attention_prefill")
+    assert step.fallbacks == (0 if taken else 1)
+
+
 def test_sdpa_non_causal_mask_runs_eager_and_agrees():
     g = torch.Generator().manual_seed(6)
     q, k, v = (torch.randn(1, 2, 8, 16, generator=g) for _ in range(3))

@@ -18,13 +18,20 @@ _SDPA = {aten._scaled_dot_product_flash_attention_for_cpu.default: ("cpu_flash",
          aten._scaled_dot_product_cudnn_attention.default: ("cudnn", 4)}
 
 
+# An additive mask value at or below this removes its key exactly: with the diagonal allowed (a causal row), the
+# row maximum is a finite score, and exp(score + v - max) underflows to 0 in f32 for any |score| < 1e29. HF builds
+# its additive masks with torch.finfo(dtype).min (-3.4e38 in bf16/f32, -65504 in f16: f16's is not below it).
+MASKED_AT = -1e30
+
+
 def _is_causal_mask(mask, sq: int, sk: int) -> bool:
-    """A bool mask or an additive float mask that is exactly top-left causal (broadcast over batch, heads)."""
+    """A bool mask or an additive float mask that is exactly top-left causal (broadcast over batch, heads); an
+    additive mask's removed keys may hold -inf or any value <= MASKED_AT (HF's finfo(dtype).min)."""
     if mask.shape[-2:] != (sq, sk):
         return False
     tril = torch.ones(sq, sk, dtype=torch.bool, device=mask.device).tril()
     allowed = mask if mask.dtype == torch.bool else mask == 0
-    if mask.dtype != torch.bool and not bool(((mask == 0) | (mask == float("-inf"))).all()):
+    if mask.dtype != torch.bool and not bool(((mask == 0) | (mask <= MASKED_AT)).all()):
         return False
     return bool((allowed == tril).all())
 
