@@ -6,8 +6,9 @@
    default kernel at S = 1, 77, 1000, D = 64/128/256, causal and not, GQA; the whole-sequence kernel
    (KERNEL="whole") at S = 1, 77, 100, 128, D = 64/128.
 2. Timing (medians of CUDA-graph replays, bench_attention.bench_graph; triton do_bench when importable): at each
-   shape the library's default (flash), the whole-sequence kernel where S <= 128, SDPA flash and cuDNN (KV heads
-   expanded outside the timing); ratio = best SDPA / tilex.
+   shape the library's default (`tilex`: the model's choice), the flash kernel forced where the default may be
+   another (S <= 64), the whole-sequence kernel where S <= 128, SDPA flash and cuDNN (KV heads expanded outside
+   the timing); ratio = best SDPA / tilex. --small times the shapes where the default is the whole kernel.
 
 Exit status 1 when a check fails. JSON to PATH or $OUT/attention_probe.json.
 """
@@ -33,6 +34,9 @@ CHECKS = [  # B, Hq, Hkv, S, D, causal, config
     (2, 4, 4, 77, 256, False, None), (3, 32, 8, 128, 128, True, "whole"), (3, 32, 8, 128, 128, False, "whole"),
     (5, 28, 4, 100, 128, True, "whole"), (2, 8, 8, 77, 64, True, "whole"), (4, 16, 2, 1, 128, True, "whole"),
     (2, 8, 4, 61, 64, False, "whole"),
+]
+SMALL = [  # --small: where the library's default is the whole-sequence kernel (S <= 64)
+    (32, 32, 8, 64, 128), (16, 28, 4, 64, 128), (64, 32, 8, 50, 64), (128, 8, 2, 33, 128), (8, 40, 8, 64, 128),
 ]
 TIMES = [  # B, Hq, Hkv, S, D (causal)
     (128, 32, 8, 128, 128), (128, 32, 8, 128, 64), (64, 28, 4, 100, 128), (32, 32, 8, 64, 128),
@@ -66,11 +70,13 @@ def inputs(b, hq, hkv, s, d, seed=0):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="time only the first four shapes")
+    ap.add_argument("--small", action="store_true", help="time the SMALL shapes only (default vs flash vs whole)")
+    ap.add_argument("--no-checks", action="store_true", help="skip the correctness list (timed runs are still checked)")
     ap.add_argument("--json")
     args = ap.parse_args()
     ok, rows = True, []
     print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}")
-    for b, hq, hkv, s, d, causal, kind in CHECKS:
+    for b, hq, hkv, s, d, causal, kind in () if args.no_checks else CHECKS:
         q, k, v = inputs(b, hq, hkv, s, d, seed=s * 7 + d)
         try:
             out = torch.full_like(q, float("nan"))
@@ -85,12 +91,12 @@ def main() -> int:
         print(f"{'PASS' if good else 'FAIL'} check {kind or 'default':7s} B{b} Hq{hq} Hkv{hkv} S{s} D{d} "
               f"{'causal' if causal else 'full'}: max rel err {err:.2e}")
         rows.append(dict(check=[b, hq, hkv, s, d, causal, kind], err=err, ok=good))
-    for b, hq, hkv, s, d in TIMES[:4] if args.quick else TIMES:
+    for b, hq, hkv, s, d in SMALL if args.small else TIMES[:4] if args.quick else TIMES:
         q, k, v = inputs(b, hq, hkv, s, d)
         ke, ve = k.repeat_interleave(hq // hkv, dim=1), v.repeat_interleave(hq // hkv, dim=1)
         t = {}
-        for name, cfg in (("tilex", None), ("whole", dict(KERNEL="whole"))):
-            if name == "whole" and s > 128:
+        for name, cfg in (("tilex", None), ("flash", dict(KERNEL="flash")), ("whole", dict(KERNEL="whole"))):
+            if (name == "whole" and s > 128) or (name == "flash" and s > 64):  # flash is the default past 64
                 continue
             try:
                 out = torch.empty_like(q)
@@ -113,11 +119,12 @@ def main() -> int:
                 t["sdpa_" + name] = None
         best = min(x for x in (t.get("sdpa_flash"), t.get("sdpa_cudnn")) if x is not None)
         line = f"time B{b} Hq{hq} Hkv{hkv} S{s} D{d} causal: " + "  ".join(
-            f"{n} {t[n]:.4f} ms" for n in ("tilex", "whole", "sdpa_flash", "sdpa_cudnn") if t.get(n) is not None)
+            f"{n} {t[n]:.4f} ms" for n in ("tilex", "flash", "whole", "sdpa_flash", "sdpa_cudnn") if t.get(n) is not None)
         line += "  | best SDPA / tilex " + "  ".join(
-            f"{n} {best / t[n]:.3f}" for n in ("tilex", "whole") if t.get(n))
-        if t.get("whole") and t.get("tilex"):
-            line += f"  | whole / flash speedup {t['tilex'] / t['whole']:.3f}"
+            f"{n} {best / t[n]:.3f}" for n in ("tilex", "flash", "whole") if t.get(n))
+        flash = t.get("flash") or t.get("tilex")
+        if t.get("whole") and flash:
+            line += f"  | whole / flash speedup {flash / t['whole']:.3f}"
         print(line, flush=True)
         rows.append(dict(time=[b, hq, hkv, s, d], **t))
     path = args.json or (os.path.join(os.environ["OUT"], "attention_probe.json") if os.environ.get("OUT") else None)

@@ -170,15 +170,27 @@ def test_whole_kernel_builds_with_nvcc(defines, tmp_path):
 # ---- the cost model
 
 def test_whole_in_the_candidates_and_its_model():
-    sh = P.Shape(128, 32, 8, 128, 128)
-    kinds = dict(P.candidates(sh))
-    assert kinds["whole"] == dict(BM=128, BN=128, WARPS=8, STAGES=2, PROGRAMS=132)   # 177 registers: 1 per SM
-    assert dict(P.candidates(P.Shape(128, 32, 8, 128, 64)))["whole"]["PROGRAMS"] == 264  # 128 registers: 2
-    assert dict(P.candidates(P.Shape(8, 8, 8, 40, 128)))["whole"]["BM"] == 64
-    assert "whole" not in dict(P.candidates(P.Shape(1, 8, 8, 129, 128)))
-    assert "whole" not in dict(P.candidates(P.Shape(1, 8, 8, 128, 256)))
-    assert "whole" not in dict(P.candidates(P.Shape(1, 8, 8, 128, 128), arch="sm_80"))
-    c = P.prefill_cost("whole", kinds["whole"], sh)
-    # 4096 tiles over 132 programs, each the larger of its step and its DRAM bytes at 1/132 of the bandwidth
-    assert c["programs"] == 132 and c["us"] >= sh.bytes() / P.BANDWIDTH * 1e6
-    assert c["us"] == pytest.approx(P.WHOLE_FILL_US + 32 * c["tile_us"])
+    """Its 64-row tiling is a candidate (S <= 64); the model's fitted chain reproduces the four H200 measurements
+    (within 10%) and their order against flash: whole wins at B32 S64, loses at S = 100 and 128."""
+    assert P.whole_resident(P.whole_config(128, 128), 128) == 1   # 177 registers, 193 KB of ring: 1 per SM
+    assert P.whole_resident(P.whole_config(128, 64), 64) == 2     # 128 registers, 97 KB
+    assert P.whole_resident(P.whole_config(64, 128), 128) == 2    # 97 KB
+    kinds = dict(P.candidates(P.Shape(32, 32, 8, 64, 128)))
+    assert kinds["whole"] == dict(BM=64, BN=64, WARPS=4, STAGES=2, PROGRAMS=264)
+    assert "whole" not in dict(P.candidates(P.Shape(1, 8, 8, 65, 128)))
+    assert "whole" not in dict(P.candidates(P.Shape(1, 8, 8, 64, 256)))
+    assert "whole" not in dict(P.candidates(P.Shape(1, 8, 8, 64, 128), arch="sm_80"))
+    assert "whole" not in dict(P.candidates(P.Shape(1, 8, 8, 64, 128, dtype="f32")))
+    measured = [((128, 32, 8, 128, 128), 0.2361, 0.2107), ((128, 32, 8, 128, 64), 0.1517, 0.1417),
+                ((64, 28, 4, 100, 128), 0.1076, 0.0948), ((32, 32, 8, 64, 128), 0.0318, 0.0399)]
+    for dims, whole_ms, flash_ms in measured:
+        sh = P.Shape(*dims)
+        cfg = dict(P.whole_config(sh.s, sh.d))
+        cfg["PROGRAMS"] = 132 * P.whole_resident(cfg, sh.d)
+        c = P.prefill_cost("whole", cfg, sh)
+        assert abs(c["us"] / 1e3 / whole_ms - 1) <= 0.10, (dims, c)
+        assert c["us"] >= sh.bytes() / P.BANDWIDTH * 1e6
+        f = P.prefill_cost("flash", P.prefill_config(sh.d, sh.s), sh)["us"]
+        assert (c["us"] < f) == (whole_ms < flash_ms), dims
+    assert P.choose_prefill(P.Shape(32, 32, 8, 64, 128))[0] == "whole"
+    assert P.choose_prefill(P.Shape(128, 32, 8, 128, 128))[0] == "flash"

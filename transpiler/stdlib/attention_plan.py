@@ -12,8 +12,12 @@ persistent, S <= BN, head-major bf16/f16 only (f32 has no wgmma), sm_90a). `pref
 * short: about one program per SM walks its ceil(tiles / programs) tiles; each tile costs its products (QK^T by
   wgmma, P@V by mma.sync) and the exposed V load and store, plus one ring fill.
 * whole: S <= 128, persistent programs (as many as fit, `whole_resident`) walk the B * Hq tiles of a whole head
-  each; Q, K and V of the next tile stream in while this one computes, so a tile costs max(step, its DRAM bytes
-  at the program's bandwidth share), plus one fill.
+  each; Q, K and V of the next tile stream in while this one computes, so a tile costs max(its dependent chain,
+  its DRAM bytes at the program's bandwidth share), plus one fill. The chain is fitted to four H200 CUDA-graph
+  medians (session 19, benchmarks/attention_probe.py at a66ebe6): B128 S128 Hq32 Hkv8 D128 0.2361 ms (model
+  0.234; flash 0.2107), D64 0.1517 (0.151; flash 0.1417), B64 S100 Hq28 Hkv4 0.1076 (0.105; flash 0.0948), B32
+  S64 Hq32 Hkv8 D128 0.0318 (0.033; flash 0.0399, cuDNN 0.0327): ~7 us a tile whatever its size, so one 128-row
+  tile per program at a time is latency-bound, and the kernel wins only where BM = 64 puts two programs on an SM.
 
 Fitted to H200 CUDA-graph medians of the flash kernel (benchmarks/RESULTS.md, session 16; bench_shapes at
 dc00841): B128 S128 Hq32 D128 0.205 ms (model 0.205), B4 S4096 Hq12 0.424 (0.424), B16 S1000 Hq28 0.357 (0.363),
@@ -36,7 +40,9 @@ SM_TENSOR_FLOPS = 4.3e12      # one SM's rate through the synchronous QK^T -> so
 SHORT_MMA_FLOPS = (7.0e12, 3.5e12)  # the short kernel's QK^T (wgmma main loop) and P@V (mma.sync) rates per SM
 SHORT_EXPOSED_US = 6.6        # its per-tile rest (V load, staging, barriers, store) at D=128: measured 8.4 us a tile
 SHORT_FILL_US = 4.0           # its first ring fill and last store
-WHOLE_FILL_US = 4.0           # the whole-sequence kernel's first tile load and last store (not fitted yet)
+WHOLE_FILL_US = 4.0           # the whole-sequence kernel's first tile load and last store
+WHOLE_TILE_US = 7.2           # its chain per tile with 8 warps on the SM (H200, session 19: 7.0-7.4 us measured)
+WHOLE_SHARE_EXP = 0.35        # how that chain grows with more warps on the SM (16 warps: 9.2 us, D=64)
 
 
 @dataclass(frozen=True)
@@ -127,16 +133,17 @@ def whole_resident(cfg: dict, d: int) -> int:
 
 def _whole(sh: Shape, cfg: dict, sms: int) -> dict:
     """Persistent programs over the B * Hq tiles, the next tile's Q, K, V in flight while this one computes: a tile
-    costs the larger of its step (the flash kernel's synchronous QK^T -> softmax -> PV rate, shared by the SM's
-    programs) and its DRAM bytes at the program's share of the bandwidth (Q, O, and K, V once per G heads)."""
-    bm, bn = cfg["BM"], cfg["BN"]
+    costs the larger of its chain (WHOLE_TILE_US: the dependent wait -> QK^T -> softmax -> PV -> store -> barrier of
+    one tile, measured; longer as more warps share the SM: x (warps * resident / 8) ** WHOLE_SHARE_EXP) and its DRAM
+    bytes at the program's share of the bandwidth (Q, O, and K, V once per G heads)."""
     r = whole_resident(cfg, sh.d)
+    warps = cfg.get("WARPS", cfg["BM"] // 16)
     programs = min(cfg.get("PROGRAMS", sms * r), sms * r, sh.b * sh.hq)
     tiles = sh.b * sh.hq
     size = 4 if sh.dtype == "f32" else 2
     tile_bytes = size * sh.s * sh.d * (2 + 2 / sh.g)
-    step = r * 4 * bm * bn * sh.d / SM_TENSOR_FLOPS * 1e6
-    tile_us = max(step, tile_bytes / (BANDWIDTH / programs) * 1e6)
+    chain = WHOLE_TILE_US * max(1.0, warps * r / 8) ** WHOLE_SHARE_EXP
+    tile_us = max(chain, tile_bytes / (BANDWIDTH / programs) * 1e6)
     us = WHOLE_FILL_US + -(-tiles // programs) * tile_us
     return dict(us=max(us, sh.bytes() / BANDWIDTH * 1e6), programs=programs, resident=r, tile_us=tile_us)
 
@@ -155,7 +162,9 @@ def candidates(sh: Shape, sms: int = 132, arch: str = "sm_90a") -> list:
         out.append(("gqa", dict(BM=128, BN=64, WARPS=8)))
     if arch == "sm_90a" and sh.layout == "bhsd" and sh.s <= 128 and 64 <= sh.d <= 128 and sh.dtype != "f32":
         out.append(("short", dict(short_config(sh.s, sh.d), PROGRAMS=sms)))
-    if arch == "sm_90a" and sh.s <= 128 and 64 <= sh.d <= 128 and sh.dtype != "f32":
+    # whole: only its 64-row tiling (S <= 64) measured faster than flash; the 128-row one lost at every shape timed
+    # (S = 100, 128), so it is there for config=dict(KERNEL="whole") only
+    if arch == "sm_90a" and sh.s <= 64 and 64 <= sh.d <= 128 and sh.dtype != "f32":
         cfg = whole_config(sh.s, sh.d)
         out.append(("whole", dict(cfg, PROGRAMS=sms * whole_resident(cfg, sh.d))))
     return out
@@ -166,8 +175,9 @@ def candidates(sh: Shape, sms: int = 132, arch: str = "sm_90a") -> list:
 # 0.259 ms best at B128 S128 Hq32 Hkv8 (flash 0.205), 0.1005 at B64 S100 Hq28 Hkv4 (flash ~0.10); gqa slower than
 # flash at every shape timed (B16 S1000 Hq28: 0.536 vs 0.358; B2 S8192: 4.71 vs 4.21; B8 S2048 D64: 0.229 vs
 # 0.187). Neither is enabled.
-# whole (attention_prefill_whole.tile, session 19): not measured yet.
-ENABLED = {"flash": True, "short": False, "gqa": False, "whole": False}
+# whole (attention_prefill_whole.tile, session 19, H200 at a66ebe6): 1.25x flash at B32 S64 Hq32 Hkv8 D128
+# (0.0318 vs 0.0399 ms), 0.88-0.93x at S = 100-128, where the model keeps flash: enabled, the model chooses.
+ENABLED = {"flash": True, "short": False, "gqa": False, "whole": True}
 
 
 def prefill_cost(kernel: str, cfg: dict, sh: Shape, sms: int = 132) -> dict:
