@@ -170,8 +170,8 @@ def test_whole_kernel_builds_with_nvcc(defines, tmp_path):
 # ---- the cost model
 
 def test_whole_in_the_candidates_and_its_model():
-    """Its 64-row tiling is a candidate (S <= 64); the model's fitted chain reproduces the four H200 measurements
-    (within 10%) and their order against flash: whole wins at B32 S64, loses at S = 100 and 128."""
+    """Its 64-row tiling is a candidate (S <= 64) and, measured faster there at every shape timed, preferred; the
+    model's fitted chain reproduces the eight H200 measurements within 10%."""
     assert P.whole_resident(P.whole_config(128, 128), 128) == 1   # 177 registers, 193 KB of ring: 1 per SM
     assert P.whole_resident(P.whole_config(128, 64), 64) == 2     # 128 registers, 97 KB
     assert P.whole_resident(P.whole_config(64, 128), 128) == 2    # 97 KB
@@ -181,16 +181,16 @@ def test_whole_in_the_candidates_and_its_model():
     assert "whole" not in dict(P.candidates(P.Shape(1, 8, 8, 64, 256)))
     assert "whole" not in dict(P.candidates(P.Shape(1, 8, 8, 64, 128), arch="sm_80"))
     assert "whole" not in dict(P.candidates(P.Shape(1, 8, 8, 64, 128, dtype="f32")))
-    measured = [((128, 32, 8, 128, 128), 0.2361, 0.2107), ((128, 32, 8, 128, 64), 0.1517, 0.1417),
-                ((64, 28, 4, 100, 128), 0.1076, 0.0948), ((32, 32, 8, 64, 128), 0.0318, 0.0399)]
-    for dims, whole_ms, flash_ms in measured:
+    measured = [((128, 32, 8, 128, 128), 0.2361), ((128, 32, 8, 128, 64), 0.1517), ((64, 28, 4, 100, 128), 0.1076),
+                ((32, 32, 8, 64, 128), 0.0317), ((16, 28, 4, 64, 128), 0.0187), ((64, 32, 8, 50, 64), 0.0277),
+                ((128, 8, 2, 33, 128), 0.0307), ((8, 40, 8, 64, 128), 0.0182)]
+    for dims, whole_ms in measured:
         sh = P.Shape(*dims)
         cfg = dict(P.whole_config(sh.s, sh.d))
         cfg["PROGRAMS"] = 132 * P.whole_resident(cfg, sh.d)
         c = P.prefill_cost("whole", cfg, sh)
         assert abs(c["us"] / 1e3 / whole_ms - 1) <= 0.10, (dims, c)
         assert c["us"] >= sh.bytes() / P.BANDWIDTH * 1e6
-        f = P.prefill_cost("flash", P.prefill_config(sh.d, sh.s), sh)["us"]
-        assert (c["us"] < f) == (whole_ms < flash_ms), dims
-    assert P.choose_prefill(P.Shape(32, 32, 8, 64, 128))[0] == "whole"
-    assert P.choose_prefill(P.Shape(128, 32, 8, 128, 128))[0] == "flash"
+        assert P.choose_prefill(sh)[0] == ("whole" if sh.s <= 64 else "flash"), dims
+    assert P.choose_prefill(P.Shape(1, 8, 8, 64, 128), arch="sm_86")[0] == "flash"
+    assert P.choose_prefill(P.Shape(1, 8, 8, 64, 128, dtype="f32"))[0] == "flash"

@@ -146,6 +146,8 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
         if kind == "whole":  # one tile per (batch row, head): the whole sequence in BM rows and one BN key block
             if s > min(cfg["BM"], cfg["BN"]):
                 raise ValueError(f"config: KERNEL='whole' takes S <= BM and S <= BN ({cfg['BM']}, {cfg['BN']}), got S={s}")
+            if L.kind_of(q) != "numpy" and _arch() != "sm_90a":  # q beside a padded K/V ring: over sm_80's smem
+                raise ValueError(f"config: KERNEL='whole' runs on sm_90a only (TMA + wgmma), this GPU is {_arch()}")
             cfg.setdefault("PROGRAMS", L.sm_count(q) * whole_resident(cfg, d))
         q4 = _aligned16(L.contiguous(q)) if kind == "whole" else L.contiguous(q)  # whole: TMA reads q too
         q4, k4, v4, o4 = q4, _aligned16(L.contiguous(k)), _aligned16(L.contiguous(v)), o
