@@ -61,11 +61,12 @@ def test_candidates_take_their_shape(s, layout, arch, d):
 
 
 def test_choice_follows_the_model():
-    """Only measured winners are enabled (today: flash everywhere); the short kernel's fitted cost reproduces its
-    two measurements and loses to flash there, as measured."""
-    for sh in (P.Shape(128, 32, 8, 128, 128), P.Shape(1, 32, 8, 50, 64), P.Shape(16, 28, 4, 1000, 128),
+    """Only measured winners are enabled (today: flash, and whole at S <= 64, tests/test_attention_prefill_whole.py);
+    the short kernel's fitted cost reproduces its two measurements and loses to flash there, as measured."""
+    for sh in (P.Shape(128, 32, 8, 128, 128), P.Shape(1, 32, 8, 65, 64), P.Shape(16, 28, 4, 1000, 128),
                P.Shape(32, 8, 4, 128, 256), P.Shape(4, 8, 4, 128, 128, True, "bhsd", "f16")):
         assert P.choose_prefill(sh)[0] == "flash"
+    assert P.choose_prefill(P.Shape(1, 32, 8, 50, 64))[0] == "whole"
     assert P.choose_prefill(P.Shape(128, 32, 8, 128, 128), arch="sm_86")[0] == "flash"
     sh = P.Shape(128, 32, 8, 128, 128)
     short = P.prefill_cost("short", dict(P.short_config(128, 128), PROGRAMS=132), sh)
@@ -103,6 +104,7 @@ def test_the_wrapper_launches_the_models_choice(monkeypatch):
     stdlib.attention_prefill(t(q), t(k), t(v), layout="bshd")              # token-major: flash
     stdlib.attention_prefill(q, k, v, config=dict(BM=16, BN=16, WARPS=4))  # a config naming no kernel: flash
     monkeypatch.setitem(P.ENABLED, "short", True)
+    monkeypatch.setitem(P.ENABLED, "whole", False)  # (preferred where it is a candidate, S <= 64)
     monkeypatch.setattr(P, "SHORT_EXPOSED_US", 0.0)
     P.reset()
     q, k, v = (np.zeros((1, h, 40, 64), np.float16) for h in (4, 2, 2))

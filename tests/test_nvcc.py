@@ -236,6 +236,12 @@ def test_kernel_compiles(builds, path, arch):
         with pytest.raises(CompileError, match=r"not supported yet: 'l\[:, None\]' is read in a register layout"):
             builds.result((_id(path), arch))
         return
+    if path.stem == "attention_prefill_whole" and arch != "sm_90a":
+        # a whole sequence a tile: without TMA/wgmma its q is staged besides the padded K/V ring, past sm_80's
+        # shared memory at the default 128x128 tiles (the library runs it on sm_90a only)
+        with pytest.raises(CompileError, match=r"needs 139264 bytes of shared memory; the target allows"):
+            builds.result((_id(path), arch))
+        return
     proc, d = builds.result((_id(path), arch))
     _assert_ok(proc, d / "k.cubin", f"{_id(path)} for {arch}")
 

@@ -85,7 +85,7 @@ def test_attention_prefill_rings_are_filled_by_tma(defines):
     assert "tilex_tile_to_smem" not in body and "tilex_cp_async" not in body
     assert body.count("tilex_fence_async_smem();") == 1
     # one barrier per iteration with 2 stages (after the body), one before each loop
-    loop1 = body[body.index("for (long long tx_cur"):body.index("f.tile:61")]
+    loop1 = body[body.index("for (long long tx_cur"):body.index("f.tile:56")]
     assert loop1.count("__syncthreads();") == 1
 
 

@@ -62,13 +62,16 @@ class ProductEmitter:
         out_l = e.ty.layout
         kmajor_b = isinstance(e.rhs, A.Attr) and e.rhs.name == "T"
         resident = self.facts.resident.get(e.lhs.id) if isinstance(e.lhs, A.Name) and e.lhs.id in self.facts.swizzled else None
+        a_ptr = f"tilex_smem + {resident[0]}" if resident is not None else None
+        if isinstance(e.lhs, A.Name) and e.lhs.id in self.scope.wgmma_streams:  # A from this iteration's stage
+            a_ptr = self.scope.streaming[e.lhs.id][0]
         a_regs = None
-        if resident is None:
+        if a_ptr is None:
             a_regs, _ = self.expr.materialize(register_a(e.lhs))  # x.to(bf16): x, packed with one rounding
         fn, text = wgmma_wrapper(n, dt_in, not kmajor_b, a_regs=a_regs is not None)
         out.functions[fn] = text
         out.need("tilex_sm90.cuh", "tilex_mma.cuh")
-        src = "registers" if a_regs else "shared memory"
+        src = "registers" if a_regs else "shared memory" if resident is not None else "the ring"
         out.emit(f"// {unparse(e)}: wgmma m64n{n}k16 x {kk // 16} per warpgroup, A from {src}, "
                   f"B {'K' if kmajor_b else 'N'}-major from the ring")
         name = out.fresh("tx_mm")
@@ -76,8 +79,7 @@ class ProductEmitter:
         out.unrolled(out_l.slots, f"{name}[tx_s] = {init if init is not None else '0.0f'};")
         text = template("matmul_wgmma_tile.j2").render(
             S=S, m=m, k=kk, n=n, fn=fn, acc=name, a_regs=a_regs, kmajor_b=kmajor_b,
-            a_ptr=f"tilex_smem + {resident[0]}" if resident is not None else None,
-            b_ptr=self.scope.streaming[b][0])
+            a_ptr=a_ptr, b_ptr=self.scope.streaming[b][0])
         out.text(text)
         return name
 

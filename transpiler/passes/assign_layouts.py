@@ -7,7 +7,8 @@ assigned to or of their first full-shape operand, operands are read through broa
 and constructors are materialized in the layout their consumer wants, a reduction yields the slice
 of its operand's layout; `kernel.info.uses` lists the shared memory each operation needs (in program
 order, after plan_streams' `gather_uses`) and `var_layouts` each variable's layout. The products of a
-wgmma loop read A from registers unless it is a swizzled resident tile (choose_mma has checked they can).
+wgmma loop read A from registers unless it is a swizzled resident tile or a tile the loop streams (choose_mma
+has checked they can).
 
 Its own fixpoint: when a variable is updated in a tensor-core layout, or read at another layout than it
 was made in (`t[:, None]` at a fragment, a gather's index tiles), a second run creates it there
@@ -209,7 +210,7 @@ class LayoutAssigner(Rewriter):
             if frag is not None:
                 r = untransposed(e.rhs)
                 if self.loop is not None and id(self.loop) in self.wgmma:
-                    if not (isinstance(e.lhs, A.Name) and e.lhs.id in self.swizzled_resident):
+                    if not (isinstance(e.lhs, A.Name) and (e.lhs.id in self.swizzled_resident or e.lhs.id in self.streaming)):
                         lhs = replace(lhs, ty=replace(lhs.ty, space=MemSpace.REGISTERS))  # wgmma reads A from registers
                     layout = frag
                     self.convert_if_needed(e, layout, want)

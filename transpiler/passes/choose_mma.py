@@ -216,6 +216,8 @@ def memory_obstacle(e: A.BinOp, b: A.Expr, frag: Layout, loop: A.For, plan) -> s
         return f"'{what}' is not streamed into shared memory by this loop (wgmma reads B from the ring)"
     if isinstance(e.lhs, A.Name) and e.lhs.id in plan.swizzled:
         return None
+    if isinstance(e.lhs, A.Name) and e.lhs.id in tiles:  # A streamed by this loop: read from its swizzled ring
+        return None if tiles[e.lhs.id].swizzled else f"'{e.lhs.id}' is also read into registers (its ring keeps padded rows for that)"
     if isinstance(e.lhs, A.Name) and e.lhs.id in plan.resident:
         return f"'{e.lhs.id}' is kept in shared memory for products that do not run as wgmma too (padded rows)"
     la = register_a(e.lhs).ty.layout

@@ -10,7 +10,8 @@ locals never capture or clobber the caller's: one whose name the kernel uses any
 (`first` -> `first_1`), the others keep theirs, so the CUDA stays readable. An argument that is a name, a
 literal or program_id/num_programs is substituted where its parameter is used; so is any other argument used
 once, outside a loop, by a helper that stores nothing; the rest are evaluated once into a local first. A
-parameter the helper assigns is always a local copy. A result that is a local bound at the helper's top
+parameter the helper assigns is a local copy, unless the call assigns that parameter's final value back to
+its argument's name (`m, l = update(s, m, l)`, the fn returning its `l`): then it is that variable. A result that is a local bound at the helper's top
 level is computed under the name it is assigned to (`acc = f(...)`: no copy) unless the call's arguments
 read that name. Compile-time parameters (`fn f<G: int = 8>`, given by
 keyword at the call) must be compile-time at the call and are substituted.
@@ -434,6 +435,9 @@ class _Inliner:
             a = bound[p]
             if p not in facts.assigned and (_is_atom(a) or p in facts.single_use):
                 subst[p] = a
+            elif _updated_in_place(p, a, bound, values, targets, facts):
+                rename[p] = a.id  # `x = f(x)` with f assigning and returning its parameter: x itself, no copies
+                self.taken.add(a.id)
             else:
                 rename[p] = self._fresh(p, facts.own)
                 copies.append(A.Assign(rename[p], a, a.span))
@@ -454,6 +458,19 @@ class _Inliner:
         block = self.block(A.Block(tuple(new_stmts), inst.span(f.body.span)), h.scope)
         pre.extend(block.stmts)
         return tuple(self.expr(v, h.scope, pre) for v in new_values)
+
+
+def _updated_in_place(p: str, a: A.Expr, bound: dict, values: tuple, targets: tuple, facts: "_FnFacts") -> bool:
+    """Whether parameter `p`, which the fn assigns, may be the caller's variable itself: its argument is a name
+    `x` that the call's results assign the final `p` back to (`m, l = update(s, m, l)` with `return m_new, l`),
+    that no other argument reads (they would see the updated value) and no other result or fn local names."""
+    if not (isinstance(a, A.Name) and a.id in targets and targets.count(a.id) == 1):
+        return False
+    j = targets.index(a.id)
+    if not (isinstance(values[j], A.Name) and values[j].id == p):
+        return False
+    others = tuple(v for q, v in bound.items() if q != p)
+    return a.id not in names_in(others) and (a.id == p or a.id not in facts.own)
 
 
 def _assigns(names, values, span) -> list[A.Stmt]:

@@ -59,8 +59,9 @@ def stream_tiles(k: A.Kernel, tgt: Target, wgmma: set, shrink: int, offset: int,
     2-byte-float tensor load `t[i, a : a + R, j, c : c + C]` (slices on one axis and the
     last, scalar indices elsewhere, no `other`, C % 8 == 0) of a tensor the kernel does not
     write (or writes only in this loop's rows, `rows_ahead_disjoint`), whose indices use only the loop variable and names not assigned in the loop. Read
-    only as `x @ tile` or `x @ tile.T` products that run on mma.sync, it stays in shared
-    memory; any other read makes it `regs` (read from shared memory into registers)."""
+    only as `x @ tile` or `x @ tile.T` products that run on mma.sync (in a wgmma loop also as the left
+    operand, `tile @ x.T`: wgmma reads A from the swizzled ring), it stays in shared memory; any other
+    read makes it `regs` (read from shared memory into registers)."""
     if mem.plans or not tgt.cp_async:
         return {}, [], (0, 0)
     limit = tgt.smem_per_block
@@ -149,20 +150,25 @@ def stream_tiles(k: A.Kernel, tgt: Target, wgmma: set, shrink: int, offset: int,
                 return None
         return replace(v, items=tuple(items))
 
-    def operand_uses(block, name) -> tuple[int, bool]:
-        """(reads as an mma right operand, whether there is any other read)."""
+    def operand_uses(block, name, left: bool = False) -> tuple[int, bool]:
+        """(reads as an mma right operand, or with `left` (a wgmma loop) as a left one, whether there is any
+        other read)."""
         good, bad = [0], [False]
 
         class _U(Walker):
             def on_BinOp(self, e):
                 if e.op is A.BinOpKind.MATMUL:
                     r = untransposed(e.rhs)
-                    if isinstance(r, A.Name) and r.id == name:
+                    lhs = left and isinstance(e.lhs, A.Name) and e.lhs.id == name  # wgmma: A from the ring
+                    if (isinstance(r, A.Name) and r.id == name) or lhs:
                         if mem.mma_layout(e) is not None:
                             good[0] += 1
                         else:
                             bad[0] = True
-                        self.walk(e.lhs)
+                        if not lhs:
+                            self.walk(e.lhs)
+                        if not (isinstance(r, A.Name) and r.id == name):
+                            self.walk(e.rhs)
                         return False
                 return None
 
@@ -198,7 +204,7 @@ def stream_tiles(k: A.Kernel, tgt: Target, wgmma: set, shrink: int, offset: int,
                     continue
                 if assigned_count(f.body, st.name) != 1:
                     continue
-                good, other = operand_uses(f.body, st.name)
+                good, other = operand_uses(f.body, st.name, left=id(f) in wgmma)
                 if not good and not other:
                     continue
                 other = other or load is not st.value  # converted: read into registers

@@ -10,7 +10,7 @@ import math
 
 from . import _launch as L
 from . import messages as M
-from .attention_plan import choose, prefill_config, short_config
+from .attention_plan import choose, prefill_config, short_config, whole_config, whole_resident
 
 HEAD_DIMS = (16, 32, 64, 128, 256)   # power-of-two head sizes (64 and 128 are the tuned ones)
 MAX_SPLITS = 64
@@ -32,7 +32,8 @@ def _scale(scale, d: int) -> float:
 
 
 # the prefill kernels: config["KERNEL"] -> the .tile file (and kernel) that computes it
-PREFILL_KERNELS = {"flash": "attention_prefill", "gqa": "attention_prefill_gqa", "short": "attention_prefill_short"}
+PREFILL_KERNELS = {"flash": "attention_prefill", "gqa": "attention_prefill_gqa", "short": "attention_prefill_short",
+                   "whole": "attention_prefill_whole"}
 
 # smaller tiles of each kernel, tried in order when the target's shared memory (e.g. sm_86/89: 99 KB) cannot hold
 # the chosen ones
@@ -40,6 +41,7 @@ _PREFILL_SMALLER = {
     "flash": (dict(BM=64, BN=64, WARPS=4), dict(BM=64, BN=32, WARPS=4), dict(BM=32, BN=32, WARPS=2)),
     "gqa": (dict(BM=64, BN=64, WARPS=4), dict(BM=64, BN=32, WARPS=4), dict(BM=32, BN=32, WARPS=2)),
     "short": (dict(BM=64, STAGES=1),),
+    "whole": (),  # its tiles hold the whole sequence: no smaller tiling
 }
 
 
@@ -94,8 +96,9 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     The kernel and its tiling come from a cost model of the shape (attention_plan.choose_prefill). `config`
     overrides them, for benchmarks: compile-time parameters (BM, BN, WARPS, STAGES, ...) of the kernel it names,
     KERNEL="flash" (one query head per program; the default when config names none), "gqa" (the query heads of a
-    KV head in one tile) or "short" (S <= BN, layout="bhsd": a persistent kernel whose scores are one
-    tensor-core main loop).
+    KV head in one tile), "short" (S <= BN, layout="bhsd": a persistent kernel whose scores are one
+    tensor-core main loop) or "whole" (S <= BM and BN: persistent, one tile per head holding the whole sequence,
+    its Q, K and V streamed one tile ahead).
     """
     if layout not in ("bhsd", "bshd"):
         raise ValueError(M.bad_layout(layout))
@@ -126,7 +129,8 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
         cfg = dict(cfg, KERNEL=kind)
     else:
         kind = config.get("KERNEL", "flash")
-        cfg = dict(short_config(s, d) if kind == "short" else prefill_config(d, s), **config)
+        base = {"short": lambda: short_config(s, d), "whole": lambda: whole_config(s, d)}.get(kind, lambda: prefill_config(d, s))
+        cfg = dict(base(), **config)
     if kind == "short":  # per KV head: q, o [B * Hkv, G * S, D], k, v [B * Hkv, S, D] (TMA reads q and k)
         if tokens or s > cfg["BN"] or not 64 <= d <= 128:
             raise ValueError(f"config: KERNEL='short' takes layout='bhsd', S <= BN ({cfg['BN']}) and D 64 or 128, "
@@ -139,7 +143,14 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
                           ((_aligned16(L.contiguous(q)), g * s), (_aligned16(L.contiguous(k)), s),
                            (L.contiguous(v), s), (o, g * s)))
     else:
-        q4, k4, v4, o4 = L.contiguous(q), _aligned16(L.contiguous(k)), _aligned16(L.contiguous(v)), o
+        if kind == "whole":  # one tile per (batch row, head): the whole sequence in BM rows and one BN key block
+            if s > min(cfg["BM"], cfg["BN"]):
+                raise ValueError(f"config: KERNEL='whole' takes S <= BM and S <= BN ({cfg['BM']}, {cfg['BN']}), got S={s}")
+            if L.kind_of(q) != "numpy" and _arch() != "sm_90a":  # q beside a padded K/V ring: over sm_80's smem
+                raise ValueError(f"config: KERNEL='whole' runs on sm_90a only (TMA + wgmma), this GPU is {_arch()}")
+            cfg.setdefault("PROGRAMS", L.sm_count(q) * whole_resident(cfg, d))
+        q4 = _aligned16(L.contiguous(q)) if kind == "whole" else L.contiguous(q)  # whole: TMA reads q too
+        q4, k4, v4, o4 = q4, _aligned16(L.contiguous(k)), _aligned16(L.contiguous(v)), o
         if not tokens:  # [B, H, S, D] is [B * H, S, 1, D] token-major: one head per batch row
             q4, k4, v4, o4 = (L.reshape(x, (int(x.shape[0]) * int(x.shape[1]), s, 1, d)) for x in (q4, k4, v4, o4))
         if kind == "gqa":  # the query heads of one KV head in one tile (a compile-time G)

@@ -11,6 +11,16 @@ persistent, S <= BN, head-major bf16/f16 only (f32 has no wgmma), sm_90a). `pref
   time is max(sum of the programs' times / slots, the longest program). Never below the bytes at bandwidth.
 * short: about one program per SM walks its ceil(tiles / programs) tiles; each tile costs its products (QK^T by
   wgmma, P@V by mma.sync) and the exposed V load and store, plus one ring fill.
+* whole: S <= 128, persistent programs (as many as fit, `whole_resident`) walk the B * Hq tiles of a whole head
+  each; Q, K and V of the next tile stream in while this one computes, so a tile costs max(its dependent chain,
+  its DRAM bytes at the program's bandwidth share), plus one fill. The chain is a table per tiling fitted to eight
+  H200 CUDA-graph medians (session 19, benchmarks/attention_probe.py at a66ebe6 and --small at 5a35cf3; whole /
+  flash ms): B128 S128 Hq32 Hkv8 D128 0.2361 / 0.2107, D64 0.1517 / 0.1417, B64 S100 Hq28 Hkv4 0.1076 / 0.0948;
+  S <= 64 (BM = 64): B32 S64 Hq32 Hkv8 D128 0.0317 / 0.0400, B16 S64 Hq28 Hkv4 0.0187 / 0.0220, B64 S50 Hq32 Hkv8
+  D64 0.0277 / 0.0327, B128 S33 Hq8 Hkv2 0.0307 / 0.0375, B8 S64 Hq40 Hkv8 0.0182 / 0.0219. About 6-9 us a tile
+  whatever its size: a tile's chain is latency-bound with one or two programs per SM. The flash model is optimistic
+  at those small S <= 64 grids (12.6-25.3 us predicted where 21.9-32.7 were measured), so the choice does not rank
+  the two there: a kernel of PREFERRED that is a candidate is taken (whole: 5 of 5 shapes faster, 1.18-1.26x).
 
 Fitted to H200 CUDA-graph medians of the flash kernel (benchmarks/RESULTS.md, session 16; bench_shapes at
 dc00841): B128 S128 Hq32 D128 0.205 ms (model 0.205), B4 S4096 Hq12 0.424 (0.424), B16 S1000 Hq28 0.357 (0.363),
@@ -33,6 +43,10 @@ SM_TENSOR_FLOPS = 4.3e12      # one SM's rate through the synchronous QK^T -> so
 SHORT_MMA_FLOPS = (7.0e12, 3.5e12)  # the short kernel's QK^T (wgmma main loop) and P@V (mma.sync) rates per SM
 SHORT_EXPOSED_US = 6.6        # its per-tile rest (V load, staging, barriers, store) at D=128: measured 8.4 us a tile
 SHORT_FILL_US = 4.0           # its first ring fill and last store
+WHOLE_FILL_US = 4.0           # the whole-sequence kernel's first tile load and last store
+# its chain per tile, (BM, D) -> us, with the programs an SM holds at that tiling (1 at 128/128, else 2-4); H200,
+# session 19, (CUDA-graph median - WHOLE_FILL_US) / tiles per program at the 8 shapes of the module docstring
+WHOLE_TILE_US = {(128, 128): 7.2, (128, 64): 9.2, (64, 128): 7.1, (64, 64): 5.9}
 
 
 @dataclass(frozen=True)
@@ -105,6 +119,38 @@ def prefill_config(d: int, s: int) -> dict:
     return dict(BM=bm, BN=64, WARPS=8 if bm == 128 else 4)
 
 
+def whole_config(s: int, d: int) -> dict:
+    """The whole-sequence kernel's tiling for s <= 128: one tile of 64 or 128 rows holds a head's queries, one key
+    block its keys (wgmma: one warp per 16 rows)."""
+    bm = 64 if s <= 64 else 128
+    return dict(BM=bm, BN=bm, WARPS=bm // 16, STAGES=2)
+
+
+def whole_resident(cfg: dict, d: int) -> int:
+    """Programs of the whole-sequence kernel an SM holds: its ring (q, k, v tiles, STAGES of them) and registers
+    (ptxas, nvcc 13.0: 177 at BM=BN=D=128, 128 at D=64)."""
+    bm, bn, warps, stages = cfg["BM"], cfg["BN"], cfg.get("WARPS", cfg["BM"] // 16), cfg.get("STAGES", 2)
+    smem = stages * 2 * d * (bm + 2 * bn) + 2048
+    regs = (bm * d + bm * bn) // (32 * warps) + 32
+    return resident(smem, regs, 32 * warps)
+
+
+def _whole(sh: Shape, cfg: dict, sms: int) -> dict:
+    """Persistent programs over the B * Hq tiles, the next tile's Q, K, V in flight while this one computes: a tile
+    costs the larger of its chain (WHOLE_TILE_US: the dependent wait -> QK^T -> softmax -> PV -> store -> barrier of
+    one tile, measured per tiling) and its DRAM bytes at the program's share of the bandwidth (Q, O, and K, V once
+    per G heads)."""
+    r = whole_resident(cfg, sh.d)
+    programs = min(cfg.get("PROGRAMS", sms * r), sms * r, sh.b * sh.hq)
+    tiles = sh.b * sh.hq
+    size = 4 if sh.dtype == "f32" else 2
+    tile_bytes = size * sh.s * sh.d * (2 + 2 / sh.g)
+    chain = WHOLE_TILE_US.get((cfg["BM"], sh.d), WHOLE_TILE_US[(128, 128)])
+    tile_us = max(chain, tile_bytes / (BANDWIDTH / programs) * 1e6)
+    us = WHOLE_FILL_US + -(-tiles // programs) * tile_us
+    return dict(us=max(us, sh.bytes() / BANDWIDTH * 1e6), programs=programs, resident=r, tile_us=tile_us)
+
+
 def short_config(s: int, d: int) -> dict:
     """The short kernel's tiling for s <= 128: one key block of 64 or 128 keys, 128 rows a tile, Q and K
     streamed in slices of 64 of the head size (the TMA + wgmma main loop; ptxas: 168 registers, no spills at
@@ -119,6 +165,11 @@ def candidates(sh: Shape, sms: int = 132, arch: str = "sm_90a") -> list:
         out.append(("gqa", dict(BM=128, BN=64, WARPS=8)))
     if arch == "sm_90a" and sh.layout == "bhsd" and sh.s <= 128 and 64 <= sh.d <= 128 and sh.dtype != "f32":
         out.append(("short", dict(short_config(sh.s, sh.d), PROGRAMS=sms)))
+    # whole: only its 64-row tiling (S <= 64) measured faster than flash; the 128-row one lost at every shape timed
+    # (S = 100, 128), so it is there for config=dict(KERNEL="whole") only
+    if arch == "sm_90a" and sh.s <= 64 and 64 <= sh.d <= 128 and sh.dtype != "f32":
+        cfg = whole_config(sh.s, sh.d)
+        out.append(("whole", dict(cfg, PROGRAMS=sms * whole_resident(cfg, sh.d))))
     return out
 
 
@@ -127,13 +178,19 @@ def candidates(sh: Shape, sms: int = 132, arch: str = "sm_90a") -> list:
 # 0.259 ms best at B128 S128 Hq32 Hkv8 (flash 0.205), 0.1005 at B64 S100 Hq28 Hkv4 (flash ~0.10); gqa slower than
 # flash at every shape timed (B16 S1000 Hq28: 0.536 vs 0.358; B2 S8192: 4.71 vs 4.21; B8 S2048 D64: 0.229 vs
 # 0.187). Neither is enabled.
-ENABLED = {"flash": True, "short": False, "gqa": False}
+# whole (attention_prefill_whole.tile, session 19, H200): 1.18-1.26x flash at the five S <= 64 shapes timed (its
+# 64-row tiling, the only one candidates() offers), 0.88-0.93x at S = 100-128 (the 128-row tiling: config only).
+ENABLED = {"flash": True, "short": False, "gqa": False, "whole": True}
+# enabled kernels measured faster than the others at every shape timed where they are candidates: taken there
+PREFERRED = ("whole",)
 
 
 def prefill_cost(kernel: str, cfg: dict, sh: Shape, sms: int = 132) -> dict:
     """Predicted time (`us`) of one candidate and the quantities behind it."""
     if kernel == "short":
         return _short(sh, cfg, sms)
+    if kernel == "whole":
+        return _whole(sh, cfg, sms)
     return _flash_like(sh, cfg, sms, packed=kernel == "gqa")
 
 
@@ -150,7 +207,8 @@ def choose(b: int, hq: int, hkv: int, s: int, d: int, causal: bool, layout: str,
     call reset()."""
     sh = Shape(b, hq, hkv, s, d, causal, layout, dtype)
     scored = [(k, c, prefill_cost(k, c, sh, sms)) for k, c in candidates(sh, sms, arch) if ENABLED[k]]
-    return min(scored, key=lambda t: t[2]["us"])
+    preferred = [t for t in scored if t[0] in PREFERRED]
+    return min(preferred or scored, key=lambda t: t[2]["us"])
 
 
 def reset() -> None:
