@@ -180,6 +180,25 @@ def test_column_block():
             (-(-d // c) * c - d) / d >= pad for c in (2048, 1024, 512, 256)), (d, b)
 
 
+def test_column_config():
+    # at 132 SMs, the rule the wrappers used before column_config (rows while m >= rows * 2 * 528)
+    for d in HIDDEN + INTERMEDIATE:
+        for m in (1, 16, 511, 1056, 2112, 4096, 16384):
+            b = rows.column_block(d)
+            r = 1
+            while r < 8 and b * r * 2 <= 2048 and m >= r * 2 * 528:
+                r *= 2
+            assert rows.column_config(d, m) == dict(BLOCK=b, ROWS=r, WARPS=max(1, min(8, b * r // 256)))
+            assert rows.column_config(d, m, rows_in_warps=False)["WARPS"] == max(1, min(8, b // 256))
+    # rows per program follow the SM count: fewer SMs take rows sooner, more SMs later
+    assert rows.column_config(1024, 1056, sms=132)["ROWS"] == 2
+    assert rows.column_config(1024, 1056, sms=264)["ROWS"] == 1
+    assert rows.column_config(1024, 528, sms=66)["ROWS"] == 2
+    for m in (1, 100, 5000):  # every grid keeps COLUMN_WAVES programs per SM once rows are taken
+        c = rows.column_config(1024, m, sms=132)
+        assert c["ROWS"] == 1 or -(-m // c["ROWS"]) >= rows.COLUMN_WAVES * 132
+
+
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
 @pytest.mark.parametrize("m,d", [(3, 4864), (2, 1536), (5, 3584)])
 def test_column_blocked_kernels_at_decoder_sizes(dt, m, d):

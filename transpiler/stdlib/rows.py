@@ -258,3 +258,22 @@ def column_block(d: int, most: int = 2048, least: int = 256) -> int:
             best, pad_best = b, pad
         b //= 2
     return best
+
+
+COLUMN_WAVES = 4  # rows per program are only added while a grid of >= this many programs per SM remains
+
+
+def column_config(d: int, m: int, sms: int = 132, rows_in_warps: bool = True) -> dict:
+    """BLOCK, ROWS, WARPS of a kernel that cuts [m, d] rows into column blocks (silu_and_mul and
+    gelu_and_mul: `rows_in_warps`, a program's ROWS rows spread over its warps; embedding: a row at a
+    time, the warps cover one BLOCK). BLOCK is `column_block(d)`; ROWS doubles (to 8 at most, while a
+    program's step stays <= 2048 elements of each input) only while the grid keeps COLUMN_WAVES programs per
+    SM, so no SM goes idle for the sake of fewer, longer programs; 8 elements (one 16-byte vector) a thread,
+    at most 8 warps."""
+    block = column_block(d)
+    rows = 1
+    while rows < 8 and block * rows * 2 <= 2048 and m >= rows * 2 * COLUMN_WAVES * sms:
+        rows *= 2
+    warps = max(1, min(8, block * (rows if rows_in_warps else 1) // 256))
+    return dict(BLOCK=block, ROWS=rows, WARPS=warps)
+
