@@ -3,7 +3,7 @@ SMs x MIN_BLOCKS programs), pipeline stages, and the non-persistent grid (one ro
 each checked against PyTorch and timed with torch eager and torch.compile in the same process.
 
     python benchmarks/sweep_rows.py [--only rms_norm,softmax] [--whole] [--pieces] [--json OUT.json]
-    python benchmarks/sweep_rows.py --misses [--only rope,...] [--cases "FAM:T=..,N=..;..."] [--lean] [--jobs 14]
+    python benchmarks/sweep_rows.py --misses [--only rope,...] [--cases "FAM:T=..,N=..;..."] [--lean|--lib-only] [--jobs 14]
                                     [--budget-s 220] [--json OUT.json]
 
 --misses times issue 17's losing shapes (`MISSES`: the norms, gated activations, rope and embedding at 1-100
@@ -541,6 +541,8 @@ def run_misses(args) -> list:
     cands = {i: miss_candidates(f, s, sms) for i, (f, s) in enumerate(cases)}
     if args.lean:
         cands = {i: lean(c) for i, c in cands.items()}
+    if args.lib_only:
+        cands = {i: [] for i in cands}
     jobs, seen = [], set()
     for i, (f, _) in enumerate(cases):
         for _, kernel, d in cands[i]:
@@ -643,6 +645,7 @@ def main() -> int:
     ap.add_argument("--cases", default="", help='--misses: these cases instead of MISSES, e.g. '
                     '"layer_norm:T=32768,N=896;silu_and_mul:T=1,N=29568"')
     ap.add_argument("--lean", action="store_true", help="--misses: fewer norm candidates (`lean`)")
+    ap.add_argument("--lib-only", action="store_true", help="--misses: only the library's own call vs torch")
     args = ap.parse_args()
     only = {s for s in args.only.split(",") if s}
     if args.misses:
