@@ -228,7 +228,7 @@ PIECE_SIZES = [(3, 5120), (5, 1536), (2, 2304), (4, 2560), (3, 3072), (2, 4608)]
 
 @pytest.mark.parametrize("grid", ["decode", "wave"])
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
-@pytest.mark.parametrize("m,n", PIECE_SIZES + [(3, 896), (2, 3584)])
+@pytest.mark.parametrize("m,n", PIECE_SIZES + [(3, 896), (2, 3584), (7, 2304), (5, 4608)])
 def test_norms_at_decoder_sizes(dt, m, n, grid, monkeypatch):
     """grid "decode": 132 SMs, so these few rows take the one-step power-of-two path; "wave": one SM,
     so the rows fill it and take the pieces path and the streamed ring (the model's other choices)."""
@@ -244,6 +244,13 @@ def test_norms_at_decoder_sizes(dt, m, n, grid, monkeypatch):
     assert rel(y, ref_rms(h_ref, w, 1e-6)) <= TOL[dt]
     assert rel(S.layer_norm(x, w, b, 1e-5), ref_ln(x, w, b, 1e-5)) <= TOL[dt]
     assert rel(S.layer_norm(x + 3.0, None, None, 1e-5), ref_ln(f64(x) + 3.0, np.ones(1), np.zeros(1), 1e-5)) <= TOL[dt]
+
+
+def test_pieces_at_four_elements_a_thread_stream_on_one_sm():
+    """(7, 2304) and (5, 4608) above, on one SM, run layer_norm_k2 at W / 4 threads through the persistent ring."""
+    assert rows.plan("layer_norm", 2304, 7, sms=1) == ("layer_norm_k2", dict(
+        W=256, P1=8, P2=1, WARPS=2, MIN_BLOCKS=0, PROGRAMS=5, STAGES=2))
+    assert rows.plan("layer_norm", 4608, 5, sms=1)[1]["PROGRAMS"] == 2  # 2 programs over 5 rows
 
 
 def test_pieces_kernels_are_the_ones_run(monkeypatch):
