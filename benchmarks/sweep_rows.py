@@ -3,7 +3,8 @@ SMs x MIN_BLOCKS programs), pipeline stages, and the non-persistent grid (one ro
 each checked against PyTorch and timed with torch eager and torch.compile in the same process.
 
     python benchmarks/sweep_rows.py [--only rms_norm,softmax] [--whole] [--pieces] [--json OUT.json]
-    python benchmarks/sweep_rows.py --misses [--only rope,...] [--jobs 14] [--budget-s 220] [--json OUT.json]
+    python benchmarks/sweep_rows.py --misses [--only rope,...] [--cases "FAM:T=..,N=..;..."] [--lean|--lib-only] [--jobs 14]
+                                    [--budget-s 220] [--json OUT.json]
 
 --misses times issue 17's losing shapes (`MISSES`: the norms, gated activations, rope and embedding at 1-100
 tokens, where they ran at 0.69-0.95x torch.compile in bench_shapes.py, layer_norm at 32768 x 3584 / 896, 49-63%
@@ -360,6 +361,33 @@ def embedding_candidates(m: int, d: int) -> list:
     return out
 
 
+def parse_cases(text: str) -> list:
+    """--cases "layer_norm:T=32768,N=896;rms_norm:T=1024,N=8192" as [(family, sizes), ...]."""
+    out = []
+    for item in filter(None, (t.strip() for t in text.split(";"))):
+        fam, _, sizes = item.partition(":")
+        if fam not in TILE_OF or not sizes:
+            raise SystemExit(f"--cases: {item!r} is not FAMILY:T=..,N=.. (families: {', '.join(TILE_OF)})")
+        out.append((fam, {k: int(v) for k, v in (kv.split("=") for kv in sizes.split(","))}))
+    return out
+
+
+def lean(cands: list) -> list:
+    """--lean: the norm candidates with 8, 16 or 32 elements per thread, persistent grids of 1024 or 2048
+    threads per SM, and layer_norm's reload variant only on a program per step (a third of the builds)."""
+    out = []
+    for label, kernel, d in cands:
+        if "BLOCK" in d and "R" in d:
+            per = d["BLOCK"] * d["R"] // (32 * d["WARPS"])
+            threads = 32 * d["WARPS"] * d.get("MIN_BLOCKS", 0)
+            if per not in (8, 16, 32) or (d.get("MIN_BLOCKS") and threads not in (1024, 2048)):
+                continue
+            if d.get("HOLD") is False and not label.endswith("all S1 reload"):
+                continue
+        out.append((label, kernel, d))
+    return out
+
+
 def miss_candidates(fam: str, s: dict, sms: int) -> list:
     """(label, kernel, defines) candidates of one case; defines without the dtype placeholders."""
     if fam in ("rms_norm", "fused_add_rms_norm", "layer_norm"):
@@ -509,8 +537,12 @@ def run_misses(args) -> list:
     t0 = time.perf_counter()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     only = {x for x in args.only.split(",") if x}
-    cases = [(f, s) for f, s in MISSES if not only or f in only]
+    cases = [(f, s) for f, s in (parse_cases(args.cases) if args.cases else MISSES) if not only or f in only]
     cands = {i: miss_candidates(f, s, sms) for i, (f, s) in enumerate(cases)}
+    if args.lean:
+        cands = {i: lean(c) for i, c in cands.items()}
+    if args.lib_only:
+        cands = {i: [] for i in cands}
     jobs, seen = [], set()
     for i, (f, _) in enumerate(cases):
         for _, kernel, d in cands[i]:
@@ -610,6 +642,10 @@ def main() -> int:
                     help="--misses: stop starting new cases after this many seconds (building included)")
     ap.add_argument("--top", type=int, default=8, help="--misses: candidates printed per case (all go to --json)")
     ap.add_argument("--no-compile", action="store_true", help="--misses: leave torch.compile out")
+    ap.add_argument("--cases", default="", help='--misses: these cases instead of MISSES, e.g. '
+                    '"layer_norm:T=32768,N=896;silu_and_mul:T=1,N=29568"')
+    ap.add_argument("--lean", action="store_true", help="--misses: fewer norm candidates (`lean`)")
+    ap.add_argument("--lib-only", action="store_true", help="--misses: only the library's own call vs torch")
     args = ap.parse_args()
     only = {s for s in args.only.split(",") if s}
     if args.misses:

@@ -88,7 +88,10 @@ def test_pieces_table():
         assert rows.pieces(n) is None
     for n in (2048, 4096, 8192, 20000, 5000, 5121):  # powers of two, too long, not a multiple of 8
         assert rows.pieces(n) is None
-    assert rows.pieces(4608, "layer_norm") is None  # 72 elements x 5 registers: would spill
+    assert rows.pieces(4608, "layer_norm") == (512, 8, 1)  # 72 elements x 5 registers would spill: 36 a thread
+    assert rows.pieces_elems(4608, "layer_norm") == 4 and rows.pieces_elems(2304, "layer_norm") == 4
+    assert rows.pieces_elems(4608) == 8 and rows.pieces_elems(5120, "layer_norm") == 8
+    assert rows.pieces(17 * 256, "layer_norm") is None  # 17 sub-rows x 4 x 5 registers: too many even so
     assert rows.pieces(2 ** 13 * 3 // 2) == (4096, 2, 1)  # 12288: W capped at 4096 (512 threads)
 
 
@@ -100,7 +103,7 @@ def test_plan_rules_over_public_sizes(kernel):
             name, cfg = rows.plan(kernel, n, m)
             if name.endswith("_k2"):
                 w, k = cfg["W"], cfg["P1"] + cfg["P2"]
-                assert w * k == n and 32 * cfg["WARPS"] == w // 8
+                assert w * k == n and 32 * cfg["WARPS"] == w // rows.pieces_elems(n, kernel)
                 assert cfg["MIN_BLOCKS"] == 0  # a register cap would spill (see the nvcc test)
                 ring = rows.plan(kernel, n, 10 ** 6)[1]["PROGRAMS"]  # the persistent grid (m-independent)
                 # a program per row, loads straight into registers: for kernels that measured best so, and
@@ -143,8 +146,10 @@ def test_plan_choices_5120_and_friends():
     # measured configurations stay as they were (benchmarks/RESULTS.md)
     assert rows.plan("rms_norm", 4096, 16384) == ("rms_norm", L.row_config(4096, 16384))
     assert rows.plan("rms_norm", 8192, 4096) == ("rms_norm", L.row_config(8192, 4096))
-    assert rows.plan("layer_norm", 4096, 16384) == (
-        "layer_norm", L.row_config(4096, 16384, threads_per_sm=768, stages=3))
+    assert rows.plan("layer_norm", 4096, 16384) == (  # 1024 threads per SM since 2026-12-02 (rows.TRAITS)
+        "layer_norm", L.row_config(4096, 16384, threads_per_sm=1024, stages=2))
+    assert rows.plan("layer_norm", 8192, 16384)[1]["MIN_BLOCKS"] == 2  # 2 x 512 threads, 145.7 us vs 150.9 at 1
+    assert rows.plan("layer_norm", 2304, 16384)[0] == "layer_norm_k2"  # 54.3 us vs 89.9 at the 4096 tile
     assert rows.plan("fused_add_rms_norm", 4096, 16384) == (  # as the wrapper launched it before rows.py
         "fused_add_rms_norm", dict(L.row_config(4096, 16384), STAGES=1, PROGRAMS=1 << 30))
     assert rows.column_block(14336) == 2048 and rows.column_block(4096) == 2048  # silu_and_mul, embedding
@@ -180,6 +185,30 @@ def test_column_block():
             (-(-d // c) * c - d) / d >= pad for c in (2048, 1024, 512, 256)), (d, b)
 
 
+def test_column_config():
+    # at 132 SMs, the rule the wrappers used before column_config (rows while m >= rows * 2 * 528)
+    for d in HIDDEN + INTERMEDIATE:
+        for m in (1, 16, 511, 1056, 2112, 4096, 16384):
+            b = rows.column_block(d)
+            r = 1
+            while r < 8 and b * r * 2 <= 2048 and m >= r * 2 * 528:
+                r *= 2
+            if m * -(-d // b) < 132:  # fewer programs than SMs: the block halves, down to NARROW_MIN
+                c = rows.column_config(d, m)
+                assert c["BLOCK"] == min(b, rows.NARROW_MIN) or (
+                    m * -(-d // c["BLOCK"]) >= 132 and m * -(-d // (2 * c["BLOCK"])) < 132), (d, m, c)
+                continue
+            assert rows.column_config(d, m) == dict(BLOCK=b, ROWS=r, WARPS=max(1, min(8, b * r // 256)))
+            assert rows.column_config(d, m, rows_in_warps=False)["WARPS"] == max(1, min(8, b // 256))
+    # rows per program follow the SM count: fewer SMs take rows sooner, more SMs later
+    assert rows.column_config(1024, 1056, sms=132)["ROWS"] == 2
+    assert rows.column_config(1024, 1056, sms=264)["ROWS"] == 1
+    assert rows.column_config(1024, 528, sms=66)["ROWS"] == 2
+    for m in (1, 100, 5000):  # every grid keeps COLUMN_WAVES programs per SM once rows are taken
+        c = rows.column_config(1024, m, sms=132)
+        assert c["ROWS"] == 1 or -(-m // c["ROWS"]) >= rows.COLUMN_WAVES * 132
+
+
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
 @pytest.mark.parametrize("m,d", [(3, 4864), (2, 1536), (5, 3584)])
 def test_column_blocked_kernels_at_decoder_sizes(dt, m, d):
@@ -199,7 +228,7 @@ PIECE_SIZES = [(3, 5120), (5, 1536), (2, 2304), (4, 2560), (3, 3072), (2, 4608)]
 
 @pytest.mark.parametrize("grid", ["decode", "wave"])
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
-@pytest.mark.parametrize("m,n", PIECE_SIZES + [(3, 896), (2, 3584)])
+@pytest.mark.parametrize("m,n", PIECE_SIZES + [(3, 896), (2, 3584), (7, 2304), (5, 4608)])
 def test_norms_at_decoder_sizes(dt, m, n, grid, monkeypatch):
     """grid "decode": 132 SMs, so these few rows take the one-step power-of-two path; "wave": one SM,
     so the rows fill it and take the pieces path and the streamed ring (the model's other choices)."""
@@ -215,6 +244,13 @@ def test_norms_at_decoder_sizes(dt, m, n, grid, monkeypatch):
     assert rel(y, ref_rms(h_ref, w, 1e-6)) <= TOL[dt]
     assert rel(S.layer_norm(x, w, b, 1e-5), ref_ln(x, w, b, 1e-5)) <= TOL[dt]
     assert rel(S.layer_norm(x + 3.0, None, None, 1e-5), ref_ln(f64(x) + 3.0, np.ones(1), np.zeros(1), 1e-5)) <= TOL[dt]
+
+
+def test_pieces_at_four_elements_a_thread_stream_on_one_sm():
+    """(7, 2304) and (5, 4608) above, on one SM, run layer_norm_k2 at W / 4 threads through the persistent ring."""
+    assert rows.plan("layer_norm", 2304, 7, sms=1) == ("layer_norm_k2", dict(
+        W=256, P1=8, P2=1, WARPS=2, MIN_BLOCKS=0, PROGRAMS=5, STAGES=2))
+    assert rows.plan("layer_norm", 4608, 5, sms=1)[1]["PROGRAMS"] == 2  # 2 programs over 5 rows
 
 
 def test_pieces_kernels_are_the_ones_run(monkeypatch):

@@ -20,16 +20,16 @@ def _gated(name, x, **extra):
     out_shape = tuple(x.shape[:-1]) + (d,)
     y = L.empty(x, (m, d))
     if m and d:
-        block = model.column_block(d)
-        rows = 1
-        while rows < 8 and block * rows * 2 <= 2048 and m >= rows * 2 * 528:
-            rows *= 2
-        warps = max(1, min(8, block * rows // 256))
-        if name == "silu_and_mul":
+        sms = L.sm_count(x)
+        cfg = model.column_config(d, m, sms)
+        blocks = 2048 // (32 * cfg["WARPS"])
+        if name == "silu_and_mul" and -(-m // cfg["ROWS"]) * -(-d // cfg["BLOCK"]) >= sms * blocks:
             # 35 registers cost a quarter of the resident warps; at full occupancy (ptxas spills 8 bytes)
-            # 4096x2x14336 bf16 ran 0.0987 vs 0.1089 ms on an H200 (`tilex tune`, 2026-11-29)
-            extra = dict(extra, MIN_BLOCKS=2048 // (32 * warps))
-        mod = L.load(name, T=dt, BLOCK=block, ROWS=rows, WARPS=warps, **extra)
+            # 4096x2x14336 bf16 ran 0.0987 vs 0.1089 ms on an H200 (`tilex tune`, 2026-11-29). Only for a grid
+            # that fills every SM's blocks: at one token the cap's spills cost 1.60 vs 1.50 us (T=1 D=29568,
+            # sweep_rows.py --misses, 2026-12-02)
+            extra = dict(extra, MIN_BLOCKS=blocks)
+        mod = L.load(name, T=dt, **cfg, **extra)
         L.run(mod, name, L.reshape(x, (m, 2, d)), y)
     return L.reshape(y, out_shape)
 

@@ -23,11 +23,7 @@ def embedding(ids, table):
     v, d = (int(n) for n in table.shape)
     y = L.empty(table, (s, d))
     if s and d:
-        block = model.column_block(d)
-        rows = 1
-        while rows < 8 and block * rows * 2 <= 2048 and s >= rows * 2 * 528:
-            rows *= 2
-        warps = max(1, min(8, block // 256))
-        mod = L.load("embedding", T=dt, I=idt, BLOCK=block, ROWS=rows, WARPS=warps)
+        cfg = model.column_config(d, s, L.sm_count(table), rows_in_warps=False)
+        mod = L.load("embedding", T=dt, I=idt, **cfg)
         L.run(mod, "embedding", L.reshape(ids_c, (s,)), table, y)
     return L.reshape(y, tuple(ids.shape) + (d,))

@@ -119,9 +119,7 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
     b = _vector("bias", bias, n, dt, x2, 0.0)
     y = L.empty(x2, (m, n))
     name, cfg = model.plan("layer_norm", n, m, DType(dt).itemsize, L.sm_count(x2))
-    if not name.endswith("_k2"):
-        if n > 8192 and cfg["STAGES"] > 2:  # 3 stages spill registers at BLOCK = 16384 (1024 threads): 2 there
-            cfg["STAGES"] = 2
+    if not name.endswith("_k2"):  # (rows.TRAITS caps layer_norm's ring at 2 stages: 3 spilled at BLOCK 4096 and 16384)
         cfg["EXACT"] = cfg["ONE_PASS"] and cfg["BLOCK"] == n  # rows exactly BLOCK wide need no column mask
     mod = L.load("layer_norm", kernel=name, T=dt, **cfg)
     L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, w, b, y), eps=L.check_number("eps", eps))

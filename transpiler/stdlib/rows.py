@@ -12,10 +12,11 @@ The model, in the order it decides:
    two (`BLOCK`, the language's tiles are powers of two) unless that leaves more than
    `IDLE_MAX` of the tile idle and N = K * W with W a power of two and K = P1 + P2 a sum of two
    powers of two (5120 = 1024 * (4 + 1)): the *pieces* path (`<kernel>_k2`, x viewed as
-   [M * K, W], two tiles of sub-rows per row, W / 8 threads, every thread busy). Longer rows go
+   [M * K, W], two tiles of sub-rows per row, W / 8 threads (W / 4 where 8 * K elements a thread would
+   spill: `pieces_elems`), every thread busy). Longer rows go
    in CHUNK-wide steps (`ONE_PASS=False`).
 2. **Threads.** 16 elements per thread on the power-of-two path (measured best, row_config), 32 to
-   1024 threads; exactly W / 8 threads on the pieces path (8 * K elements each).
+   1024 threads; exactly W / 8 (or W / 4) threads on the pieces path (8 * K or 4 * K elements each).
 3. **Rows per step** (`R`): short rows are taken up to 8 at a time while a step is under 2048
    elements and there are at least two steps per SM.
 4. **Programs per wave.** Blocks resident per SM = the least of the thread budget
@@ -92,7 +93,12 @@ TRAITS = {
     "fused_add_rms_norm": Traits(reads=2, threads_per_sm=1024, stages=2, regs_per_elem=3.0, pieces=True,
                                  registers=True),
     # layer_norm at BLOCK 4096 spills 36 bytes at 4 stages where 3 spill 24 (test_stdlib_rows.py)
-    "layer_norm": Traits(reads=1, threads_per_sm=768, stages=3, regs_per_elem=5.0, pieces=True, max_stages=3),
+    # sweep_rows.py --misses on an H200 (2026-12-02, after the kernel's instruction cut: 1/N once, an FFMA column
+    # mask): 1024 threads per SM beat 768 at every row length timed: 32768x896 8/SM S3 43.4 us vs 6/SM S3
+    # 50.5; 8192x3584 4/SM S2 38.8 vs 3/SM S3 40.7; 16384x8192 2/SM S2 145.7 vs 1/SM S3 150.9 (compile 145.6).
+    # 2 stages at most: at 4 blocks of 256 threads (a 64-register cap) BLOCK 4096 spills 20 bytes at 3 (ptxas), and
+    # 3 stages gained 1.6% where they fit (896: 43.4 vs 44.2 us)
+    "layer_norm": Traits(reads=1, threads_per_sm=1024, stages=2, regs_per_elem=5.0, pieces=True, max_stages=2),
 }
 REGS_MAX = 232  # a pieces configuration needing more (255 is ptxas's limit) would spill
 
@@ -108,7 +114,8 @@ def _is_pow2(n: int) -> bool:
 def pieces(n: int, kernel: str = "rms_norm", w_max: int = 4096) -> tuple[int, int, int] | None:
     """(W, P1, P2) with n == W * (P1 + P2), all powers of two and P1 > P2, W the largest power of two
     dividing n (at most w_max: W / 8 <= 512 threads), when the power-of-two tile of n would be more
-    than IDLE_MAX idle and the kernel's registers allow it; else None."""
+    than IDLE_MAX idle and the kernel's registers allow it (at 4 elements a thread per sub-row at least,
+    `pieces_elems`); else None."""
     t = TRAITS[kernel]
     if not t.pieces or n > ONE_PASS_MAX or n % 8 or 1 - n / next_pow2(n) <= IDLE_MAX:
         return None
@@ -116,9 +123,22 @@ def pieces(n: int, kernel: str = "rms_norm", w_max: int = 4096) -> tuple[int, in
     k = n // w
     p1 = 1 << (k.bit_length() - 1)
     p2 = k - p1
-    if w < 256 or not _is_pow2(p2) or t.regs_per_elem * 8 * k > REGS_MAX:
+    if w < 256 or not _is_pow2(p2) or t.regs_per_elem * PIECE_ELEMS[-1] * k > REGS_MAX:
         return None
     return w, p1, p2
+
+
+# Elements a thread holds per sub-row on the pieces path: 8 (one 16-byte vector, W / 8 threads), or 4 (W / 4
+# threads) where 8 would need more than REGS_MAX registers. sweep_rows.py --misses on an H200 (2026-12-02):
+# layer_norm 16384x2304 = 256 x (8 + 1) at 4 a thread (64 threads, 4/SM, 2 stages) 54.3 us, the power-of-two
+# tile (4096, 44% idle) 89.9, torch eager 66.7, torch.compile 124.9
+PIECE_ELEMS = (8, 4)
+
+
+def pieces_elems(n: int, kernel: str = "rms_norm") -> int:
+    """Elements per thread per sub-row of `kernel`'s pieces path at row length n (PIECE_ELEMS)."""
+    k = n // pieces(n, kernel)[0]
+    return next(e for e in PIECE_ELEMS if TRAITS[kernel].regs_per_elem * e * k <= REGS_MAX)
 
 
 def _resident(threads: int, regs: int, stage_bytes: int, stages: int, budget: int, tgt: Target) -> int:
@@ -180,8 +200,9 @@ def plan(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Ta
         return kernel, cfg
     w, p1, p2 = pc
     k = p1 + p2
-    threads = w // 8
-    regs = int(t.regs_per_elem * 8 * k + 0.5)
+    e = pieces_elems(n, kernel)
+    threads = w // e
+    regs = int(t.regs_per_elem * e * k + 0.5)
     step = n * itemsize * t.reads
     blocks = _resident(threads, regs, step, t.stages, tgt.threads, tgt)
     if t.registers or m <= sms * blocks:
@@ -198,7 +219,7 @@ def explain(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt:
     t = TRAITS[kernel]
     if name.endswith("_k2"):
         threads, elems = 32 * cfg["WARPS"], n // (32 * cfg["WARPS"])
-        regs = int(t.regs_per_elem * 8 * (cfg["P1"] + cfg["P2"]) + 0.5)
+        regs = int(t.regs_per_elem * (cfg["W"] // threads) * (cfg["P1"] + cfg["P2"]) + 0.5)
         blocks = _resident(threads, regs, n * itemsize * t.reads, max(1, cfg["STAGES"]), tgt.threads, tgt)
         step = n * itemsize * t.reads
         tile = f"{n} = {cfg['W']} x ({cfg['P1']} + {cfg['P2']}), 0% idle"
@@ -258,3 +279,29 @@ def column_block(d: int, most: int = 2048, least: int = 256) -> int:
             best, pad_best = b, pad
         b //= 2
     return best
+
+
+COLUMN_WAVES = 4  # rows per program are only added while a grid of >= this many programs per SM remains
+# A grid of fewer programs than SMs (one token) halves its column block down to this: sweep_rows.py --misses on
+# an H200 (2026-12-02), silu_and_mul T=1 D=29568: BLOCK 2048 (15 programs) 1.50 us, 1024 1.46, 512 (58) 1.43,
+# 256 1.44; gelu_and_mul 1.62 / 1.60 / 1.54 / 1.58 (torch.compile 1.30 / 1.26)
+NARROW_MIN = 512
+
+
+def column_config(d: int, m: int, sms: int = 132, rows_in_warps: bool = True) -> dict:
+    """BLOCK, ROWS, WARPS of a kernel that cuts [m, d] rows into column blocks (silu_and_mul and
+    gelu_and_mul: `rows_in_warps`, a program's ROWS rows spread over its warps; embedding: a row at a
+    time, the warps cover one BLOCK). BLOCK is `column_block(d)`, halved (down to NARROW_MIN) while the grid
+    has fewer programs than SMs; ROWS doubles (to 8 at most, while a
+    program's step stays <= 2048 elements of each input) only while the grid keeps COLUMN_WAVES programs per
+    SM, so no SM goes idle for the sake of fewer, longer programs; 8 elements (one 16-byte vector) a thread,
+    at most 8 warps."""
+    block = column_block(d)
+    while block > NARROW_MIN and m * -(-d // block) < sms:  # fewer programs than SMs: narrower blocks, more SMs
+        block //= 2
+    rows = 1
+    while rows < 8 and block * rows * 2 <= 2048 and m >= rows * 2 * COLUMN_WAVES * sms:
+        rows *= 2
+    warps = max(1, min(8, block * (rows if rows_in_warps else 1) // 256))
+    return dict(BLOCK=block, ROWS=rows, WARPS=warps)
+
