@@ -5,6 +5,8 @@
 #   OUT=out bash benchmarks/gpu_session19.sh tests         # every GPU test in 8 shards, then eager costs
 #   OUT=out bash benchmarks/gpu_session19.sh final         # the merged tree: GPU tests, sanitizer, TMA-store A/B
 #   OUT=out bash benchmarks/gpu_session19.sh bench         # the quick grid, the backend vs eager/Inductor, matmul.tile
+#   OUT=out bash benchmarks/gpu_session19.sh final19       # one call for the merged tree: GPU tests, eager costs, the
+#                                                          # quick grid, the backend against Inductor reduce-overhead
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 LOG=${LOG:-$(mktemp -d)}; mkdir -p "$LOG"
@@ -44,5 +46,15 @@ case "${1:-}" in
     t bench_auto_matmul 70 python3 benchmarks/bench_auto_matmul.py --json "$LOG/auto_matmul.json"
     tail -16 "$LOG/bench_auto_matmul.log"
     tar czf "$OUT/logs.tgz" -C "$LOG" . ;;
-  *) echo "usage: gpu_session19.sh requests DIRS|tests|final|bench" >&2; exit 2 ;;
+  final19)  # every step capped so that the whole call stays under ~500 s
+    SHARD_TIMEOUT=${SHARD_TIMEOUT:-200} OUT=$LOG bash benchmarks/gpu_tests_parallel.sh 8 "gpu and not slow" tests 2>&1 | tee "$LOG/gpu_tests.log"
+    tar czf "$OUT/logs.tgz" -C "$LOG" .
+    t bench_eager 45 python3 benchmarks/bench_eager.py --reps 60 --engine-reps 3 --json "$LOG/bench_eager.json"
+    tail -8 "$LOG/bench_eager.log"
+    t bench_shapes 140 python3 benchmarks/bench_shapes.py --grid quick --budget-s 115 --json "$LOG/bench_shapes.json"
+    grep -A16 "^family" "$LOG/bench_shapes.log" | head -20
+    t bench_backend 95 python3 benchmarks/bench_backend.py --layers 2 --only eager,inductor-ro,tilex-cg --budget 30 --steps 8 --json "$LOG/backend.json"
+    tail -30 "$LOG/bench_backend.log"
+    tar czf "$OUT/logs.tgz" -C "$LOG" . ;;
+  *) echo "usage: gpu_session19.sh requests DIRS|tests|final|bench|final19" >&2; exit 2 ;;
 esac
