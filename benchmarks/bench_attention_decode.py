@@ -8,10 +8,10 @@ order, every sequence `ctx` tokens, as bench_shapes.py builds it) this times, as
 (bench_shapes.gpu_ms) in one process with the copy bandwidth (bench_shapes.copy_bandwidth):
 - SDPA over the gathered, contiguous KV (enable_gqa): bench_shapes.py's baseline for the family;
 - tilex.stdlib.attention_decode as shipped (its own split count and tiles);
-- with --sweep (default on): candidate (num_splits, BN / WARPS / STAGES) pairs: every tile candidate at the
-  wrapper's split count, then every split count (1, the wrapper's, and the counts filling 1-4 program slots per
-  SM) at the wrapper's tiles and at two others, in that priority order while the shape's share of `--budget-s`
-  lasts;
+- unless --no-sweep: candidate (num_splits, BN / WARPS / STAGES) pairs: every tile candidate at the wrapper's
+  split count, then every split count (1, the wrapper's, the counts filling 1-4 program slots per SM and the
+  powers of two) at the wrapper's tiles and at two others, in that priority order while the shape's share of
+  `--budget-s` lasts;
 - the combine kernel alone at the wrapper's split count (its launch and run inside a graph: what a second
   kernel costs);
 - the wrapper's host time per eager call (median of single calls, the launch queue drained every 50) and SDPA's.
@@ -60,10 +60,11 @@ def bytes_moved(b, ctx, hq, hkv, d) -> int:
 
 
 def split_counts(b, hkv, ctx, rule, sms) -> list:
-    """1, the wrapper's count and the counts that fill k = 1..4 program slots per SM, within [1, min(64, blocks)]."""
+    """1, the wrapper's count, the counts that fill k = 1..4 program slots per SM and the powers of two, within
+    [1, min(64, blocks)]."""
     blocks = -(-ctx // BS)
     fill = {-(-k * sms // (b * hkv)) for k in (1, 2, 3, 4)}
-    return sorted(n for n in {1, rule} | fill if 1 <= n <= min(64, blocks))
+    return sorted(n for n in {1, rule, 2, 4, 8, 16, 32} | fill if 1 <= n <= min(64, blocks))
 
 
 def candidates(shape, rule, rule_cfg, sms) -> list:
