@@ -10,8 +10,8 @@ order, every sequence `ctx` tokens, as bench_shapes.py builds it) this times, as
 - tilex.stdlib.attention_decode as shipped (its own split count and tiles);
 - unless --no-sweep: candidate (num_splits, BN / WARPS / STAGES) pairs: every tile candidate at the wrapper's
   split count, then every split count (1, the wrapper's, the counts filling 1-4 program slots per SM and the
-  powers of two) at the wrapper's tiles and at two others, in that priority order while the shape's share of
-  `--budget-s` lasts;
+  powers of two) at the wrapper's tiles, then at 128 keys / 8 warps, at STAGES = 1, at 3 stages of 64 and of 32
+  keys, in that priority order while the shape's share of `--budget-s` lasts;
 - the combine kernel alone at the wrapper's split count (its launch and run inside a graph: what a second
   kernel costs);
 - the wrapper's host time per eager call (median of single calls, the launch queue drained every 50) and SDPA's.
@@ -74,7 +74,8 @@ def candidates(shape, rule, rule_cfg, sms) -> list:
     tiles = [t for t in TILES if not (d == 256 and t["BN"] == 128)]
     base = dict(BN=rule_cfg["BN"], WARPS=rule_cfg["WARPS"], STAGES=rule_cfg["STAGES"])
     out = [(rule, t) for t in tiles]
-    for t in [base, dict(BN=32, WARPS=4, STAGES=3), dict(BN=64, WARPS=4, STAGES=3)]:
+    for t in [base] + [dict(BN=bn, WARPS=w, STAGES=st) for bn, w, st in ((128, 8, 2), (64, 4, 1), (64, 4, 3),
+                                                                        (32, 4, 3)) if not (d == 256 and bn == 128)]:
         out += [(n, t) for n in split_counts(b, hkv, ctx, rule, sms)]
     seen, uniq = set(), []
     for n, t in out:

@@ -75,7 +75,7 @@ def _rel(out, ref):
 LENS = [1, 31, 333, 1000, 17, 4097]  # odd lengths, one token, a block multiple plus one
 
 
-@pytest.mark.parametrize("splits", [None, 1, 5])
+@pytest.mark.parametrize("splits", [None, 5])
 @pytest.mark.parametrize("g,bs,d", list(itertools.product((1, 4, 6, 8), (16, 32), (64, 128))),
                          ids=lambda x: str(x))
 def test_decode_gqa_block_head_vs_sdpa(g, bs, d, splits):
