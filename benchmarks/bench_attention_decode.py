@@ -105,10 +105,11 @@ def jobs_for(shapes, sweep: bool) -> list:
     for shape in shapes:
         b, ctx, hq, hkv, d = shape
         maxb = -(-ctx // BS)
-        rule = A.decode_splits(b, hkv, maxb, BS)
-        cfg = A.decode_config(b, hkv, d, maxb, BS, rule)
+        pl = A.decode_plan(b, hq, hkv, d, maxb, BS)
+        rule, cfg = pl.splits, pl.config
         gp = max(16, 1 << max(0, hq // hkv - 1).bit_length())
-        for n, t in candidates(shape, rule, cfg, 132) if sweep else [(rule, cfg)]:
+        for n, t in (candidates(shape, rule, cfg, 132) if sweep
+                     else [(rule, {k: v for k, v in cfg.items() if k != "STATIC"})]):
             static = n == 1 and maxb * BS <= A.STATIC_TOKENS
             jobs.append(("attention_decode_split", dict(T="bf16", BS=BS, D=d, GP=gp, DIRECT=n == 1, STATIC=static,
                                                         **t)))
@@ -185,9 +186,10 @@ def main(argv=None) -> int:
     if args.list:
         for n, s in zip(names, shapes):
             maxb = -(-s[1] // BS)
-            rule = A.decode_splits(s[0], s[3], maxb, BS)
-            cands = candidates(s, rule, A.decode_config(s[0], s[3], s[4], maxb, BS, rule), 132)
-            print(f"{n:<20} {s}  rule {rule} splits; {len(cands)} candidates; {bytes_moved(*s) / 1e6:.1f} MB")
+            pl = A.decode_plan(s[0], s[2], s[3], s[4], maxb, BS)
+            cands = candidates(s, pl.splits, pl.config, 132)
+            print(f"{n:<20} {s}  plan {pl.splits} splits {pl.config} ({pl.us:.1f} us, {pl.resident}/SM); "
+                  f"{len(cands)} candidates; {bytes_moved(*s) / 1e6:.1f} MB")
         print(f"{len(jobs_for(shapes, not args.no_sweep))} kernels to build")
         return 0
 
@@ -235,12 +237,14 @@ def main(argv=None) -> int:
         ref = F.scaled_dot_product_attention(qq.float(), kk.float(), vv.float(), enable_gqa=True)[:, :, 0]
         nbytes = bytes_moved(*shape)
         sdpa = gpu_ms(lambda: F.scaled_dot_product_attention(qq, kk, vv, enable_gqa=True))
-        rule = A.decode_splits(b, hkv, nblk, BS, sms)
-        rule_cfg = A.decode_config(b, hkv, d, nblk, BS, rule, sms)
+        pl = A.decode_plan(b, hq, hkv, d, nblk, BS, "bf16", sms)
+        rule, rule_cfg = pl.splits, pl.config
         gbs = lambda ms: nbytes / (ms * 1e-3) / 1e9  # noqa: E731
         print(f"\n{name}: B={b} ctx={ctx} Hq={hq} Hkv={hkv} D={d}, {nbytes / 1e6:.1f} MB; SDPA {sdpa:.4f} ms "
-              f"{gbs(sdpa):.0f} GB/s {gbs(sdpa) / copy:.1%} copy; wrapper: {rule} splits {rule_cfg}", flush=True)
-        row = dict(name=name, shape=shape, bytes=nbytes, sdpa_ms=sdpa, rule=rule, rule_cfg=rule_cfg, runs=[])
+              f"{gbs(sdpa):.0f} GB/s {gbs(sdpa) / copy:.1%} copy; wrapper: {rule} splits {rule_cfg}, model "
+              f"{pl.us / 1e3:.4f} ms", flush=True)
+        row = dict(name=name, shape=shape, bytes=nbytes, sdpa_ms=sdpa, rule=rule, rule_cfg=rule_cfg, model_ms=pl.us / 1e3,
+                   runs=[])
 
         def measure(tag, ns, cfg):
             nonlocal failed
