@@ -100,6 +100,7 @@ def _compile(job):
 
 def jobs_for(shapes, sweep: bool) -> list:
     from tilex.stdlib import attention as A
+    from tilex.stdlib import decode_model as DM
 
     jobs = []
     for shape in shapes:
@@ -110,7 +111,7 @@ def jobs_for(shapes, sweep: bool) -> list:
         gp = max(16, 1 << max(0, hq // hkv - 1).bit_length())
         for n, t in (candidates(shape, rule, cfg, 132) if sweep
                      else [(rule, {k: v for k, v in cfg.items() if k != "STATIC"})]):
-            static = n == 1 and maxb * BS <= A.STATIC_TOKENS
+            static = n == 1 and maxb * BS <= DM.STATIC_TOKENS
             jobs.append(("attention_decode_split", dict(T="bf16", BS=BS, D=d, GP=gp, DIRECT=n == 1, STATIC=static,
                                                         **t)))
             if n > 1:
