@@ -242,7 +242,7 @@ def run_decode(shape, sweep, results, failures):
     for ns, cfg in runs:
         label = "auto" if ns is None else f"splits={ns}"
         if ns is None:
-            label += f" ({S.attention.decode_splits(b, hkv, nblk, bs, torch.cuda.get_device_properties(0).multi_processor_count)})"
+            label += f" ({S.attention.decode_plan(b, hq, hkv, d, nblk, bs, 'bf16', torch.cuda.get_device_properties(0).multi_processor_count).splits})"
         if cfg:
             label += " " + ",".join(f"{k_}={v_}" for k_, v_ in cfg.items())
         try:

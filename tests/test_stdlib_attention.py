@@ -318,27 +318,42 @@ def test_decode_static_walk(bs, lens, static, monkeypatch):
     real = L.load
     monkeypatch.setattr(L, "load", lambda name, **kw: (seen.append(kw), real(name, **kw))[1])
     o = stdlib.attention_decode(q, k_cache, v_cache, table, seq_lens, num_splits=1, config=dict(STATIC=static))
-    assert seen[0]["STATIC"] is static and seen[0]["DIRECT"] is True
+    split = _split_loads(seen)
+    assert split[-1]["STATIC"] is static and split[-1]["DIRECT"] is True
     ref = ref_decode(q, k_cache, v_cache, table, seq_lens, d ** -0.5)
     assert _rel(o, ref) <= 1e-5
     assert np.all(o[np.asarray(lens) == 0] == 0)
     seen.clear()
     stdlib.attention_decode(q, k_cache, v_cache, table, seq_lens)   # the default for a table this narrow
-    assert seen[0]["STATIC"] is (table.shape[1] * bs <= stdlib.attention.STATIC_TOKENS)
+    split = _split_loads(seen)[-1]
+    assert split["STATIC"] is (split["DIRECT"] and table.shape[1] * bs <= stdlib.decode_model.STATIC_TOKENS)
 
 
-def test_decode_config_model():
-    """128 keys by 8 warps in one iteration when every share fits it and the programs fit one per SM (measured
-    0.0054 -> 0.0046 ms at B1 Hq32 Hkv8 ctx128); 64 by 4 elsewhere, streamed when a share spans >= 1.5
-    iterations."""
-    dc = stdlib.attention.decode_config
-    assert dc(1, 8, 128, 8, 16, 1) == dict(BN=128, WARPS=8, STAGES=2)         # B1 ctx128: 8 programs
-    assert dc(256, 8, 128, 8, 16, 1) == dict(BN=64, WARPS=4, STAGES=2)        # 2048 programs share SMs
-    assert dc(1, 8, 256, 8, 16, 1) == dict(BN=64, WARPS=4, STAGES=2)          # D=256: a 128 KB ring stage
-    assert dc(1, 8, 128, 256, 16, 33) == dict(BN=64, WARPS=4, STAGES=2)       # 264 programs of 128 tokens
-    assert dc(4, 4, 128, 63, 16, 16) == dict(BN=64, WARPS=4, STAGES=1)        # 64-token shares, 256 programs
-    assert dc(2, 8, 128, 16, 16, 2) == dict(BN=128, WARPS=8, STAGES=2)        # 32 programs of 128 tokens
-    assert dc(3, 8, 64, 5, 32, 5) == dict(BN=64, WARPS=4, STAGES=1)           # 32-token shares: one 64-key step
+def _split_loads(seen):
+    """The launches' loads of attention_decode_split among recorded L.load calls (the plan's shared-memory reads,
+    which pass no STATIC, left out)."""
+    return [kw for kw in seen if kw.get("kernel") == "attention_decode_split" and "STATIC" in kw]
+
+
+def test_decode_wrapper_launches_the_plan(monkeypatch):
+    """The wrapper launches decode_plan's split count and tiles, and a config= entry overrides one of them."""
+    from tilex.stdlib import _launch as L
+
+    rng = np.random.default_rng()
+    k_cache, v_cache, table, seq_lens = _paged(rng, "bf16", 2, 2, 32, 16, [300, 45])
+    q = _rand(rng, (2, 8, 32), "bf16")
+    seen = []
+    real = L.load
+    monkeypatch.setattr(L, "load", lambda name, **kw: (seen.append(kw), real(name, **kw))[1])
+    pl = stdlib.attention.decode_plan(2, 8, 2, 32, table.shape[1], 16, "bf16", 132)
+    o = stdlib.attention_decode(q, k_cache, v_cache, table, seq_lens)
+    split = _split_loads(seen)[-1]
+    assert {k: split[k] for k in pl.config} == pl.config and split["DIRECT"] is (pl.splits == 1)
+    assert _rel(o, ref_decode(q, k_cache, v_cache, table, seq_lens, 32 ** -0.5)) <= TOL["bf16"]
+    seen.clear()
+    stdlib.attention_decode(q, k_cache, v_cache, table, seq_lens, num_splits=3, config=dict(BN=32, WARPS=4))
+    split = _split_loads(seen)[-1]
+    assert (split["BN"], split["WARPS"], split["DIRECT"]) == (32, 4, False)
 
 
 @pytest.mark.parametrize("lens", [[128], [1, 100, 0]])
@@ -354,7 +369,8 @@ def test_decode_one_iteration_of_128_keys(lens, monkeypatch):
     real = L.load
     monkeypatch.setattr(L, "load", lambda name, **kw: (seen.append(kw), real(name, **kw))[1])
     o = stdlib.attention_decode(q, k_cache, v_cache, table, seq_lens)
-    assert (seen[0]["BN"], seen[0]["WARPS"], seen[0]["STAGES"], seen[0]["STATIC"]) == (128, 8, 2, True)
+    split = _split_loads(seen)[-1]
+    assert (split["BN"], split["WARPS"], split["STAGES"], split["STATIC"]) == (128, 8, 2, True)
     assert _rel(o, ref_decode(q, k_cache, v_cache, table, seq_lens, 64 ** -0.5)) <= TOL["bf16"]
 
 
@@ -404,17 +420,6 @@ def test_decode_matches_prefill_last_row():
     last = stdlib.attention_decode(q[:, :, s - 1], k_cache, v_cache, blocks[None].astype(np.int32),
                                    np.array([s], np.int32), num_splits=2)
     np.testing.assert_allclose(last[0], full[0, :, s - 1], rtol=1e-5, atol=1e-6)
-
-
-def test_decode_splits_heuristic():
-    assert stdlib.attention.decode_splits(256, 8, 256, 16) == 1          # many programs already
-    assert stdlib.attention.decode_splits(16, 8, 256, 16) == 2           # one wave of 2 blocks per SM
-    assert stdlib.attention.decode_splits(1, 8, 2048, 16) == 33          # 264 programs
-    assert stdlib.attention.decode_splits(1, 8, 9, 16) == 5              # >= 32 tokens a share
-    assert stdlib.attention.decode_splits(1, 8, 8, 16) == 1              # <= 128 tokens: one share
-    assert stdlib.attention.decode_splits(1, 8, 2, 16) == 1
-    assert stdlib.attention.decode_splits(64, 8, 12, 16) == 1            # 512 programs: two waves unsplit
-    assert stdlib.attention.decode_splits(4, 8, 256, 16) == 8
 
 
 def test_decode_errors():

@@ -6,6 +6,7 @@ stdlib_kernels/attention_decode.tile; the strategy is described in docs/stdlib_a
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from . import _launch as L
@@ -183,52 +184,32 @@ def _aligned16(x):
     return x.clone() if kind == "torch" else x.copy()
 
 
-def decode_splits(batch: int, kv_heads: int, max_blocks: int, block_size: int, sm_count: int = 132) -> int:
-    """How many shares each sequence's context is split into (flash-decoding).
+# ------------------------------------------------------------------------------- decode
 
-    Enough programs (batch * kv_heads * splits) for one wave of RESIDENT_PER_SM blocks per SM,
-    but at least MIN_SHARE_TOKENS per share, and at most MAX_SPLITS shares. Decided from shapes
-    only (no read of seq_lens), so it is fixed under CUDA-graph capture. With K/V streamed
-    into shared memory (78 KB per block: two per SM) more programs only queue: at batch 16,
-    8 KV heads, context 4096 (H200, 2026-11-30) 2 shares ran 0.120 ms, 4 0.123, 9 (the former
-    ~8-programs-per-SM rule) 0.146, 32 0.150, and 1 0.199 (half the SMs idle). A context of at most
-    SINGLE_SHARE_TOKENS (two 64-key iterations) is one share: B1 Hq32 Hkv8 ctx128 (2026-12-01) 1 share
-    0.0054 ms, 4 shares (the rule above) 0.0062-0.0070.
-    """
-    if max_blocks * block_size <= SINGLE_SHARE_TOKENS:  # one program per KV head reads it all: no combine launch
-        return 1
-    pairs = max(1, batch * kv_heads)
-    want = RESIDENT_PER_SM * sm_count // pairs
-    most = -(-max_blocks * block_size // MIN_SHARE_TOKENS)
-    return max(1, min(want, most, MAX_SPLITS))
+from . import decode_model as DP  # noqa: E402 - the decode half of this module starts here
 
 
-def decode_config(batch: int, kv_heads: int, d: int, max_blocks: int, block_size: int, splits: int,
-                  sm_count: int = 132) -> dict:
-    """attention_decode_split's BN, WARPS and STAGES for a shape: keys per iteration and how K/V are read.
+@functools.lru_cache(maxsize=None)
+def _split_smem(dt: str, bs: int, d: int, gp: int, tile: tuple) -> int | None:
+    """Shared memory of attention_decode_split with `tile` (as the compiler laid it out), None if it cannot build."""
+    from ..diagnostics import CompileError
 
-    64 keys per iteration by 4 warps at every head size: at D = 256 (H200, sweep_attention.py, 2026-12-01) B1
-    Hq8 Hkv4 ctx4096 0.0511 ms with 32 keys (chosen when 64 spilled), 0.0124 with 64 (0.96x SDPA). When every
-    share fits one iteration of 128 keys and the programs (batch * kv_heads * splits) fit one per SM, the call
-    is one latency chain per program: 128 keys by 8 warps in one iteration (shares of 65-128 tokens; shorter ones
-    are one iteration of 64 already) (B1 Hq32 Hkv8 ctx128, H200 at
-    ccb34ea: 0.0054 -> 0.0046 ms, SDPA 0.0042; 4 warps 0.0051-0.0053); their K/V ring (64 KB a stage at
-    D = 128) is why this stops where programs would have to share SMs, and at D = 256 (128 KB).
-    K/V streamed into shared memory one iteration ahead (STAGES = 2) pays when a share spans more than one
-    iteration (H200: B16 Hq40 Hkv8 ctx4096 0.235 -> 0.147 ms in a CUDA graph; qwen2.5-14b decode bs16,
-    1024-token prompt, ~2 iterations a share: 1317 -> 1381 tok/s); a share of one 64-key iteration (bs1:
-    32-token shares) only pays the bigger shared-memory footprint (108.5 -> 105.9); at 128 keys STAGES = 2
-    measured 0.0046 ms against 0.0048 with 1.
-    """
-    share = -(-max_blocks // splits) * block_size          # tokens a share spans at most
-    if 64 < share <= 128 and batch * kv_heads * splits <= sm_count and d <= 128:
-        return dict(BN=128, WARPS=8, STAGES=2)
-    return dict(BN=64, WARPS=4, STAGES=decode_stages(64, max_blocks, block_size, splits))
+    try:
+        mod = L.load("attention_decode", kernel="attention_decode_split", T=dt, BS=bs, D=d, GP=gp, DIRECT=False,
+                     **dict(tile))
+    except CompileError:
+        return None
+    return int(mod.specs["attention_decode_split"].smem_bytes)
 
 
-def decode_stages(bn: int, max_blocks: int, block_size: int, splits: int) -> int:
-    """2 (K/V streamed one iteration ahead) when a share spans at least 1.5 iterations of bn keys, else 1."""
-    return 2 if 2 * max_blocks * block_size >= 3 * bn * splits else 1
+@functools.lru_cache(maxsize=4096)
+def decode_plan(b: int, hq: int, hkv: int, d: int, max_blocks: int, block_size: int, dtype: str = "bf16",
+                sm_count: int = 132, splits: int | None = None) -> DP.Plan:
+    """attention_decode's split count and tiles for a shape: decode_model.py's model over its candidate tiles, with
+    the shared memory the compiler gives each (memoized per shape)."""
+    gp = max(16, L.next_pow2(hq // hkv))
+    sh = DP.Shape(b, hkv, hq // hkv, d, max_blocks, block_size, 4 if dtype == "f32" else 2)
+    return DP.choose(sh, lambda t: _split_smem(dtype, block_size, d, gp, tuple(sorted(t.items()))), sm_count, splits)
 
 
 @L.fastpath
@@ -246,7 +227,7 @@ def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | 
     zeros (never out of bounds).
 
     The context is split into `num_splits` shares processed by separate programs and
-    merged by a second kernel (default: `decode_splits`); 1 runs a single kernel.
+    merged by a second kernel (default: `decode_plan`'s model); 1 runs a single kernel.
     """
     dt = L.check_float("q", q, ndim=3)
     for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -276,23 +257,22 @@ def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | 
         L.untracked("a write outside a kernel")
         o[...] = 0
         return o
-    ns = int(num_splits) if num_splits is not None else decode_splits(b, hkv, maxb, bs, L.sm_count(q))
-    if not 1 <= ns <= 1024:
-        raise ValueError(M.bad_num_splits(ns))
+    if num_splits is not None and not 1 <= int(num_splits) <= 1024:
+        raise ValueError(M.bad_num_splits(num_splits))
+    pl = decode_plan(b, hq, hkv, d, maxb, bs, dt, L.sm_count(q), None if num_splits is None else int(num_splits))
+    ns = pl.splits
     table = L.contiguous(L.astype(block_table, "i32"))
     lens = L.contiguous(L.astype(seq_lens, "i32"))
     q4 = L.reshape(L.contiguous(q), (b, hkv, g, d))
-    cfg = dict(decode_config(b, hkv, d, maxb, bs, ns, L.sm_count(q)), **(config or {}))
-    if "BN" in (config or {}) and "STAGES" not in config:  # a benchmark's BN: the streaming rule at that BN
-        cfg["STAGES"] = decode_stages(cfg["BN"], maxb, bs, ns)
+    # STATIC (the plan's for one share over a table of <= 256 tokens): the whole width is walked, so the first
+    # block-table read does not wait for seq_lens (one dependent round trip fewer on a latency-bound call)
+    cfg = dict(pl.config, **(config or {}))
     direct = ns == 1
-    # one share over a table of a few iterations: walk its whole width (STATIC), so the first block-table read
-    # does not wait for seq_lens (one dependent round trip fewer on a latency-bound call)
-    cfg.setdefault("STATIC", direct and maxb * bs <= STATIC_TOKENS)
     split = L.load("attention_decode", kernel="attention_decode_split", T=dt, BS=bs, D=d,
                    GP=max(16, L.next_pow2(g)), DIRECT=direct, **cfg)  # >= 16 rows: mma.sync products
-    o_part = L.empty(q, (b, hkv, g, ns, d), "f32")
-    lse_part = L.empty(q, (b, hkv, g, ns), "f32")
+    n_o = b * hq * ns * d  # the shares' outputs and log-sum-exps in one workspace (one allocation)
+    ws = L.empty(q, (n_o + b * hq * ns,), "f32")
+    o_part, lse_part = L.reshape(ws[:n_o], (b, hkv, g, ns, d)), L.reshape(ws[n_o:], (b, hkv, g, ns))
     L.run(split, "attention_decode_split", q4, L.contiguous(k_cache), L.contiguous(v_cache), table, lens,
           o_part, lse_part, L.reshape(o, (b, hkv, g, d)), scale=_scale(scale, d))
     if not direct:
