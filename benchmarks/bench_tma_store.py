@@ -33,6 +33,8 @@ CANDIDATES = [("pers 128x128 s4", "linear_persistent", dict(BM=128, BN=128, BK=6
               ("tma 128x256 s3", "linear_persistent_tma", dict(BM=128, BN=256, BK=64, STAGES=3)),
               ("tma 256x128 s4", "linear_persistent_tma", dict(BM=256, BN=128, BK=64, STAGES=4)),
               ("tma3 128x192 s4", "linear_persistent_tma3", dict(BM=128, BC=64, BK=64, STAGES=4)),
+              ("tma5 128x160 s4", "linear_persistent_tma5", dict(BM=128, BC=32, BK=64, STAGES=4)),
+              ("tma5 64x160 s6", "linear_persistent_tma5", dict(BM=64, BC=32, BK=64, STAGES=6)),
               # half-size tiles: 4x the tile count of 128x256 (wave quantization), more bytes per FLOP
               ("tma 128x64 s6", "linear_persistent_tma", dict(BM=128, BN=64, BK=64, STAGES=6)),
               ("tc 128x128 s6", "linear", dict(BM=128, BN=128, BK=64, STAGES=6))]

@@ -128,7 +128,7 @@ def test_no_room_for_any_staging_keeps_the_register_store():
     assert tma_store(k, outer, inner, room - 1) is None
 
 
-@pytest.mark.parametrize("kernel", ["linear_persistent_tma", "linear_persistent_tma3"])
+@pytest.mark.parametrize("kernel", ["linear_persistent_tma", "linear_persistent_tma3", "linear_persistent_tma5"])
 @pytest.mark.parametrize("m,k,n", [(1, 64, 8), (100, 72, 136), (130, 200, 264)])
 def test_interpreter_agrees_with_float64(m, k, n, kernel):
     rng = np.random.default_rng(m + k + n)
@@ -146,7 +146,8 @@ def test_interpreter_agrees_with_float64(m, k, n, kernel):
 @pytest.mark.parametrize("kernel,defines", [("linear_persistent_tma", dict()), ("linear_persistent_tma", dict(BN=256)),
                                             ("linear_persistent_tma", dict(BM=256, BN=128)),
                                             ("linear_persistent_tma", dict(BM=64, BN=128, STAGES=6)),
-                                            ("linear_persistent_tma3", dict())])
+                                            ("linear_persistent_tma3", dict()), ("linear_persistent_tma5", dict()),
+                                            ("linear_persistent_tma5", dict(BM=64, STAGES=6))])
 def test_nvcc_builds_the_tma_store_kernels(tmp_path, kernel, defines):
     cu = tmp_path / "k.cu"
     cu.write_text(_file(kernel, **defines))
@@ -166,7 +167,7 @@ def test_linear_runs_the_tma_store_kernel_where_rows_are_aligned(monkeypatch, op
     import importlib
 
     lin = importlib.import_module("tilex.stdlib.linear")
-    assert lin._TMA_STORE is False and lin._TMA3 is False
+    assert lin._TMA_STORE is False and lin._TMA3 is False and lin._TMA5 is False
     monkeypatch.setattr(lin, "_TMA_STORE", opt_in)
     L = lin.L
     ran = []
@@ -200,6 +201,32 @@ def test_tma3_prediction_counts_tile_rounds(monkeypatch):
     monkeypatch.setattr(lin, "_TMA3", True)
     assert lin.path_choice("linear", "bf16", 4096, 2304, 2048)[0] == "persistent3"
     assert lin.path_choice("linear", "bf16", 4096, 2560, 2048)[0] == "persistent"
+
+
+def test_tma5_prediction_counts_tile_rounds(monkeypatch):
+    """128x160 tiles: M=511 N=5120 is 128 tiles in one round (1.25 columns of 128) against 80 of 128x256 in one round
+    of 2 and 108 of 128x192 (1.5); at M=4096 N=2304 its 480 tiles take 4 rounds (5 units) against 128x192's 4.5."""
+    import importlib
+
+    lin = importlib.import_module("tilex.stdlib.linear")
+    assert lin._tma3_us(511, 5120, dict(BM=128, BN=256), 140.0, 160) == pytest.approx(140.0 / 2 * 1.25)
+    assert lin._tma3_us(4096, 2304, dict(BM=128, BN=128), 50.0, 160) == pytest.approx(50.0 / 5 * 4 * 1.25)
+    monkeypatch.setattr(lin, "_TMA3", True)
+    monkeypatch.setattr(lin, "_TMA5", True)
+    path, tiles, _, times = lin.path_choice("linear", "bf16", 511, 5120, 13824)
+    assert path == "persistent5" and tiles == dict(BM=128, BC=32, BK=64, STAGES=4)
+    assert times["persistent5"] < times["persistent3"] < times["persistent"]
+    assert lin.path_choice("linear", "bf16", 4096, 2304, 2048)[0] == "persistent3"
+
+
+def test_five_column_blocks_one_wgmma_register_stores():
+    """linear_persistent_tma5: five [128, 32] products as one m64n160 wgmma; 32-column stores are narrower than the
+    [64, 64] TMA box, so they leave through registers."""
+    _, k = _kernel("linear_persistent_tma5")
+    assert kernel_tma_stores(k, k.info.smem_limit) == []
+    body = _cuda("linear_persistent_tma5")
+    assert "tilex_wgmma_m64n160k16_bf16_k_x5(a0, a1, a2, a3, a4" in body
+    assert body.count("tilex_store_quad<") == 5 and "tilex_tma_store_2d(&" not in body
 
 
 def test_staged_fragment_lands_where_the_tma_box_reads_it():
