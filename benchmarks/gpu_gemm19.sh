@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Session 19, branch gemm: one GPU call, each step under its own `timeout` within one deadline (a hang costs only
 # its step), logs in $OUT. Usage: OUT=/some/dir bash benchmarks/gpu_gemm19.sh [STEP ...]   (default: tma)
-#   tma   the TMA-store GEMM: GPU tests (BM=256 first, alone), compute-sanitizer memcheck, bench_tma_store.py at the
-#         losing shapes, bench_auto_matmul.py (examples/matmul.tile as shipped) at issue 17's two shapes
+#   tma   the persistent GEMMs: GPU tests (BM=256 first, alone), bench_auto_matmul.py (examples/matmul.tile as
+#         shipped) at issue 17's two shapes, bench_tma_store.py at the losing shapes, compute-sanitizer memcheck
 #   more  follow-up measurements (bench_gemm_next.py, when it exists)
 set -u
 OUT=${OUT:-/tmp/gemm19}
@@ -27,12 +27,12 @@ run_tma() {
   nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
   # the configuration that hung in session 18 (four consumer warpgroups), alone and first
   step tests_bm256 35 python3 -m pytest -q -x -m gpu tests/test_tma_store_gpu.py -k "test_linear_persistent_tma and defines5"
-  step tests_tma 60 python3 -m pytest -q -m gpu tests/test_tma_store_gpu.py -k "not defines5"
-  step sanitize 40 compute-sanitizer --tool memcheck --leak-check no python3 benchmarks/sanitize_tma_store.py
-  step bench_tma 50 python3 benchmarks/bench_tma_store.py --json "$OUT/bench_tma_store.json" \
-    --shapes 4096x2048x2304,4096x2048x2560,511x13824x5120,256x5120x55296,100x896x9728,4096x8192x8192
-  step bench_auto 30 python3 benchmarks/bench_auto_matmul.py --json "$OUT/bench_auto_matmul.json" \
+  step tests_tma 55 python3 -m pytest -q -m gpu tests/test_tma_store_gpu.py -k "not defines5"
+  step bench_auto 25 python3 benchmarks/bench_auto_matmul.py --json "$OUT/bench_auto_matmul.json" \
     --shapes 8192x8192x8192,4096x13824x5120
+  step bench_tma 50 python3 benchmarks/bench_tma_store.py --json "$OUT/bench_tma_store.json" \
+    --shapes 511x13824x5120,4096x2048x2304,256x5120x5120,256x5120x55296,4096x2048x2560,100x896x9728,4096x8192x8192
+  step sanitize 40 compute-sanitizer --tool memcheck --leak-check no python3 benchmarks/sanitize_tma_store.py
 }
 
 run_more() {
