@@ -3,7 +3,7 @@
 # its step), logs in $OUT. Usage: OUT=/some/dir bash benchmarks/gpu_gemm19.sh [STEP ...]   (default: tma)
 #   tma   the persistent GEMMs: GPU tests (BM=256 first, alone), bench_auto_matmul.py (examples/matmul.tile as
 #         shipped) at issue 17's two shapes, bench_tma_store.py at the losing shapes, compute-sanitizer memcheck
-#   more  follow-up measurements (bench_gemm_next.py, when it exists)
+#   more  the wrapper's defaults: GPU tests of its paths, memcheck, bench_shapes.py's linear grid (BUDGET_S=85)
 set -u
 OUT=${OUT:-/tmp/gemm19}
 mkdir -p "$OUT"
@@ -35,8 +35,11 @@ run_tma() {
   step sanitize 40 compute-sanitizer --tool memcheck --leak-check no python3 benchmarks/sanitize_tma_store.py
 }
 
-run_more() {
-  step bench_next 140 python3 benchmarks/bench_gemm_next.py --json "$OUT/bench_gemm_next.json"
+run_more() {  # the wrapper's new defaults (TMA stores, 128x192, 128x160): correctness, memcheck, the linear grid
+  step tests_paths 30 python3 -m pytest -q -m gpu tests/test_gemm_gpu.py -k "model_paths"
+  step sanitize 20 compute-sanitizer --tool memcheck --leak-check no python3 benchmarks/sanitize_tma_store.py
+  step grid 45 python3 benchmarks/bench_shapes.py --families linear --grid quick --no-compile --budget-s 30 \
+    --json "$OUT/bench_shapes_linear.json"
 }
 
 for s in "${@:-tma}"; do "run_$s"; done

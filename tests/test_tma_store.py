@@ -161,14 +161,16 @@ def test_nvcc_builds_the_tma_store_kernels(tmp_path, kernel, defines):
 @pytest.mark.parametrize("opt_in,n,kernel", [(True, 2304, "linear_persistent_tma"), (True, 2300, "linear_persistent"),
                                               (False, 2304, "linear_persistent")])
 def test_linear_runs_the_tma_store_kernel_where_rows_are_aligned(monkeypatch, opt_in, n, kernel):
-    """On the GPU, where the model takes the persistent path, `linear` runs linear_persistent_tma when opted in
-    (`_TMA_STORE`) and N % 8 == 0 (y's rows 16-byte aligned), else linear_persistent as before, with the same tiles
-    (the launches recorded here). Off by default: the new kernels are not on a default path until measured."""
+    """On the GPU, where the model takes the persistent path, `linear` runs linear_persistent_tma with `_TMA_STORE`
+    (the default since session 19's H200 run) and N % 8 == 0 (y's rows 16-byte aligned), else linear_persistent, with
+    the same tiles (the launches recorded here; the wider-tile paths switched off to reach the persistent one)."""
     import importlib
 
     lin = importlib.import_module("tilex.stdlib.linear")
-    assert lin._TMA_STORE is False and lin._TMA3 is False and lin._TMA5 is False
+    assert lin._TMA_STORE is True and lin._TMA3 is True and lin._TMA5 is True
     monkeypatch.setattr(lin, "_TMA_STORE", opt_in)
+    monkeypatch.setattr(lin, "_TMA3", False)
+    monkeypatch.setattr(lin, "_TMA5", False)
     L = lin.L
     ran = []
     monkeypatch.setattr(L, "kind_of", lambda *a: "torch")
@@ -181,6 +183,31 @@ def test_linear_runs_the_tma_store_kernel_where_rows_are_aligned(monkeypatch, op
     m, k = 4096, 2048
     path, tiles, _, _ = lin.path_choice("linear", "bf16", m, n, k)
     assert path == "persistent"
+    x, w = np.zeros((m, k), ml_dtypes.bfloat16), np.zeros((n, k), ml_dtypes.bfloat16)
+    lin.linear.__wrapped__(x, w) if hasattr(lin.linear, "__wrapped__") else lin.linear(x, w)
+    (name, defines), = ran
+    assert name == kernel and {d: defines[d] for d in tiles} == tiles and defines["PROGRAMS"] == 132
+
+
+@pytest.mark.parametrize("m,k,n,kernel,tiles", [
+    (4096, 2048, 2304, "linear_persistent_tma3", dict(BM=128, BC=64, BK=64, STAGES=4)),  # 1.01x cuBLAS (session 19)
+    (511, 13824, 5120, "linear_persistent_tma5", dict(BM=128, BC=32, BK=64, STAGES=4)),  # 1.02x
+    (4096, 2048, 2560, "linear_persistent_tma", dict(BM=128, BN=128, BK=64, STAGES=4)),  # 0.97x
+    (4096, 2048, 2300, "linear_persistent", dict(BM=128, BN=128, BK=64, STAGES=4))])  # N % 8 != 0: register stores
+def test_linear_defaults_take_the_measured_fastest_kernels(monkeypatch, m, k, n, kernel, tiles):
+    """With the defaults, `linear` on the GPU launches the kernel the H200 run of session 19 measured fastest at these
+    shapes (benchmarks/bench_tma_store.py), one launch, PROGRAMS = the SM count."""
+    import importlib
+
+    lin = importlib.import_module("tilex.stdlib.linear")
+    L = lin.L
+    ran, loaded = [], []
+    monkeypatch.setattr(L, "kind_of", lambda *a: "torch")
+    monkeypatch.setattr(L, "sm_count", lambda x: 132)
+    real_load = L.load
+    monkeypatch.setattr(L, "load", lambda *a, **d: loaded.append(d) or real_load(*a, **d))
+    monkeypatch.setattr(L, "run", lambda mod, name, *args, **kw: ran.append((name, loaded[-1])))
+    monkeypatch.setattr(lin, "_tuned", lambda kernel, dt, m, n, k, default, **s: dict(default))
     x, w = np.zeros((m, k), ml_dtypes.bfloat16), np.zeros((n, k), ml_dtypes.bfloat16)
     lin.linear.__wrapped__(x, w) if hasattr(lin.linear, "__wrapped__") else lin.linear(x, w)
     (name, defines), = ran
