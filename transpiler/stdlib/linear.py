@@ -155,14 +155,15 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
     best = ("tc", tc, 1, t_tc)
     if kernel == "linear" and _PERSISTENT:
         per, t_per = _estimate_us("linear_persistent", dt, dict(M=m, N=n, K=k), dict(_PERSISTENT_SPACE, PROGRAMS=(SMS,)))
+        t_reg = t_per  # with register stores
         if _TMA_STORE and n % 8 == 0:  # linear_persistent_tma: each tile round's epilogue shorter
             t_per -= TMA_STORE_SAVES_US * _rounds(m, n, per["BM"], per["BN"]) * per["BN"] / 128
         times["persistent"] = t_per
         if t_per < best[3]:
             best = ("persistent", {n_: v for n_, v in per.items() if n_ != "PROGRAMS"}, 1, t_per)
-        for wide, (on, _, tiles, cols) in _WIDE.items():
+        for wide, (on, _, tiles, cols, by_tma) in _WIDE.items():
             if globals()[on] and n % 8 == 0:
-                t3 = _tma3_us(m, n, per, t_per, cols)
+                t3 = _tma3_us(m, n, per, t_per if by_tma else t_reg, cols)
                 times[wide] = t3
                 if t3 < best[3] * TMA3_MARGIN:
                     best = (wide, dict(tiles), 1, t3)
@@ -194,9 +195,9 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
 _TMA3 = True
 _TMA5 = True
 _TMA3_TILES = dict(BM=128, BC=64, BK=64, STAGES=4)
-# path: (its switch, kernel, tiles, columns a tile)
-_WIDE = {"persistent3": ("_TMA3", "linear_persistent_tma3", _TMA3_TILES, 192),
-         "persistent5": ("_TMA5", "linear_persistent_tma5", dict(BM=128, BC=32, BK=64, STAGES=4), 160)}
+# path: (its switch, kernel, tiles, columns a tile, whether its stores go by TMA: 64-column blocks)
+_WIDE = {"persistent3": ("_TMA3", "linear_persistent_tma3", _TMA3_TILES, 192, True),
+         "persistent5": ("_TMA5", "linear_persistent_tma5", dict(BM=128, BC=32, BK=64, STAGES=4), 160, False)}
 TMA3_MARGIN = 0.97  # taken when predicted 3% faster
 
 
