@@ -8,8 +8,9 @@ Each candidate is first checked against torch (f32 reference, relative Frobenius
 CUDA graph of R back-to-back launches (R ~ 2 ms of work), replayed 5 times after warm-up: median ms per launch.
 Weights are scaled by 1/sqrt(K) as trained weights are (the clock depends on the data). ratio = cuBLAS / tilex.
 
-Known issue: on the H200 (session 18, c96ce2f) this benchmark hung in its first synchronize; the GPU tests in the same
-run hung only at BM = 256 (four consumer warpgroups), so that candidate ("tma 256x128") is not timed until fixed.
+On the H200 (session 18, c96ce2f) this benchmark hung in its first synchronize, at the 256x128 candidate (four
+consumer warpgroups asked more registers by setmaxnreg than the block held; fixed in session 19, codegen/matmul.py
+`register_split`).
 """
 from __future__ import annotations
 
@@ -30,7 +31,10 @@ CANDIDATES = [("pers 128x128 s4", "linear_persistent", dict(BM=128, BN=128, BK=6
               ("pers 128x256 s4", "linear_persistent", dict(BM=128, BN=256, BK=64, STAGES=4)),
               ("tma 128x256 s4", "linear_persistent_tma", dict(BM=128, BN=256, BK=64, STAGES=4)),
               ("tma 128x256 s3", "linear_persistent_tma", dict(BM=128, BN=256, BK=64, STAGES=3)),
+              ("tma 256x128 s4", "linear_persistent_tma", dict(BM=256, BN=128, BK=64, STAGES=4)),
               ("tma3 128x192 s4", "linear_persistent_tma3", dict(BM=128, BC=64, BK=64, STAGES=4)),
+              ("tma5 128x160 s4", "linear_persistent_tma5", dict(BM=128, BC=32, BK=64, STAGES=4)),
+              ("tma5 64x160 s6", "linear_persistent_tma5", dict(BM=64, BC=32, BK=64, STAGES=6)),
               # half-size tiles: 4x the tile count of 128x256 (wave quantization), more bytes per FLOP
               ("tma 128x64 s6", "linear_persistent_tma", dict(BM=128, BN=64, BK=64, STAGES=6)),
               ("tc 128x128 s6", "linear", dict(BM=128, BN=128, BK=64, STAGES=6))]

@@ -106,7 +106,10 @@ def test_linear_splitk_tiles(torch, mnks, cfg):
 
 
 @pytest.mark.parametrize("mkn", [(100, 896, 9728), (100, 14336, 3584), (511, 13824, 5120), (4096, 2048, 2304),
-                                 (256, 5120, 5120), (3, 4096, 1000), (64, 5120, 5120), (777, 1536, 999)])
+                                 (256, 5120, 5120), (3, 4096, 1000), (64, 5120, 5120), (777, 1536, 999),
+                                 # the defaults of session 19 at odd sizes: 128x192 tiles (persistent3), 128x160
+                                 # (persistent5), TMA-stored 128x128 (persistent, N % 8 == 0)
+                                 (4001, 1032, 4600), (509, 4104, 5128), (3001, 1032, 2296), (333, 2056, 4808)])
 def test_stdlib_linear_model_paths(torch, mkn):
     import tilex.stdlib as S
 

@@ -128,7 +128,7 @@ def test_no_room_for_any_staging_keeps_the_register_store():
     assert tma_store(k, outer, inner, room - 1) is None
 
 
-@pytest.mark.parametrize("kernel", ["linear_persistent_tma", "linear_persistent_tma3"])
+@pytest.mark.parametrize("kernel", ["linear_persistent_tma", "linear_persistent_tma3", "linear_persistent_tma5"])
 @pytest.mark.parametrize("m,k,n", [(1, 64, 8), (100, 72, 136), (130, 200, 264)])
 def test_interpreter_agrees_with_float64(m, k, n, kernel):
     rng = np.random.default_rng(m + k + n)
@@ -146,7 +146,8 @@ def test_interpreter_agrees_with_float64(m, k, n, kernel):
 @pytest.mark.parametrize("kernel,defines", [("linear_persistent_tma", dict()), ("linear_persistent_tma", dict(BN=256)),
                                             ("linear_persistent_tma", dict(BM=256, BN=128)),
                                             ("linear_persistent_tma", dict(BM=64, BN=128, STAGES=6)),
-                                            ("linear_persistent_tma3", dict())])
+                                            ("linear_persistent_tma3", dict()), ("linear_persistent_tma5", dict()),
+                                            ("linear_persistent_tma5", dict(BM=64, STAGES=6))])
 def test_nvcc_builds_the_tma_store_kernels(tmp_path, kernel, defines):
     cu = tmp_path / "k.cu"
     cu.write_text(_file(kernel, **defines))
@@ -160,14 +161,16 @@ def test_nvcc_builds_the_tma_store_kernels(tmp_path, kernel, defines):
 @pytest.mark.parametrize("opt_in,n,kernel", [(True, 2304, "linear_persistent_tma"), (True, 2300, "linear_persistent"),
                                               (False, 2304, "linear_persistent")])
 def test_linear_runs_the_tma_store_kernel_where_rows_are_aligned(monkeypatch, opt_in, n, kernel):
-    """On the GPU, where the model takes the persistent path, `linear` runs linear_persistent_tma when opted in
-    (`_TMA_STORE`) and N % 8 == 0 (y's rows 16-byte aligned), else linear_persistent as before, with the same tiles
-    (the launches recorded here). Off by default: the new kernels are not on a default path until measured."""
+    """On the GPU, where the model takes the persistent path, `linear` runs linear_persistent_tma with `_TMA_STORE`
+    (the default since session 19's H200 run) and N % 8 == 0 (y's rows 16-byte aligned), else linear_persistent, with
+    the same tiles (the launches recorded here; the wider-tile paths switched off to reach the persistent one)."""
     import importlib
 
     lin = importlib.import_module("tilex.stdlib.linear")
-    assert lin._TMA_STORE is False and lin._TMA3 is False
+    assert lin._TMA_STORE is True and lin._TMA3 is True and lin._TMA5 is True
     monkeypatch.setattr(lin, "_TMA_STORE", opt_in)
+    monkeypatch.setattr(lin, "_TMA3", False)
+    monkeypatch.setattr(lin, "_TMA5", False)
     L = lin.L
     ran = []
     monkeypatch.setattr(L, "kind_of", lambda *a: "torch")
@@ -180,6 +183,31 @@ def test_linear_runs_the_tma_store_kernel_where_rows_are_aligned(monkeypatch, op
     m, k = 4096, 2048
     path, tiles, _, _ = lin.path_choice("linear", "bf16", m, n, k)
     assert path == "persistent"
+    x, w = np.zeros((m, k), ml_dtypes.bfloat16), np.zeros((n, k), ml_dtypes.bfloat16)
+    lin.linear.__wrapped__(x, w) if hasattr(lin.linear, "__wrapped__") else lin.linear(x, w)
+    (name, defines), = ran
+    assert name == kernel and {d: defines[d] for d in tiles} == tiles and defines["PROGRAMS"] == 132
+
+
+@pytest.mark.parametrize("m,k,n,kernel,tiles", [
+    (4096, 2048, 2304, "linear_persistent_tma3", dict(BM=128, BC=64, BK=64, STAGES=4)),  # 1.01x cuBLAS (session 19)
+    (511, 13824, 5120, "linear_persistent_tma5", dict(BM=128, BC=32, BK=64, STAGES=4)),  # 1.02x
+    (4096, 2048, 2560, "linear_persistent_tma", dict(BM=128, BN=128, BK=64, STAGES=4)),  # 0.97x
+    (4096, 2048, 2300, "linear_persistent", dict(BM=128, BN=128, BK=64, STAGES=4))])  # N % 8 != 0: register stores
+def test_linear_defaults_take_the_measured_fastest_kernels(monkeypatch, m, k, n, kernel, tiles):
+    """With the defaults, `linear` on the GPU launches the kernel the H200 run of session 19 measured fastest at these
+    shapes (benchmarks/bench_tma_store.py), one launch, PROGRAMS = the SM count."""
+    import importlib
+
+    lin = importlib.import_module("tilex.stdlib.linear")
+    L = lin.L
+    ran, loaded = [], []
+    monkeypatch.setattr(L, "kind_of", lambda *a: "torch")
+    monkeypatch.setattr(L, "sm_count", lambda x: 132)
+    real_load = L.load
+    monkeypatch.setattr(L, "load", lambda *a, **d: loaded.append(d) or real_load(*a, **d))
+    monkeypatch.setattr(L, "run", lambda mod, name, *args, **kw: ran.append((name, loaded[-1])))
+    monkeypatch.setattr(lin, "_tuned", lambda kernel, dt, m, n, k, default, **s: dict(default))
     x, w = np.zeros((m, k), ml_dtypes.bfloat16), np.zeros((n, k), ml_dtypes.bfloat16)
     lin.linear.__wrapped__(x, w) if hasattr(lin.linear, "__wrapped__") else lin.linear(x, w)
     (name, defines), = ran
@@ -200,6 +228,32 @@ def test_tma3_prediction_counts_tile_rounds(monkeypatch):
     monkeypatch.setattr(lin, "_TMA3", True)
     assert lin.path_choice("linear", "bf16", 4096, 2304, 2048)[0] == "persistent3"
     assert lin.path_choice("linear", "bf16", 4096, 2560, 2048)[0] == "persistent"
+
+
+def test_tma5_prediction_counts_tile_rounds(monkeypatch):
+    """128x160 tiles: M=511 N=5120 is 128 tiles in one round (1.25 columns of 128) against 80 of 128x256 in one round
+    of 2 and 108 of 128x192 (1.5); at M=4096 N=2304 its 480 tiles take 4 rounds (5 units) against 128x192's 4.5."""
+    import importlib
+
+    lin = importlib.import_module("tilex.stdlib.linear")
+    assert lin._tma3_us(511, 5120, dict(BM=128, BN=256), 140.0, 160) == pytest.approx(140.0 / 2 * 1.25)
+    assert lin._tma3_us(4096, 2304, dict(BM=128, BN=128), 50.0, 160) == pytest.approx(50.0 / 5 * 4 * 1.25)
+    monkeypatch.setattr(lin, "_TMA3", True)
+    monkeypatch.setattr(lin, "_TMA5", True)
+    path, tiles, _, times = lin.path_choice("linear", "bf16", 511, 5120, 13824)
+    assert path == "persistent5" and tiles == dict(BM=128, BC=32, BK=64, STAGES=4)
+    assert times["persistent5"] < times["persistent3"] < times["persistent"]
+    assert lin.path_choice("linear", "bf16", 4096, 2304, 2048)[0] == "persistent3"
+
+
+def test_five_column_blocks_one_wgmma_register_stores():
+    """linear_persistent_tma5: five [128, 32] products as one m64n160 wgmma; 32-column stores are narrower than the
+    [64, 64] TMA box, so they leave through registers."""
+    _, k = _kernel("linear_persistent_tma5")
+    assert kernel_tma_stores(k, k.info.smem_limit) == []
+    body = _cuda("linear_persistent_tma5")
+    assert "tilex_wgmma_m64n160k16_bf16_k_x5(a0, a1, a2, a3, a4" in body
+    assert body.count("tilex_store_quad<") == 5 and "tilex_tma_store_2d(&" not in body
 
 
 def test_staged_fragment_lands_where_the_tma_box_reads_it():

@@ -83,9 +83,25 @@ def wgmma_wrapper(n: int, dt, tnsp_b: bool, parts: int = 1, a_regs: bool = False
     return name, str(text)
 
 
-def consumer_regs(consumers: int) -> int:
-    per = (REGISTER_FILE - PRODUCER_REGS * 128) // consumers
-    return min(240, per - per % 8)
+def launch_regs(threads: int, min_blocks: int = 1) -> int:
+    """Registers per thread a block of `threads` holds at launch: what `__launch_bounds__(threads, min_blocks)` lets
+    ptxas give it (the register file over the resident threads, in the allocation's steps of 8, at most 255), and
+    what ptxas gives a kernel that runs setmaxnreg up to that bound (nvcc 13.0: 168 at 384 threads, 96 at 640; at
+    256 threads the largest setmaxnreg count, 240)."""
+    return min(255, REGISTER_FILE // (threads * max(1, min_blocks))) // 8 * 8
+
+
+def register_split(consumers: int, producers: int = 128, min_blocks: int = 1) -> tuple[int, int]:
+    """(producer, consumer) registers per thread for setmaxnreg.dec / .inc in a warp-specialized block of
+    `consumers` + `producers` threads. setmaxnreg moves registers through a pool of the block's own: .dec gives
+    the producer's surplus to it and .inc waits until the pool holds what it asks, so the consumers may take only
+    what the block held at launch, `launch_regs` per thread, less the producer's share. Asking more blocks a
+    consumer warpgroup forever (four consumer warpgroups asked 112 of a 96-register launch: the session-18 hang
+    at BM=256); tests/test_gemm_registers.py checks the sum against ptxas's count."""
+    held = launch_regs(consumers + producers, min_blocks)
+    dec = min(PRODUCER_REGS, held)
+    inc = (held * (consumers + producers) - dec * producers) // consumers // 8 * 8
+    return dec, min(240, inc)  # above 240 ptxas holds 240 at launch (1 consumer warpgroup: 256 threads)
 
 
 def render_mma(em, s, plan: MatmulPlan) -> dict:
@@ -172,7 +188,13 @@ def render_wgmma(em, s, plan: MatmulPlan) -> dict:
     return dict(text=_text(s), stages=plan.stages, bm=bm, bn=bn, bk=bk, bk2=bk * item // 2, consumers=plan.consumers,
                 stage_bytes=offset, boxes=boxes, products=products, group=group, merged=merged, var=s.var,
                 start=em.expr.scalar(s.start), stop=em.expr.scalar(s.stop), step=em.expr.scalar(s.step),
-                producer_regs=PRODUCER_REGS, consumer_regs=consumer_regs(plan.consumers))
+                **_registers(em.facts.k, plan))
+
+
+def _registers(k: A.Kernel, plan: MatmulPlan) -> dict:
+    """The setmaxnreg counts of a warp-specialized loop in kernel `k` (its launch bounds: codegen's `_min_blocks`)."""
+    dec, inc = register_split(plan.consumers, plan.producers, getattr(k.info, "min_blocks", 0) or 1)
+    return dict(producer_regs=dec, consumer_regs=inc)
 
 
 def _plus(expr: str, c: int) -> str:

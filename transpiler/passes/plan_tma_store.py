@@ -10,8 +10,9 @@ region), and the consumers start the next tile at once; a warpgroup waits for it
 the buffer only when it next fills it.
 
 Opt-in and not yet on any default path: on the H200 (session 18) linear_persistent_tma matched torch at odd sizes with
-128x128, 128x256, 64x128 and 128x64 tiles, but HUNG with BM = 256 (four consumer warpgroups, named barriers 2..5): a
-deadlock not yet found, that configuration's GPU test is not run until it is. A kernel asks for it with the compile-time parameter `TMA_STORE: bool = True`.
+128x128, 128x256, 64x128 and 128x64 tiles, and hung with BM = 256 (four consumer warpgroups): not this pass's
+barriers but the consumers' setmaxnreg.inc asking more registers than the block held (fixed in session 19,
+codegen/matmul.py `register_split`). A kernel asks for it with the compile-time parameter `TMA_STORE: bool = True`.
 Qualifies: each `T[r : r + BM, c : c + BN] = v` among the statements after the main loop in the tile
 loop's body (not nested in an `if`) that stores a whole accumulator-shaped tile into a rank-2 bf16/f16 tensor
 whose row pitch is provably a multiple of 16 bytes (a `where` fact, no launch-time wish is recorded), with

@@ -8,10 +8,10 @@ interpreter). Everywhere else (`path_choice`) tilex.autoconfig's resource model 
 the one-pass `linear` / `linear_bias` over `_SPACE` (BM, BN, stages), `linear_persistent` (one block per SM walking
 the tiles; no bias) and `linear_splitk_tiles` + `splitk_sum(_bias)` (K split S ways, any M) and takes the fastest
 (split-K only when predicted SPLIT_MARGIN faster), memoized per shape; `gated_mlp` takes its tiles from the same
-model (`_model_config`), `gated_mlp_persistent` for its 128x128 4-stage tile. Opt-in and off (not yet timed; on the H200 in session 18 `linear_persistent_tma` passed at 1-2 consumer warpgroups and hung
-at 4): `_TMA_STORE` (the
-persistent path runs `linear_persistent_tma`, tiles stored from shared memory by TMA, where N % 8 == 0) and `_TMA3`
-(a `linear_persistent_tma3` path, 128 x 192 tiles). A configuration stored by
+model (`_model_config`), `gated_mlp_persistent` for its 128x128 4-stage tile. On by default since the H200 run of session 19 (benchmarks/bench_tma_store.py; switches for A/B): `_TMA_STORE` (the
+persistent path runs `linear_persistent_tma`, tiles stored from shared memory by TMA, where N % 8 == 0: 0.78 -> 0.91x
+cuBLAS at M=4096 K=2048 N=2304 with 128x128 tiles), `_TMA3` (a `linear_persistent_tma3` path, 128 x 192 tiles: 1.01x
+there) and `_TMA5` (`linear_persistent_tma5`, 128 x 160 tiles: 1.02x at M=511 K=13824 N=5120, from 0.73x). A configuration stored by
 `tilex tune` for the shape's bucket overrides the one-pass tiles.
 """
 from __future__ import annotations
@@ -34,9 +34,10 @@ _SPLITK = dict(BM=64, BN=256, BK=64, STAGES=4)  # `tilex tune` on an H200, M=16 
 # large M without a bias (and the gated MLP): one block per SM walks the tiles (the ring refills during
 # the epilogue); 1.01-1.03x the one-tile-per-block kernel on the H200 (benchmarks/bench_persistent.py)
 _PERSISTENT = True
-# opt-in (not yet measured on a GPU): the persistent path stores its tiles from shared memory by TMA where y's rows
-# are 16-byte aligned (N % 8 == 0), linear_persistent_tma (docs/stdlib.md); False: linear_persistent's register stores
-_TMA_STORE = False
+# the persistent path stores its tiles from shared memory by TMA where y's rows are 16-byte aligned (N % 8 == 0),
+# linear_persistent_tma (docs/stdlib.md); False: linear_persistent's register stores (H200, session 19, same tiles:
+# 0.62-0.87x -> 0.65-0.98x cuBLAS at the seven shapes of bench_tma_store.py, every one faster)
+_TMA_STORE = True
 SMS = 132  # streaming multiprocessors of an H100/H200: enough tiles to fill them twice needs no split
 
 
@@ -118,7 +119,7 @@ def _model_config(kernel: str, dt: str, m: int, n: int, k: int, space: dict, tab
 _SPLIT_SPACE = dict(BM=(64, 128), BN=(128, 256), BK=(64,), STAGES=(4,))
 _PERSISTENT_SPACE = dict(BM=(128,), BN=(128, 256), BK=(64,), STAGES=(4,))
 _SPLIT_S = (2, 4, 8)  # powers of two: the model buckets S <= 16 that way
-_PATHS: dict = {}  # (kernel, dtype, m, n, k, _TMA3) -> (path, tiles, S, {path: predicted us})
+_PATHS: dict = {}  # (kernel, dtype, m, n, k, switches) -> (path, tiles, S, {path: predicted us})
 
 
 def _estimate_us(kernel: str, dt: str, shapes: dict, space: dict) -> tuple[dict, float]:
@@ -143,8 +144,9 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
     (path, tiles, S, {candidate: predicted us}). "tc": one pass of `kernel` with the model's tiles over `_SPACE`;
     "splitk": linear_splitk_tiles over K shares (S) + splitk_sum(_bias), each predicted by the same model from
     its IR (the partials' bytes included), when that is predicted faster; "persistent" (linear_persistent) and,
-    with `_TMA3`, "persistent3" (linear_persistent_tma3, 128 x 192 tiles, `_tma3_us`). Memoized per shape."""
-    key = (kernel, dt, m, n, k, _TMA3)
+    with `_TMA3` / `_TMA5`, "persistent3" / "persistent5" (linear_persistent_tma3 / _tma5, 128 x 192 / 128 x 160
+    tiles, `_tma3_us`). Memoized per shape."""
+    key = (kernel, dt, m, n, k, _TMA_STORE, _TMA3, _TMA5, TMA_STORE_SAVES_US)
     hit = _PATHS.get(key)
     if hit is not None:
         return hit
@@ -153,16 +155,18 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
     best = ("tc", tc, 1, t_tc)
     if kernel == "linear" and _PERSISTENT:
         per, t_per = _estimate_us("linear_persistent", dt, dict(M=m, N=n, K=k), dict(_PERSISTENT_SPACE, PROGRAMS=(SMS,)))
+        t_reg = t_per  # with register stores
         if _TMA_STORE and n % 8 == 0:  # linear_persistent_tma: each tile round's epilogue shorter
             t_per -= TMA_STORE_SAVES_US * _rounds(m, n, per["BM"], per["BN"]) * per["BN"] / 128
         times["persistent"] = t_per
         if t_per < best[3]:
             best = ("persistent", {n_: v for n_, v in per.items() if n_ != "PROGRAMS"}, 1, t_per)
-        if _TMA3 and n % 8 == 0:
-            t3 = _tma3_us(m, n, per, t_per)
-            times["persistent3"] = t3
-            if t3 < best[3] * TMA3_MARGIN:
-                best = ("persistent3", dict(_TMA3_TILES), 1, t3)
+        for wide, (on, _, tiles, cols, by_tma) in _WIDE.items():
+            if globals()[on] and n % 8 == 0:
+                t3 = _tma3_us(m, n, per, t_per if by_tma else t_reg, cols)
+                times[wide] = t3
+                if t3 < best[3] * TMA3_MARGIN:
+                    best = (wide, dict(tiles), 1, t3)
     summer = "splitk_sum_bias" if kernel == "linear_bias" else "splitk_sum"
     split = None
     for s in _split_shares(m, n, k):
@@ -185,13 +189,21 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
 # reads that kernel as three 128x64 products (x counted thrice, n = 64 wgmmas), so its time is derived from the
 # persistent kernel's prediction instead: the same time per tile column of 128 (the FLOP rate of 128x128, ncu: both
 # tile shapes keep the tensor pipe ~75% busy while an SM is active), times the tile rounds each needs on SMS SMs.
-# Opt-in (not yet measured on a GPU)
-_TMA3 = False
+# linear_persistent_tma5 (five 32-column products, 128 x 160 tiles) likewise. On since session 19's H200 run: the model's
+# picks there were the measured fastest kernels (M=4096 K=2048 N=2304: 128x192 0.0541 ms, cuBLAS 0.0549; M=511 K=13824
+# N=5120: 128x160 0.0996, cuBLAS 0.1012, 128x192 0.1067, 128x256 0.1345)
+_TMA3 = True
+_TMA5 = True
 _TMA3_TILES = dict(BM=128, BC=64, BK=64, STAGES=4)
+# path: (its switch, kernel, tiles, columns a tile, whether its stores go by TMA: 64-column blocks)
+_WIDE = {"persistent3": ("_TMA3", "linear_persistent_tma3", _TMA3_TILES, 192, True),
+         "persistent5": ("_TMA5", "linear_persistent_tma5", dict(BM=128, BC=32, BK=64, STAGES=4), 160, False)}
 TMA3_MARGIN = 0.97  # taken when predicted 3% faster
 
 
-TMA_STORE_SAVES_US = 0.0  # per 128 columns of a tile round: the register epilogue's time less the TMA store's
+# per 128 columns of a tile round: the register epilogue's time less the TMA store's (H200, session 19, same tiles:
+# 1.5-2.0 us at 128x128 (M=100 K=896 N=9728; M=4096 K=2048 N=2304/2560), 2.4 at 128x256 (M=511 K=13824 N=5120))
+TMA_STORE_SAVES_US = 2.0
 
 
 def _rounds(m: int, n: int, bm: int, bn: int) -> int:
@@ -199,10 +211,11 @@ def _rounds(m: int, n: int, bm: int, bn: int) -> int:
     return -(-(-(-m // bm) * -(-n // bn)) // SMS)
 
 
-def _tma3_us(m: int, n: int, per: dict, t_per: float) -> float:
-    """Predicted us of linear_persistent_tma3 at M x N from the persistent kernel's tiles `per` and time `t_per`."""
+def _tma3_us(m: int, n: int, per: dict, t_per: float, cols: int = 192) -> float:
+    """Predicted us of a persistent kernel of 128 x `cols` tiles (linear_persistent_tma3: 192, _tma5: 160) at M x N
+    from the persistent kernel's tiles `per` and time `t_per`: the same time per 128 columns of a tile round."""
     unit = t_per / (_rounds(m, n, per["BM"], per["BN"]) * per["BN"] / 128)  # us per 128 columns of a tile round
-    return unit * _rounds(m, n, 128, 192) * 1.5
+    return unit * _rounds(m, n, 128, cols) * cols / 128
 
 
 SPLIT_LAUNCH_US = 2.0  # the second launch (splitk_sum) and the dependency between the two, in a CUDA graph
@@ -317,8 +330,8 @@ def linear(x, weight, bias=None):
             if path == "persistent" and gpu and cfg == tiles:
                 kernel = "linear_persistent_tma" if n % 8 == 0 and _TMA_STORE else "linear_persistent"
                 cfg = dict(cfg, PROGRAMS=L.sm_count(x2))
-            elif path == "persistent3":
-                kernel, cfg = "linear_persistent_tma3", dict(tiles, PROGRAMS=L.sm_count(x2))
+            elif path in _WIDE:
+                kernel, cfg = _WIDE[path][1], dict(tiles, PROGRAMS=L.sm_count(x2))
         else:
             kernel, cfg = "linear_any", dict(BM=64 if m > 16 else 16, BN=128 if m > 16 else 64, BK=32, STAGES=4)
             if bias is not None:
