@@ -39,7 +39,7 @@ case "${1:-}" in
     tail -16 "$LOG/bench_tma_store.log"
     tar czf "$OUT/logs.tgz" -C "$LOG" . ;;
   bench)
-    t bench_shapes 230 python3 benchmarks/bench_shapes.py --grid quick --budget-s 200 --json "$LOG/bench_shapes.json"
+    t bench_shapes 230 python3 benchmarks/bench_shapes.py --grid quick ${GRID_FAMILIES:+--families $GRID_FAMILIES} --budget-s 200 --json "$LOG/bench_shapes.json"
     grep -A16 "^family" "$LOG/bench_shapes.log" | head -20
     t bench_backend 230 python3 benchmarks/bench_backend.py --layers 2 --budget 45 --steps 16 --json "$LOG/backend.json"
     tail -30 "$LOG/bench_backend.log"
@@ -50,7 +50,7 @@ case "${1:-}" in
     SHARD_TIMEOUT=${SHARD_TIMEOUT:-200} OUT=$LOG bash benchmarks/gpu_tests_parallel.sh 8 "gpu and not slow" tests 2>&1 | tee "$LOG/gpu_tests.log"
     tar czf "$OUT/logs.tgz" -C "$LOG" .
     [ "${EAGER_S:-45}" -gt 0 ] && t bench_eager "${EAGER_S:-45}" python3 benchmarks/bench_eager.py --reps 60 --engine-reps 3 --json "$LOG/bench_eager.json" && tail -8 "$LOG/bench_eager.log"
-    t bench_shapes "${GRID_S:-140}" python3 benchmarks/bench_shapes.py --grid quick --budget-s $(( ${GRID_S:-140} - 25 )) --json "$LOG/bench_shapes.json"
+    t bench_shapes "${GRID_S:-140}" python3 benchmarks/bench_shapes.py --grid quick ${GRID_FAMILIES:+--families $GRID_FAMILIES} --budget-s $(( ${GRID_S:-140} - 25 )) --json "$LOG/bench_shapes.json"
     grep -A16 "^family" "$LOG/bench_shapes.log" | head -20
     t bench_backend "${BACKEND_S:-95}" python3 benchmarks/bench_backend.py --layers 2 --only eager,inductor-ro,tilex-cg --budget $(( ${BACKEND_S:-95} / 3 )) --steps 8 --json "$LOG/backend.json"
     tail -30 "$LOG/bench_backend.log"
