@@ -95,11 +95,17 @@ class Engine:
                  block_size: int = 16, max_batch: int = 64, max_seq_len: int | None = None,
                  use_graph: bool = True, prefill_attention: str = "dense", dtype: str = "bf16",
                  graph_prefill: bool = False, mlp: str = "auto", ops: Ops | None = None,
-                 fuse_qkv: bool = True, fuse_norm: bool = True):
-        self.cfg, self.backend, self.dtype = cfg, backend, dtype
+                 fuse_qkv: bool = True, fuse_norm: bool = True, tp=None):
+        """`tp`: a parallel.TensorParallel; `weights` are then this rank's shard, the model and
+        the KV cache hold the rank's heads, and every rank returns the same full logits."""
+        self.cfg, self.backend, self.dtype, self.tp = cfg, backend, dtype, tp
         self.ops = ops or Ops(backend=backend)
-        self.model = Model(cfg, weights, backend, self.ops, prefill_attention, mlp, fuse_qkv, fuse_norm)
-        self.cache = PagedKVCache(cfg, backend, dtype, num_blocks, block_size)
+        local = cfg if tp is None else tp.plan.local_config()
+        if tp is not None and tp.cfg != cfg:
+            raise ValueError("tp was planned for another model config")
+        self.model = Model(local, weights, backend, self.ops, prefill_attention, mlp, fuse_qkv, fuse_norm,
+                           tp=tp)
+        self.cache = PagedKVCache(local, backend, dtype, num_blocks, block_size)
         self.max_batch = max_batch
         self.max_seq_len = max_seq_len or min(cfg.max_position_embeddings, (num_blocks - 1) * block_size)
         self.max_blocks = -(-self.max_seq_len // block_size)
