@@ -10,7 +10,8 @@ of the decode batch that have finished (or padding rows) write and read there, s
 captured decode step always runs the same fixed-size batch.
 
 Decode step on the GPU: all per-step metadata (ids, positions, slots, lengths, block
-table) is one pinned int32 host buffer copied to one device buffer of fixed address; the
+table, and under TP the ids shifted to the rank's vocabulary shard) is one pinned int32 host
+buffer copied to one device buffer of fixed address; the
 forward (and the greedy argmax) is captured once per batch size with
 `torch.cuda.graph` and replayed every step. Sampling with temperature runs after the
 replay (its seed changes every step).
@@ -115,8 +116,10 @@ class Engine:
         self.prefill_graphs = {}  # prompt lengths -> (graph, device metadata, logits)
         self._pool = None
         mb, nb = max_batch, self.max_blocks
-        # decode metadata: [ids | positions | slots | seq_lens] (4 x max_batch) + block table
-        self._meta_len = 4 * mb + mb * nb
+        # decode metadata: [ids | positions | slots | seq_lens | ids_local] (5 x max_batch) + block
+        # table; ids_local = ids - the first vocabulary row of this rank's embedding shard (TP)
+        self._vocab_lo = 0 if tp is None else tp.plan.span("vocab")[0]
+        self._meta_len = 5 * mb + mb * nb
         if backend.is_gpu():
             import torch
 
@@ -131,14 +134,15 @@ class Engine:
     def _decode_views(self, arr, B):
         mb, nb = self.max_batch, self.max_blocks
         return (arr[0:mb][:B], arr[mb:2 * mb][:B], arr[2 * mb:3 * mb][:B], arr[3 * mb:4 * mb][:B],
-                arr[4 * mb:].reshape(mb, nb)[:B])
+                arr[5 * mb:].reshape(mb, nb)[:B], arr[4 * mb:5 * mb][:B])
 
     def _decode_batch(self, B) -> Batch:
-        ids, pos, slots, lens, table = self._decode_views(self._meta_dev, B)
-        return Batch(ids=ids, positions=pos, slot_mapping=slots, block_table=table, seq_lens=lens)
+        ids, pos, slots, lens, table, ids_local = self._decode_views(self._meta_dev, B)
+        return Batch(ids=ids, positions=pos, slot_mapping=slots, block_table=table, seq_lens=lens,
+                     ids_local=None if self.tp is None else ids_local)
 
     def _fill_decode_meta(self, seqs, B):
-        ids, pos, slots, lens, table = self._decode_views(self._meta_np, B)
+        ids, pos, slots, lens, table, ids_local = self._decode_views(self._meta_np, B)
         table[...] = 0
         for i in range(B):
             s = seqs[i] if i < len(seqs) else None
@@ -149,6 +153,7 @@ class Engine:
             self.cache.ensure(s.blocks, p + 1)
             ids[i], pos[i], slots[i], lens[i] = s.tokens[-1], p, self.cache.slot(s.blocks, p), p + 1
             table[i, :len(s.blocks)] = s.blocks
+        ids_local[...] = ids - self._vocab_lo
         if self.backend.is_gpu():
             self._meta_dev.copy_(self._meta_host, non_blocking=True)
 
@@ -180,6 +185,8 @@ class Engine:
             last.append(t - 1)
         host = dict(ids=ids, positions=pos, slot_mapping=slots, block_table=table,
                     seq_lens=pos + 1, last_idx=np.asarray(last, np.int32))
+        if self.tp is not None:
+            host["ids_local"] = ids - np.int32(self._vocab_lo)
         return host, tuple(ranges)
 
     # -- steps --------------------------------------------------------------------------

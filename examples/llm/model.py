@@ -76,6 +76,7 @@ class Batch:
     each query row its sequence's blocks and the number of keys it sees (position + 1);
     last_idx: [B] rows whose logits are wanted (None: every row, as in decode).
     seq_ranges: host (start, end) of each sequence's tokens, for dense prefill attention.
+    ids_local: [T] ids - the rank's first vocabulary row (tensor parallel only).
     """
     ids: object
     positions: object
@@ -84,6 +85,7 @@ class Batch:
     seq_lens: object
     last_idx: object = None
     seq_ranges: tuple = ()
+    ids_local: object = None
 
 
 class Layer:
@@ -256,7 +258,10 @@ class Model:
         cfg, ops = self.cfg, self.ops
         T = b.ids.shape[0]
         hq, d, eps = cfg.num_heads, cfg.head_dim, cfg.rms_norm_eps
-        h = ops.embedding(b.ids, self.embed)
+        if self.tp is None:
+            h = ops.embedding(b.ids, self.embed)
+        else:  # a vocabulary shard: zero rows for the ids of other ranks, summed over ranks
+            h = self.tp.all_reduce(ops.embedding(b.ids_local, self.embed))
         x, residual = ops.rms_norm(h, self.layers[0].ln1, eps), h
         for n, L in enumerate(self.layers):
             if self.uses_fused_qkv(T, prefill):

@@ -12,10 +12,13 @@ Megatron-style split of the Llama / Qwen2 layer over N ranks:
   head, replicated on the N/Hkv ranks that share it (N must be a multiple of Hkv).
 * gate/up by output rows, down by input columns (N must divide intermediate_size); o by input
   columns (the rank's heads). One all-reduce (sum) after o_proj and one after down_proj.
-* LM head by vocabulary rows (ceil(V/N) per rank, the last shard zero-padded); the logits are
-  all-gathered to [rows, V], so every rank holds the same logits and picks the same token.
-* Replicated: the norms and the input embedding (a lookup of T rows: no bandwidth to save,
-  but V x H bytes of memory per rank).
+* LM head and input embedding by vocabulary rows (ceil(V/N) per rank, the last shard
+  zero-padded; tied embeddings share the one shard). The logits are all-gathered to
+  [rows, V], so every rank holds the same logits and picks the same token. The embedding
+  looks up `ids - first vocabulary row of the rank` (`Batch.ids_local`): an id outside the
+  shard reads a zero row (the embedding kernel's rule), and an all-reduce sums the one
+  non-zero row per token (exact in any dtype).
+* Replicated: the norms only.
 
 The row-parallel layers change the fused epilogue: o_proj/down_proj + residual + RMSNorm
 (`linear_add_rms_norm`) cannot norm a partial sum, so TP runs `linear` (its split-K sum
@@ -61,7 +64,7 @@ SHARDING = {
     "mlp.gate_proj.weight": (0, "inter"), "mlp.up_proj.weight": (0, "inter"),
     "mlp.down_proj.weight": (1, "inter"),
     "lm_head.weight": (0, "vocab"),
-    "embed_tokens.weight": None, "input_layernorm.weight": None,
+    "embed_tokens.weight": (0, "vocab"), "input_layernorm.weight": None,
     "post_attention_layernorm.weight": None, "norm.weight": None,
 }
 

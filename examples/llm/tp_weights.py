@@ -2,12 +2,12 @@
 
 `load_checkpoint_shard` validates the whole checkpoint's headers (as `load_checkpoint`), then
 reads only the rank's rows / columns of each split tensor with `safe_open(...).get_slice`,
-so a rank's host and GPU memory holds about 1/N of the split weights (plus the replicated
-embedding and norms). `random_weights_shard` draws every full tensor in the order and from
+so a rank's host and GPU memory holds about 1/N of the weights (only the norms are
+replicated). `random_weights_shard` draws every full tensor in the order and from
 the generator of `random_weights`, keeps the rank's part and drops the rest (one full tensor
 alive at a time), so TP=N runs on exactly the slices of TP=1's random weights.
 
-With tied embeddings the rank's LM head is its vocabulary rows of the (replicated) embedding.
+With tied embeddings the rank's LM head is its embedding shard (the same array).
 """
 from __future__ import annotations
 
@@ -32,10 +32,9 @@ def _pad(backend):
     return pad
 
 
-def _tied_head(weights: dict, plan: ShardPlan, backend):
-    if plan.cfg.tie_word_embeddings:
-        weights["lm_head.weight"] = shard_array(weights["model.embed_tokens.weight"],
-                                                plan.shard_spec("lm_head.weight"), _pad(backend))
+def _tied_head(weights: dict, plan: ShardPlan, backend=None):
+    if plan.cfg.tie_word_embeddings:  # the embedding shard is the LM head shard
+        weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
     return weights
 
 
