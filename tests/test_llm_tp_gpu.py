@@ -6,8 +6,11 @@
   greedy tokens equal and every logit row within 1e-3 relative in f32 (the plain engine's
   fused linear_add_rms_norm sums in another order) and 3e-2 in bf16 (the partial product
   is rounded to bf16 before the residual add). Prints both decode speeds (batch 1).
-* TP=2/4/8 (torchrun, as many GPUs as the host has) against TP=1 on a small Llama-3-shaped
-  config in f32: the same greedy tokens and logits within 1e-3.
+* TP=2/4/8 (torchrun, as many GPUs as the host has) against TP=1 (the plain engine, same
+  random weights): a small Llama-3-shaped config in f32 (the same greedy tokens, every logit
+  row within 1e-3), and the full Llama-3-8B and Qwen2.5-14B shapes in bf16 (prefill logits
+  within 3e-2: bf16 partial sums are rounded per rank; the share of equal greedy tokens is
+  printed, not asserted, since a bf16 near-tie may flip a token and the rest follows).
 """
 from __future__ import annotations
 
@@ -88,21 +91,24 @@ def test_tp1_nccl_matches_plain_engine(tmp_path, dtype, bound):
 
 
 @pytest.mark.parametrize("world", [2, 4, 8])
-def test_tp_n_matches_tp1(tmp_path, world):
+@pytest.mark.parametrize("shape, dtype, bound", [("small", "f32", 1e-3), ("llama3-8b", "bf16", 3e-2),
+                                                 ("qwen2.5-14b", "bf16", 3e-2)])
+def test_tp_n_matches_tp1(tmp_path, world, shape, dtype, bound):
     _torch(world)
     from llm.backend import TorchCudaBackend
+    from llm.config import named_config
     from llm.engine import Engine
     from llm.parallel import set_no_multicast_env
     from llm.weights import random_weights
 
-    cfg = _small()
+    cfg = _small() if shape == "small" else named_config(shape)
     (tmp_path / "config.json").write_text(json.dumps(cfg.to_hf()))
     ids = "3,14,15,92,65,35,89,79;2,71,82"
     steps = 16
     env = set_no_multicast_env(dict(os.environ))
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}",
            str(ROOT / "examples/llm/tp_run.py"),
-           str(tmp_path / "config.json"), "--random-weights", "--seed", "2", "--dtype", "f32",
+           str(tmp_path / "config.json"), "--random-weights", "--seed", "2", "--dtype", dtype,
            "--prompt-ids", ids, "--max-new-tokens", str(steps), "--no-eos", "--tp", str(world),
            "--dump-logits", str(tmp_path / "lg{rank}.npy"), "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
@@ -110,11 +116,19 @@ def test_tp_n_matches_tp1(tmp_path, world):
     got = json.loads(p.stdout.strip().splitlines()[-1])
     be = TorchCudaBackend()
     prompts = [[int(t) for t in s.split(",")] for s in ids.split(";")]
-    eng = Engine(cfg, random_weights(cfg, be, "f32", seed=2), be, num_blocks=32, block_size=16,
-                 max_batch=2, max_seq_len=8 + steps, dtype="f32")
+    eng = Engine(cfg, random_weights(cfg, be, dtype, seed=2), be, num_blocks=32, block_size=16,
+                 max_batch=2, max_seq_len=8 + steps, dtype=dtype)
     ref = eng.generate(prompts, steps, keep_logits=True, stop_on_eos=False)
-    assert got["tokens"] == ref.tokens
     want = np.stack(ref.logits)
-    errs = [_rel(np.load(tmp_path / f"lg{r}.npy"), want) for r in range(world)]
-    print(json.dumps({"tp": world, "max_rel_err_per_rank": errs, "decode_tok_s": got["decode_tok_s"]}))
-    assert max(errs) <= 1e-3, errs
+    got_lg = [np.load(tmp_path / f"lg{r}.npy") for r in range(world)]
+    for lg in got_lg[1:]:  # every rank holds the same gathered logits
+        np.testing.assert_array_equal(lg, got_lg[0])
+    same = np.mean([a == b for ta, tb in zip(got["tokens"], ref.tokens) for a, b in zip(ta, tb)])
+    if dtype == "f32":
+        errs = [_rel(lg, want) for lg in got_lg]
+        assert got["tokens"] == ref.tokens
+    else:  # prefill rows only: later rows follow each run's own greedy tokens
+        errs = [_rel(lg[0], want[0]) for lg in got_lg]
+    print(json.dumps({"tp": world, "shape": shape, "dtype": dtype, "max_rel_err": max(errs),
+                      "equal_tokens": float(same), "tp_decode_tok_s": got["decode_tok_s"]}))
+    assert max(errs) <= bound, errs

@@ -81,9 +81,10 @@ def bench(cfg, tp, be, args, log):
                  max_seq_len=max(args.prefill_len, ctx), use_graph=not args.no_graph, tp=tp)
     del weights
     wbytes = sum(be.nbytes(a) for a in eng.model.weight_arrays())
-    # per step a rank reads its weights once (the replicated embedding only B rows: left out)
-    # and its KV heads of every context token
-    wread = wbytes - be.nbytes(eng.model.embed)
+    # per step a rank reads its weights once (of its embedding shard only B rows: left out,
+    # unless it is the tied LM head) and its KV heads of every context token
+    m = eng.model
+    wread = wbytes - (0 if m.embed is m.lm_head else be.nbytes(m.embed))
     local = tp.plan.local_config()
     out = {"weights_gb_per_rank": wbytes / 1e9, "kv_cache_gb_per_rank": eng.cache.nbytes / 1e9,
            "prefill_ms": {}, "decode": {}}
