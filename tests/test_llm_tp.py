@@ -33,6 +33,30 @@ from llm.weights import random_weights, save_checkpoint  # noqa: E402
 TP_RUN = ROOT / "examples" / "llm" / "tp_run.py"
 
 
+def _run_ranks(cmds, timeout=300, before_wait=None):
+    """Start one process per command, run `before_wait()` meanwhile, wait for all; when one fails
+    (or the time is up) the others, which would wait in a collective, are killed. Returns
+    [(returncode, stdout, stderr)]."""
+    import time
+
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
+    try:
+        extra = before_wait() if before_wait is not None else None
+        deadline = time.monotonic() + timeout
+        while any(p.poll() is None for p in procs):
+            if any(p.returncode not in (None, 0) for p in procs) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    outs = [(p.returncode,) + p.communicate() for p in procs]
+    assert all(rc == 0 for rc, _, _ in outs), "\n".join(
+        f"rank {r}: exit {rc}\n{err[-1500:]}" for r, (rc, _, err) in enumerate(outs))
+    return outs, extra
+
+
 class _FakeGroup(SingleProcess):
     def __init__(self, rank, world):
         self.rank, self.world = rank, world
@@ -174,19 +198,14 @@ def test_tp_gloo_matches_tp1(tmp_path, name, world):
     if not dist.is_gloo_available():
         pytest.skip("torch has no gloo backend")
     init = f"file://{tmp_path / 'pg'}"
-    procs = [subprocess.Popen(
-        [sys.executable, str(TP_RUN), name, "--random-weights", "--backend", "interp", "--dtype", "f32",
-         "--prompt-ids", PROMPTS, "--max-new-tokens", str(STEPS), "--no-eos", "--block-size", "4",
-         "--init-method", init, "--rank", str(r), "--world-size", str(world), "--tp", str(world),
-         "--dump-logits", str(tmp_path / "logits{rank}.npy"), "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
-    ref = _tp1(name)  # the plain engine, while the ranks run
-    outs = [p.communicate(timeout=300) for p in procs]
-    for p, (o, e) in zip(procs, outs):
-        assert p.returncode == 0, e[-3000:]
+    cmds = [[sys.executable, str(TP_RUN), name, "--random-weights", "--backend", "interp", "--dtype", "f32",
+             "--prompt-ids", PROMPTS, "--max-new-tokens", str(STEPS), "--no-eos", "--block-size", "4",
+             "--init-method", init, "--rank", str(r), "--world-size", str(world), "--tp", str(world),
+             "--dump-logits", str(tmp_path / "logits{rank}.npy"), "--json"] for r in range(world)]
+    outs, ref = _run_ranks(cmds, before_wait=lambda: _tp1(name))  # the plain engine while the ranks run
     import json
 
-    got = json.loads(outs[0][0].strip().splitlines()[-1])
+    got = json.loads(outs[0][1].strip().splitlines()[-1])
     assert got["tp"] == world and got["tokens"] == ref.tokens
     want = np.stack(ref.logits)
     scale = np.max(np.abs(want))
@@ -249,11 +268,8 @@ def test_gloo_collectives_two_processes(tmp_path):
     """all_reduce (sum, in place) and all_gather_last over 2 gloo processes, f32 and bf16."""
     pytest.importorskip("torch.distributed")
     init = f"file://{tmp_path / 'pg'}"
-    procs = [subprocess.Popen([sys.executable, "-c", _COLLECTIVES, str(ROOT / "examples"), init, str(r),
-                               str(tmp_path / f"c{r}.npz")], stderr=subprocess.PIPE, text=True) for r in range(2)]
-    for p in procs:
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err[-3000:]
+    _run_ranks([[sys.executable, "-c", _COLLECTIVES, str(ROOT / "examples"), init, str(r), str(tmp_path / f"c{r}.npz")]
+                for r in range(2)], timeout=120)
     base = np.arange(6, dtype=np.float32).reshape(2, 3)
     for r in range(2):
         got = np.load(tmp_path / f"c{r}.npz")
