@@ -51,7 +51,8 @@ def _run_ranks(cmds, timeout=300, before_wait=None):
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    outs = [(p.returncode,) + p.communicate() for p in procs]
+    streams = [p.communicate() for p in procs]  # waits: every returncode is set after it
+    outs = [(p.returncode,) + s for p, s in zip(procs, streams)]
     assert all(rc == 0 for rc, _, _ in outs), "\n".join(
         f"rank {r}: exit {rc}\n{err[-1500:]}" for r, (rc, _, err) in enumerate(outs))
     return outs, extra
