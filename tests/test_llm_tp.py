@@ -43,8 +43,10 @@ def _run_ranks(cmds, timeout=300, before_wait=None):
     try:
         extra = before_wait() if before_wait is not None else None
         deadline = time.monotonic() + timeout
-        while any(p.poll() is None for p in procs):
-            if any(p.returncode not in (None, 0) for p in procs) or time.monotonic() > deadline:
+        while True:
+            codes = [p.poll() for p in procs]  # every one polled (any() would stop at the first)
+            if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes) \
+                    or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
     finally:
