@@ -80,6 +80,9 @@ def bench(cfg, tp, be, args, log):
     eng = Engine(cfg, weights, be, num_blocks=num_blocks, block_size=bs, max_batch=max_batch,
                  max_seq_len=max(args.prefill_len, ctx), use_graph=not args.no_graph, tp=tp)
     del weights
+    # random shards draw each full tensor in f32 first (one at a time): the load peak is apart
+    load_peak = torch.cuda.max_memory_allocated() / 1e9
+    torch.cuda.reset_peak_memory_stats()
     wbytes = sum(be.nbytes(a) for a in eng.model.weight_arrays())
     # per step a rank reads its weights once (of its embedding shard only B rows: left out,
     # unless it is the tied LM head) and its KV heads of every context token
@@ -87,6 +90,7 @@ def bench(cfg, tp, be, args, log):
     wread = wbytes - (0 if m.embed is m.lm_head else be.nbytes(m.embed))
     local = tp.plan.local_config()
     out = {"weights_gb_per_rank": wbytes / 1e9, "kv_cache_gb_per_rank": eng.cache.nbytes / 1e9,
+           "load_peak_gpu_mem_gb": load_peak,
            "prefill_ms": {}, "decode": {}}
     prompt = rng.integers(0, cfg.vocab_size, args.prefill_len).tolist()
 
@@ -114,7 +118,7 @@ def bench(cfg, tp, be, args, log):
                                  "collectives_ms_per_step": coll, "collectives_fraction": coll / step_ms}
         log(f"decode bs{b}: {r.decode_tok_s:.1f} tok/s, {step_ms:.3f} ms/step, "
             f"{roof_step_ms / step_ms:.1%} of the rank roofline, collectives {coll:.3f} ms")
-    out["peak_gpu_mem_gb"] = torch.cuda.max_memory_allocated() / 1e9
+    out["peak_gpu_mem_gb"] = torch.cuda.max_memory_allocated() / 1e9  # after loading
     return out
 
 
