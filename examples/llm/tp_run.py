@@ -8,7 +8,8 @@
 
 Every rank loads only its shard (safetensors get_slice, or its part of the random weights:
 the same ones TP=1 draws), runs the same steps (NCCL all-reduces inside each rank's decode
-CUDA graph) and holds the same logits; rank 0 prints. --tp N checks the launch (the world
+CUDA graph) and holds the same logits; the ranks' tokens are compared at the end (a
+difference is an error); rank 0 prints. --tp N checks the launch (the world
 size must be N). NVLink multicast stays off (NCCL_NVLS_ENABLE=0,
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1 are set before NCCL starts).
 """
@@ -27,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # import llm.* 
 from llm.parallel import set_no_multicast_env  # noqa: E402
 
 set_no_multicast_env()  # before torch / NCCL read them
+
+import torch.distributed as dist  # noqa: E402
 
 from llm.backend import DTYPES, make_backend  # noqa: E402
 from llm.config import ConfigError, load_config  # noqa: E402
@@ -119,6 +122,11 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    every = [None] * tp.world  # the ranks must have generated the same tokens (same logits everywhere)
+    dist.all_gather_object(every, res.tokens)
+    if any(t != res.tokens for t in every):
+        print(f"error: rank {tp.rank}: the ranks generated different tokens: {every}", file=sys.stderr)
+        return 1
     if args.dump_logits and (tp.rank == 0 or "{rank}" in args.dump_logits):
         np.save(args.dump_logits.replace("{rank}", str(tp.rank)), np.stack(res.logits).astype(np.float32))
     if tp.rank != 0:
@@ -144,8 +152,6 @@ if __name__ == "__main__":
     try:
         rc = main()
     finally:
-        import torch.distributed as dist
-
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
     sys.exit(rc)
