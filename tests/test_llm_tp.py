@@ -9,10 +9,12 @@
   on 4 ranks, vocabulary 97 padded to 4 x 25) as separate processes on gloo
   (`examples/llm/tp_run.py --init-method file://...`): every rank's logits (prefill + decode
   through the paged cache) within 1e-5 relative (f32; only the summation order of the
-  all-reduce differs) of the plain TP=1 engine on the full weights, and the same tokens.
+  all-reduce differs) of the plain TP=1 engine on the full weights, and the same tokens; TP=1
+  through the distributed path (a gloo group of one) likewise.
 """
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -183,7 +185,9 @@ PROMPTS = "5,17,3,88,42;9,60"
 STEPS = 3
 
 
+@functools.lru_cache(maxsize=None)
 def _tp1(name):
+    """The plain engine's run (cached: two tests compare with it; read only)."""
     from llm.engine import Engine
 
     cfg, be = named_config(name), NumpyBackend()
@@ -219,9 +223,11 @@ def test_tp_gloo_matches_tp1(tmp_path, name, world):
         assert err <= 1e-5, (r, err)
 
 
-def test_gloo_group_collectives_world1(tmp_path):
+def test_gloo_world1_collectives_and_engine(tmp_path):
     """TorchGroup on gloo with NumPy arrays (f32 and bf16 through their bits), world size 1: the
-    sum and the gather leave the values as they are; a cuda group on gloo is refused."""
+    sum and the gather leave the values as they are; a cuda group on gloo is refused; and TP=1
+    through the distributed path (shard loader, all-reduces, logits gather, the unfused
+    epilogue) gives the plain engine's tokens and logits (1e-5, f32)."""
     pytest.importorskip("torch.distributed")
     import torch.distributed as dist
 
@@ -248,6 +254,18 @@ def test_gloo_group_collectives_world1(tmp_path):
                 return True
         with pytest.raises(TPError, match="needs the nccl process group, got gloo"):
             TorchGroup(_Gpu())
+        from llm.engine import Engine
+
+        cfg, be = named_config("tiny"), NumpyBackend()
+        tp = TensorParallel(cfg, g, world=1)
+        eng = Engine(cfg, random_weights_shard(cfg, be, "f32", tp.plan, seed=0), be, num_blocks=16,
+                     block_size=4, max_batch=2, max_seq_len=16, dtype="f32", tp=tp)
+        prompts = [[int(t) for t in p.split(",")] for p in PROMPTS.split(";")]
+        got = eng.generate(prompts, STEPS, keep_logits=True, stop_on_eos=False)
+        ref = _tp1("tiny")
+        assert got.tokens == ref.tokens
+        want = np.stack(ref.logits)
+        assert np.max(np.abs(np.stack(got.logits) - want)) <= 1e-5 * np.max(np.abs(want))
     finally:
         dist.destroy_process_group()
 
