@@ -211,8 +211,7 @@ class TorchGroup:
             raise TPError(f"the interpreter backend needs the gloo process group, got {kind}")
 
     def _cpu(self, x):
-        """A torch view of the NumPy array `x` (bf16 through its bits) and a float copy when gloo
-        cannot sum the dtype."""
+        """A torch CPU tensor sharing the NumPy array `x`'s memory (bf16 through its bits)."""
         t = self.torch
         if x.dtype.name == "bfloat16":
             return t.from_numpy(x.view(np.int16)).view(t.bfloat16)
@@ -224,7 +223,7 @@ class TorchGroup:
             self.dist.all_reduce(x)
             return x
         t = self._cpu(x)
-        if t.dtype in (self.torch.bfloat16, self.torch.float16):  # gloo sums in f32 here
+        if t.dtype in (self.torch.bfloat16, self.torch.float16):  # summed in f32, rounded once
             f = t.float()
             self.dist.all_reduce(f)
             t.copy_(f)
