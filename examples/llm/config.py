@@ -253,6 +253,13 @@ def _named() -> dict[str, dict]:
                           rope_theta=500000.0, tie_word_embeddings=False,
                           max_position_embeddings=8192, bos_token_id=128000,
                           eos_token_id=[128001, 128009]),
+        # Meta-Llama-3-70B: GQA 64/8 (141 GB in bf16: tensor parallelism, examples/llm/tp_run.py)
+        "llama3-70b": dict(model_type="llama", vocab_size=128256, hidden_size=8192,
+                           intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+                           num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-5,
+                           rope_theta=500000.0, tie_word_embeddings=False,
+                           max_position_embeddings=8192, bos_token_id=128000,
+                           eos_token_id=[128001, 128009]),
         # Qwen2.5-14B: GQA 40/8, theta 1e6, qkv biases, untied
         "qwen2.5-14b": dict(model_type="qwen2", vocab_size=152064, hidden_size=5120,
                             intermediate_size=13824, num_hidden_layers=48, num_attention_heads=40,

@@ -10,7 +10,8 @@ of the decode batch that have finished (or padding rows) write and read there, s
 captured decode step always runs the same fixed-size batch.
 
 Decode step on the GPU: all per-step metadata (ids, positions, slots, lengths, block
-table) is one pinned int32 host buffer copied to one device buffer of fixed address; the
+table, and under TP the ids shifted to the rank's vocabulary shard) is one pinned int32 host
+buffer copied to one device buffer of fixed address; the
 forward (and the greedy argmax) is captured once per batch size with
 `torch.cuda.graph` and replayed every step. Sampling with temperature runs after the
 replay (its seed changes every step).
@@ -95,11 +96,17 @@ class Engine:
                  block_size: int = 16, max_batch: int = 64, max_seq_len: int | None = None,
                  use_graph: bool = True, prefill_attention: str = "dense", dtype: str = "bf16",
                  graph_prefill: bool = False, mlp: str = "auto", ops: Ops | None = None,
-                 fuse_qkv: bool = True, fuse_norm: bool = True):
-        self.cfg, self.backend, self.dtype = cfg, backend, dtype
+                 fuse_qkv: bool = True, fuse_norm: bool = True, tp=None):
+        """`tp`: a parallel.TensorParallel; `weights` are then this rank's shard, the model and
+        the KV cache hold the rank's heads, and every rank returns the same full logits."""
+        self.cfg, self.backend, self.dtype, self.tp = cfg, backend, dtype, tp
         self.ops = ops or Ops(backend=backend)
-        self.model = Model(cfg, weights, backend, self.ops, prefill_attention, mlp, fuse_qkv, fuse_norm)
-        self.cache = PagedKVCache(cfg, backend, dtype, num_blocks, block_size)
+        local = cfg if tp is None else tp.plan.local_config()
+        if tp is not None and tp.cfg != cfg:
+            raise ValueError("tp was planned for another model config")
+        self.model = Model(local, weights, backend, self.ops, prefill_attention, mlp, fuse_qkv, fuse_norm,
+                           tp=tp)
+        self.cache = PagedKVCache(local, backend, dtype, num_blocks, block_size)
         self.max_batch = max_batch
         self.max_seq_len = max_seq_len or min(cfg.max_position_embeddings, (num_blocks - 1) * block_size)
         self.max_blocks = -(-self.max_seq_len // block_size)
@@ -109,8 +116,10 @@ class Engine:
         self.prefill_graphs = {}  # prompt lengths -> (graph, device metadata, logits)
         self._pool = None
         mb, nb = max_batch, self.max_blocks
-        # decode metadata: [ids | positions | slots | seq_lens] (4 x max_batch) + block table
-        self._meta_len = 4 * mb + mb * nb
+        # decode metadata: [ids | positions | slots | seq_lens | ids_local] (5 x max_batch) + block
+        # table; ids_local = ids - the first vocabulary row of this rank's embedding shard (TP)
+        self._vocab_lo = 0 if tp is None else tp.plan.span("vocab")[0]
+        self._meta_len = 5 * mb + mb * nb
         if backend.is_gpu():
             import torch
 
@@ -125,14 +134,15 @@ class Engine:
     def _decode_views(self, arr, B):
         mb, nb = self.max_batch, self.max_blocks
         return (arr[0:mb][:B], arr[mb:2 * mb][:B], arr[2 * mb:3 * mb][:B], arr[3 * mb:4 * mb][:B],
-                arr[4 * mb:].reshape(mb, nb)[:B])
+                arr[5 * mb:].reshape(mb, nb)[:B], arr[4 * mb:5 * mb][:B])
 
     def _decode_batch(self, B) -> Batch:
-        ids, pos, slots, lens, table = self._decode_views(self._meta_dev, B)
-        return Batch(ids=ids, positions=pos, slot_mapping=slots, block_table=table, seq_lens=lens)
+        ids, pos, slots, lens, table, ids_local = self._decode_views(self._meta_dev, B)
+        return Batch(ids=ids, positions=pos, slot_mapping=slots, block_table=table, seq_lens=lens,
+                     ids_local=None if self.tp is None else ids_local)
 
     def _fill_decode_meta(self, seqs, B):
-        ids, pos, slots, lens, table = self._decode_views(self._meta_np, B)
+        ids, pos, slots, lens, table, ids_local = self._decode_views(self._meta_np, B)
         table[...] = 0
         for i in range(B):
             s = seqs[i] if i < len(seqs) else None
@@ -143,6 +153,7 @@ class Engine:
             self.cache.ensure(s.blocks, p + 1)
             ids[i], pos[i], slots[i], lens[i] = s.tokens[-1], p, self.cache.slot(s.blocks, p), p + 1
             table[i, :len(s.blocks)] = s.blocks
+        ids_local[...] = ids - self._vocab_lo
         if self.backend.is_gpu():
             self._meta_dev.copy_(self._meta_host, non_blocking=True)
 
@@ -174,6 +185,8 @@ class Engine:
             last.append(t - 1)
         host = dict(ids=ids, positions=pos, slot_mapping=slots, block_table=table,
                     seq_lens=pos + 1, last_idx=np.asarray(last, np.int32))
+        if self.tp is not None:
+            host["ids_local"] = ids - np.int32(self._vocab_lo)
         return host, tuple(ranges)
 
     # -- steps --------------------------------------------------------------------------

@@ -76,6 +76,7 @@ class Batch:
     each query row its sequence's blocks and the number of keys it sees (position + 1);
     last_idx: [B] rows whose logits are wanted (None: every row, as in decode).
     seq_ranges: host (start, end) of each sequence's tokens, for dense prefill attention.
+    ids_local: [T] ids - the rank's first vocabulary row (tensor parallel only).
     """
     ids: object
     positions: object
@@ -84,6 +85,7 @@ class Batch:
     seq_lens: object
     last_idx: object = None
     seq_ranges: tuple = ()
+    ids_local: object = None
 
 
 class Layer:
@@ -94,8 +96,12 @@ class Layer:
 class Model:
     def __init__(self, cfg: ModelConfig, weights: dict, backend, ops: Ops,
                  prefill_attention: str = "dense", mlp: str = "auto", fuse_qkv: bool = True,
-                 fuse_norm: bool = True):
+                 fuse_norm: bool = True, tp=None):
         """`weights`: Hugging Face names -> arrays on `backend` in the run dtype.
+
+        `tp` (parallel.TensorParallel): `cfg` is then the rank's local config
+        (`tp.plan.local_config()`), `weights` its shard (lm_head included when tied); the
+        row-parallel projections are all-reduced and the logits all-gathered over the vocabulary.
 
         q/k/v and gate/up are concatenated into one weight each, and `weights`' entries are
         replaced by views of it (so no second copy stays alive once the caller's originals
@@ -103,13 +109,13 @@ class Model:
         """
         if prefill_attention not in ("paged", "dense"):
             raise ValueError("prefill_attention must be 'paged' or 'dense'")
-        self.cfg, self.backend, self.ops = cfg, backend, ops
+        self.cfg, self.backend, self.ops, self.tp = cfg, backend, ops, tp
         self.prefill_attention = prefill_attention
         self.fuse_qkv = fuse_qkv  # decode: linear_qkv_rope_cache instead of linear + rope + kv_cache_write
         self.fuse_norm = fuse_norm  # decode: linear_add_rms_norm instead of linear + fused_add_rms_norm
         self.scale = 1.0 / math.sqrt(cfg.head_dim)
         self.embed = weights["model.embed_tokens.weight"]
-        self.lm_head = self.embed if cfg.tie_word_embeddings else weights["lm_head.weight"]
+        self.lm_head = self.embed if cfg.tie_word_embeddings and tp is None else weights["lm_head.weight"]
         self.final_norm = weights["model.norm.weight"]
         if mlp not in ("auto", "gated_mlp", "silu_and_mul"):
             raise ValueError("mlp must be 'auto', 'gated_mlp' or 'silu_and_mul'")
@@ -206,6 +212,8 @@ class Model:
         """(rms_norm(a @ w.T + residual) * norm_w, a @ w.T + residual): o_proj or down_proj, the
         residual add and the next norm; two kernels for decode rows (linear_add_rms_norm)."""
         eps = self.cfg.rms_norm_eps
+        if self.tp is not None:  # a partial sum per rank: the residual + norm after the all-reduce
+            return self.ops.fused_add_rms_norm(self.tp.all_reduce(self.ops.linear(a, w)), residual, norm_w, eps)
         if self.fuse_norm and int(a.shape[0]) <= FUSED_NORM_ROWS and self.ops.has("linear_add_rms_norm"):
             return self.ops.linear_add_rms_norm(a, w, residual, norm_w, eps)
         return self.ops.fused_add_rms_norm(self.ops.linear(a, w), residual, norm_w, eps)
@@ -250,7 +258,10 @@ class Model:
         cfg, ops = self.cfg, self.ops
         T = b.ids.shape[0]
         hq, d, eps = cfg.num_heads, cfg.head_dim, cfg.rms_norm_eps
-        h = ops.embedding(b.ids, self.embed)
+        if self.tp is None:
+            h = ops.embedding(b.ids, self.embed)
+        else:  # a vocabulary shard: zero rows for the ids of other ranks, summed over ranks
+            h = self.tp.all_reduce(ops.embedding(b.ids_local, self.embed))
         x, residual = ops.rms_norm(h, self.layers[0].ln1, eps), h
         for n, L in enumerate(self.layers):
             if self.uses_fused_qkv(T, prefill):
@@ -270,4 +281,5 @@ class Model:
             x, residual = self._linear_add_norm(self._mlp_act(x, L), L.w_down, residual, nxt)
         if b.last_idx is not None:
             x = ops.embedding(b.last_idx, x)  # gather the last token of each sequence
-        return ops.linear(x, self.lm_head)
+        logits = ops.linear(x, self.lm_head)
+        return logits if self.tp is None else self.tp.gather_logits(logits, self.backend)
