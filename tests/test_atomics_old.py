@@ -197,6 +197,8 @@ def test_cuda_hands_olds_to_replicas_and_scalars_through_shared_memory():
     assert body.index("__syncthreads();") < body.index("tilex_atomic_fetch_add(&count[") < \
         body.index("int done = reinterpret_cast<const int*>(tilex_smem)[0];")
     assert cu.count("__threadfence();") == 2
+    fence = body.index("__threadfence();")  # the acquire side: a barrier after the fence, before any thread reads
+    assert "__syncthreads();" in body[fence:fence + 80]
 
 
 def test_cuda_packed_pairs_return_both_olds():

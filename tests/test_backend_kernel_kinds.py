@@ -61,8 +61,10 @@ def test_cachegen_templates_are_named_as_listed():
     import torch
 
     from tilex.backend import cachegen as G
+    from tilex.backend import decodeattn as D
 
     srcs = [G.cache_write_source(torch.bfloat16, torch.int64), G.copy_into_source(torch.float32, torch.bfloat16),
-            G.masked_attention_source(torch.bfloat16, torch.bool)]
+            G.masked_attention_source(torch.bfloat16, torch.bool), D.mask_table_source(torch.bool),
+            D.q_rows_source(torch.bfloat16)]
     names = {n for s in srcs for n in re.findall(r"^\s*kernel\s+(\w+)", s, re.M)}
     assert names == set(K.CACHEGEN)

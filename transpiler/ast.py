@@ -300,7 +300,8 @@ class If(Stmt):
 @dataclass(frozen=True)
 class Fence(Stmt):
     """`fence()`: the program's memory operations before it are ordered, at device scope, before those after it
-    (every thread of the block: a barrier, then `__threadfence()`), for atomics that tell programs apart."""
+    (the program's threads: a barrier, `__threadfence()`, a barrier; in a warp-specialized kernel the barrier is
+    the consumers' named one), for atomics that tell programs apart."""
 
     span: Span = NO_SPAN
 

@@ -81,7 +81,8 @@ def store() -> int:
 
     if not enabled():
         return 0
-    new = {k: v for k, v in _table().items() if _keep(k) and k not in _LOADED}
+    new = {k: v for k, v in list(_table().items()) if _keep(k) and k not in _LOADED}  # a snapshot: another
+    #                                             thread may add a choice meanwhile
     if not new:
         return 0
     p = path()

@@ -16,7 +16,7 @@ import functools
 import re
 
 GENERATED = re.compile(r"fused_[0-9a-f]{10}\b")
-CACHEGEN = ("cache_write", "masked_attention", "copy_into")
+CACHEGEN = ("cache_write", "masked_attention", "copy_into", "attention_mask_table", "attention_q_rows")
 KINDS = ("generated", "library", "copy", "torch")
 
 

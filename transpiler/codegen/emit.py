@@ -252,10 +252,13 @@ class Emitter:
             self.block(s.body)
 
     def stmt_Fence(self, s: A.Fence) -> None:
-        """Every thread's earlier writes, then (after the barrier) each thread's fence: a later atomic of any
-        thread of the block is ordered after all of them, and its later reads after what the atomic saw."""
+        """barrier; __threadfence(); barrier. Release: every thread's earlier writes come before the barrier, so
+        a later atomic of any thread of the block is ordered after all of them. Acquire: the second barrier puts
+        every thread's later reads after the fence of the thread that ran the atomic (an old value is read by
+        one thread and handed on: without it only that thread had a fence between its atomic and its reads)."""
         self.out.emit(self.scope.barrier)
         self.out.emit("__threadfence();")
+        self.out.emit(self.scope.barrier)
 
     def stmt_If(self, s: A.If) -> None:
         out = self.out
