@@ -333,7 +333,8 @@ class _Dtypes(Rewriter):
             if want != v.ty.dtype and not _weak(v):
                 fail(f"storing {v.ty.dtype} into {target.base.id}: {want}", f"convert explicitly with .to({want})")
         other = target.kwarg("other")
-        if other is not None and s.result is None:
+        if other is not None and s.result is None and not (s.updates or s.op is not None):  # x[.., other=v] += e:
+            #                                                      other= fills the read half; the store skips as ever
             fail("other= applies to reads of a tensor (and to the old values an atomic returns, "
                  "old = atomic_add(t[..., other = v], ...)); a store skips the elements outside the tensor")
         if s.result is not None:
