@@ -41,6 +41,9 @@ def say(*parts):
 
 
 def build(args):
+    """The benchmarks' Qwen2 model from a config with random weights: built on args.device (default cuda) directly
+    in args.dtype (default bf16), weights of two or more dims drawn Normal(0, 0.02) as HF initialises them
+    (bench_backend_decode.py and prof_backend_kernels.py build theirs here too)."""
     import transformers
 
     cfg = transformers.Qwen2Config(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.inter,
@@ -48,8 +51,19 @@ def build(args):
                                    num_key_value_heads=args.kv_heads, max_position_embeddings=4096,
                                    attn_implementation="sdpa")
     torch.manual_seed(0)
-    dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[args.dtype]
-    return transformers.Qwen2ForCausalLM(cfg).eval().to(device="cuda", dtype=dtype)
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[getattr(args, "dtype", "bf16")]
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(getattr(args, "device", "cuda")):
+            m = transformers.Qwen2ForCausalLM(cfg).eval()
+    finally:
+        torch.set_default_dtype(old)
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.02)
+    return m
 
 
 def timed(fn, warmup=3, rep=10):

@@ -22,25 +22,12 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_backend import say  # noqa: E402
+from bench_backend import build, say  # noqa: E402
 
 CONFIGS = {"eager": None, "inductor": {"backend": "inductor"},
            "inductor-ro": {"backend": "inductor", "mode": "reduce-overhead"},
            "tilex": {"backend": "tilex"}, "tilex-cg": {"backend": "tilex", "options": {"cuda_graphs": True}}}
 SAME_MODE = {"tilex": "inductor", "tilex-cg": "inductor-ro"}   # the Inductor row with the same CUDA-graph use
-
-
-def build(args):
-    """bench_backend.py's model (Qwen2 config, random weights) on args.device."""
-    import transformers
-
-    cfg = transformers.Qwen2Config(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.inter,
-                                   num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                                   num_key_value_heads=args.kv_heads, max_position_embeddings=4096,
-                                   attn_implementation="sdpa")
-    torch.manual_seed(0)
-    dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[args.dtype]
-    return transformers.Qwen2ForCausalLM(cfg).eval().to(device=args.device, dtype=dtype)
 
 
 def _sync(device):

@@ -15,37 +15,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
 
 import torch
 
+sys.path.insert(0, os.path.dirname(__file__))
+from bench_backend import build  # noqa: E402  (its model, built on --device in bf16)
+
 
 def say(*parts):
     print(f"[prof {time.strftime('%H:%M:%S')}]", *parts, file=sys.stderr, flush=True)
-
-
-def build(args):
-    import transformers
-
-    cfg = transformers.Qwen2Config(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.inter,
-                                   num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                                   num_key_value_heads=args.kv_heads, max_position_embeddings=4096,
-                                   attn_implementation="sdpa")
-    torch.manual_seed(0)
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
-    try:
-        with torch.device(args.device):
-            m = transformers.Qwen2ForCausalLM(cfg).eval()
-    finally:
-        torch.set_default_dtype(old)
-    with torch.no_grad():  # default init of a bf16 model on the GPU: small normal weights, like HF's
-        for p in m.parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, 0.02)
-    return m
 
 
 def median_ms(fn, warmup=3, rep=20):
@@ -77,25 +59,17 @@ def short(name: str) -> str:
 
 
 def kernel_table(fn, n: int):
-    """{kernel name: (launches, total us)} over n calls of fn, from torch.profiler's CUDA kernel events."""
-    from torch.profiler import ProfilerActivity, profile
+    """{kernel name: (launches, total us)} per call over n calls of fn (kernel_kinds.profile_kernels), with the
+    names cut to their first 60 characters before any signature or template (kernels that then share a name add up)."""
+    from tilex.backend.kernel_kinds import profile_kernels
 
     if not torch.cuda.is_available():
         return {}
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
     table: dict = {}
-    for ev in prof.events():
-        if ev.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        k = short(ev.name)
-        c, t = table.get(k, (0, 0.0))
-        table[k] = (c + 1, t + ev.device_time_total)
-    return {k: (c / n, t / n) for k, (c, t) in table.items()}
+    for name, (c, t) in profile_kernels(fn, n).items():
+        c0, t0 = table.get(short(name), (0.0, 0.0))
+        table[short(name)] = (c0 + c, t0 + t)
+    return table
 
 
 def print_table(title, table):
