@@ -85,6 +85,32 @@ def test_decode_attention_matches_sdpa(kind, t, monkeypatch):
     assert calls.n == (1 if kind != "bool" else 0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_attention_finfo_min_mask_stays_on_the_library(dtype, monkeypatch):
+    """HF's additive masks remove keys with finfo(dtype).min: such rows stay on the library kernel (lens >= 0,
+    no double work); a row whose keys are all removed by finfo.min is recomputed (eager averages its values:
+    every score + finfo.min rounds to the same number) and matches eager's SDPA."""
+    gen = torch.Generator().manual_seed(31)
+    b, hq, hkv, t, length, d = 2, 4, 2, 2, 29, 16
+    q = torch.randn(b, t, hq, d, generator=gen).transpose(1, 2).to(dtype)
+    k, v = (torch.randn(b, hkv, length, d, generator=gen).to(dtype) for _ in range(2))
+    allowed = _masks(gen, b, t, length)                           # [0, 0, 0] allows no key
+    mask = torch.where(allowed, 0.0, torch.finfo(dtype).min).to(dtype)
+    mv, (mb, _, mt) = cachegen._rows(mask, 4)
+    seqs = b * t * hkv
+    table, lens = torch.empty(seqs * length, dtype=torch.int32), torch.empty(seqs, dtype=torch.int32)
+    cachegen.kernels.launch_generated(decodeattn.mask_table_source(mask.dtype), "attention_mask_table", {"BL": 16},
+                                      [mv, table, lens], {"nq": t, "hkv": hkv, "mb": mb, "mt": mt,
+                                                          "kb": hkv * length, "kh": length})
+    want = [int(allowed[s // (t * hkv), 0, (s // hkv) % t].sum()) for s in range(seqs)]
+    assert lens.tolist() == [-1 if n == 0 else n for n in want]  # only the row allowing nothing is recomputed
+    o = decodeattn.decode_attention(q, k, v, mask, 0.3)
+    ref = _ref(q, k, v, mask.float(), 0.3)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(o.double(), ref, rtol=tol, atol=tol)
+    assert not torch.equal(o[0, :, 0].float(), torch.zeros_like(o[0, :, 0].float()))  # eager's average, not zeros
+
+
 def test_decode_attention_table_and_lens():
     """The table kernel's output: each sequence's allowed cache rows in key order, lens their count; -1 for
     a float row with a bias value."""
