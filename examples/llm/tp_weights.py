@@ -11,13 +11,12 @@ With tied embeddings the rank's LM head is its embedding shard (the same array).
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 
 from .config import ModelConfig
 from .parallel import ShardPlan, shard_array
-from .weights import WeightError, validate_checkpoint
+from .weights import random_draws, read_checkpoint
 
 
 def _pad(backend):
@@ -48,20 +47,14 @@ def shard_weights(full: dict, plan: ShardPlan, backend) -> dict:
 def random_weights_shard(cfg: ModelConfig, backend, dtype: str, plan: ShardPlan, seed: int = 0,
                          std: float = 0.02) -> dict:
     """random_weights(cfg, backend, dtype, seed, std) sharded by `plan`, one tensor at a time."""
-    if backend.is_gpu():
-        import torch
-
-        rng = torch.Generator(device=backend.device)
-        rng.manual_seed(seed)
-    else:
-        rng = np.random.default_rng(seed)
     pad, out = _pad(backend), {}
-    for name, shape in cfg.weight_shapes().items():
-        w = backend.randn(shape, "f32", std, rng)  # same draws as random_weights
-        if name.endswith("norm.weight"):
-            w = w + 1.0
-        out[name] = backend.cast(shard_array(w, plan.shard_spec(name), pad), dtype)
-        del w
+    for name, w in random_draws(cfg, backend, seed, std):  # same draws as random_weights
+        part = shard_array(w, plan.shard_spec(name), pad)
+        t = backend.cast(part, dtype)
+        if t is part and part is not w:  # torch's cast to its own dtype keeps the view: copy the shard, so
+            t = t.clone()                # that the full tensor is freed now (one full tensor alive at a time)
+        out[name] = t
+        del w, part
     return _tied_head(out, plan, backend)
 
 
@@ -71,38 +64,22 @@ def load_checkpoint_shard(cfg: ModelConfig, ckpt_dir, backend, dtype: str, plan:
 
     `stats`, when given, gets "bytes_read" (bytes of tensor data taken from the files) and
     "shapes" (name -> the shape read), for tests and the launcher's memory line."""
-    import ml_dtypes  # noqa: F401  # registers 'bfloat16' with NumPy for safetensors' np reader
-    from safetensors import safe_open
+    def read(f, name):
+        spec, sl = plan.shard_spec(name), f.get_slice(name)
+        if spec is None:
+            return sl[:]
+        dim, b, e, _ = spec
+        return sl[b:e] if dim == 0 else sl[:, b:e]
 
-    where = validate_checkpoint(cfg, Path(ckpt_dir))
-    by_file: dict[Path, list[str]] = {}
-    for name in cfg.weight_shapes():
-        by_file.setdefault(where[name], []).append(name)
-    pad, out, read, shapes = _pad(backend), {}, 0, {}
-    for path, names in by_file.items():
-        if backend.is_gpu():
-            opener = safe_open(str(path), framework="pt", device=str(backend.device))
-        else:
-            opener = safe_open(str(path), framework="np")
-        with opener as f:
-            for name in names:
-                spec = plan.shard_spec(name)
-                try:
-                    sl = f.get_slice(name)
-                    if spec is None:
-                        t = sl[:]
-                    else:
-                        dim, b, e, _ = spec
-                        t = sl[b:e] if dim == 0 else sl[:, b:e]
-                except Exception as e:  # anything the header check could not see
-                    raise WeightError(f"tensor '{name}' in {path.name}: cannot be read "
-                                      f"({type(e).__name__}: {e})") from None
-                read += backend.nbytes(t) if backend.is_gpu() else int(t.nbytes)
-                shapes[name] = tuple(int(s) for s in t.shape)
-                if spec is not None and spec[3] > spec[2] - spec[1]:
-                    t = pad(t, spec[3] - (spec[2] - spec[1]))
-                out[name] = backend.cast(t, dtype)
-                del t
+    pad, out, read_bytes, shapes = _pad(backend), {}, 0, {}
+    for name, t in read_checkpoint(cfg, ckpt_dir, backend, read):
+        spec = plan.shard_spec(name)
+        read_bytes += backend.nbytes(t) if backend.is_gpu() else int(t.nbytes)
+        shapes[name] = tuple(int(s) for s in t.shape)
+        if spec is not None and spec[3] > spec[2] - spec[1]:
+            t = pad(t, spec[3] - (spec[2] - spec[1]))
+        out[name] = backend.cast(t, dtype)
+        del t
     if stats is not None:
-        stats.update(bytes_read=read, shapes=shapes)
+        stats.update(bytes_read=read_bytes, shapes=shapes)
     return _tied_head(out, plan, backend)

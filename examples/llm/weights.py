@@ -169,8 +169,10 @@ def validate_checkpoint(cfg: ModelConfig, ckpt_dir: Path) -> dict[str, Path]:
     return where
 
 
-def load_checkpoint(cfg: ModelConfig, ckpt_dir, backend, dtype: str) -> dict:
-    """HF name -> array on `backend`, cast to `dtype`. Validates first (see module doc)."""
+def read_checkpoint(cfg: ModelConfig, ckpt_dir, backend, read=lambda f, name: f.get_tensor(name)):
+    """Yield (HF name, array on `backend`) for every weight, file by file, each taken by `read(opened file,
+    name)` (the whole tensor; a loader of shards passes a get_slice reader). Validates first (module doc);
+    a tensor the headers passed but that cannot be read is a WeightError naming it."""
     import ml_dtypes  # noqa: F401  # registers 'bfloat16' with NumPy for safetensors' np reader
     from safetensors import safe_open
 
@@ -178,7 +180,6 @@ def load_checkpoint(cfg: ModelConfig, ckpt_dir, backend, dtype: str) -> dict:
     by_file: dict[Path, list[str]] = {}
     for name in cfg.weight_shapes():
         by_file.setdefault(where[name], []).append(name)
-    out = {}
     for path, names in by_file.items():
         if backend.is_gpu():
             opener = safe_open(str(path), framework="pt", device=str(backend.device))
@@ -187,16 +188,21 @@ def load_checkpoint(cfg: ModelConfig, ckpt_dir, backend, dtype: str) -> dict:
         with opener as f:
             for name in names:
                 try:
-                    t = f.get_tensor(name)
+                    t = read(f, name)
                 except Exception as e:  # anything the pre-check could not see
                     raise WeightError(f"tensor '{name}' in {path.name}: cannot be read "
                                       f"({type(e).__name__}: {e})") from None
-                out[name] = backend.cast(t, dtype)
-    return out
+                yield name, t
 
 
-def random_weights(cfg: ModelConfig, backend, dtype: str, seed: int = 0, std: float = 0.02) -> dict:
-    """Normal(0, std) matrices and biases; RMSNorm weights 1 + Normal(0, std). HF names."""
+def load_checkpoint(cfg: ModelConfig, ckpt_dir, backend, dtype: str) -> dict:
+    """HF name -> array on `backend`, cast to `dtype`. Validates first (see module doc)."""
+    return {name: backend.cast(t, dtype) for name, t in read_checkpoint(cfg, ckpt_dir, backend)}
+
+
+def random_draws(cfg: ModelConfig, backend, seed: int = 0, std: float = 0.02):
+    """Yield (HF name, f32 array): Normal(0, std) matrices and biases, RMSNorm weights 1 + Normal(0, std), in
+    the order of cfg.weight_shapes() from one generator (what random_weights and its sharded form draw)."""
     if backend.is_gpu():
         import torch
 
@@ -204,13 +210,14 @@ def random_weights(cfg: ModelConfig, backend, dtype: str, seed: int = 0, std: fl
         rng.manual_seed(seed)
     else:
         rng = np.random.default_rng(seed)
-    out = {}
     for name, shape in cfg.weight_shapes().items():
         w = backend.randn(shape, "f32", std, rng)
-        if name.endswith("norm.weight"):
-            w = w + 1.0
-        out[name] = backend.cast(w, dtype)
-    return out
+        yield name, (w + 1.0 if name.endswith("norm.weight") else w)
+
+
+def random_weights(cfg: ModelConfig, backend, dtype: str, seed: int = 0, std: float = 0.02) -> dict:
+    """Normal(0, std) matrices and biases; RMSNorm weights 1 + Normal(0, std). HF names."""
+    return {name: backend.cast(w, dtype) for name, w in random_draws(cfg, backend, seed, std)}
 
 
 def save_checkpoint(weights_np: dict, cfg: ModelConfig, out_dir, shards: int = 1) -> Path:
