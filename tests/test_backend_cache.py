@@ -31,6 +31,11 @@ SCRIPT = textwrap.dedent('''
     t_import = time.perf_counter() - t0
     from tilex.backend import cache as C
     import torch.nn.functional as F
+    from tilex.runtime import nvrtc as N
+    COMPILES = []  # every cubin this process compiles (generated and library kernels: nvrtc or nvcc)
+    for _name in ("compile_with_nvrtc", "compile_with_nvcc"):
+        _real = getattr(N, _name)
+        setattr(N, _name, lambda *a, _real=_real, **kw: COMPILES.append(1) or _real(*a, **kw))
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     g = torch.Generator().manual_seed(0)
     w1, w2 = torch.randn(48, 32, generator=g), torch.randn(32, 48, generator=g)
@@ -65,6 +70,7 @@ SCRIPT = textwrap.dedent('''
                                                                  "first_run_s", "record_s"))
     print(json.dumps({"cache": p.cache, "stats": C.STATS, "all": T.STATS, "err": float((out - ref).abs().max()),
                       "first_forward_s": first, "choices": CH.STATS, "candidates": len(A._PROGRAMS),
+                      "cubins_compiled": len(COMPILES),
                       "split": {k: round(v, 4) for k, v in split.items()}}))
 ''').replace("ROWS", str(ROWS))
 
@@ -92,6 +98,7 @@ def test_second_process_builds_no_kernel(tmp_path):
     assert warm["cache"]["hit"] is True and warm["cache"]["reused"] == 3
     assert warm["cache"]["stats"] == {"kernels": 3, "reused": 3, "built": 0, "cubins_built": 0}
     assert warm["stats"] == {"translated": 0, "loaded": 3}                  # no generated kernel translated
+    assert cold["cubins_compiled"] == warm["cubins_compiled"] == 0          # the interpreter: no cubin
     assert cold["all"]["translated"] >= 5 and warm["all"]["translated"] == 0  # nor a library (stdlib) one
     _assert_choices_kept(cold, warm)
     fp = cold["cache"]["fingerprint"]
@@ -204,12 +211,14 @@ def test_second_process_on_cuda_builds_no_kernel_and_starts_fast(tmp_path):
     warm, log2 = _run(script, tmp_path, pycache=True)
     assert cold["err"] < 1e-4 and warm["err"] < 1e-4
     assert cold["cache"]["stats"]["cubins_built"] >= 3
+    keys = ("split", "cache", "stats", "all", "choices", "candidates", "cubins_compiled")
     print(f"\nfirst forward from import: cold {cold['first_forward_s']:.2f} s, warm {warm['first_forward_s']:.2f} s"
-          f"\ncold: {json.dumps({k: cold[k] for k in ('split', 'cache', 'stats', 'all', 'choices', 'candidates')})}"
-          f"\nwarm: {json.dumps({k: warm[k] for k in ('split', 'cache', 'stats', 'all', 'choices', 'candidates')})}")
+          f"\ncold: {json.dumps({k: cold[k] for k in keys})}\nwarm: {json.dumps({k: warm[k] for k in keys})}")
     assert warm["cache"]["stats"] == {"kernels": 3, "reused": 3, "built": 0, "cubins_built": 0}, warm["cache"]
     assert warm["stats"] == {"translated": 0, "loaded": 3}, warm["stats"]
     assert warm["all"]["translated"] == 0, warm["all"]              # nor a library kernel's translation
+    assert cold["cubins_compiled"] >= 3 and warm["cubins_compiled"] == 0, (cold["cubins_compiled"],
+                                                                           warm["cubins_compiled"])  # library too
     _assert_choices_kept(cold, warm)
     # H200, session 17: 11.9 s; session 18: 14.3 s, of which 8.7 s compiling torch's .py files (no .pyc written
     # on that host: now under the cache directory, as any installation with a writable bytecode cache has them)
