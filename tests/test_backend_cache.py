@@ -207,6 +207,7 @@ def test_second_process_on_cuda_builds_no_kernel_and_starts_fast(tmp_path):
                             f"x = torch.randn({ROWS}, 32, generator=g).cuda()"
                             ).replace("w1, w2 = torch.randn(48, 32, generator=g), torch.randn(32, 48, generator=g)",
                                       "w1, w2 = torch.randn(48, 32, generator=g).cuda(), torch.randn(32, 48, generator=g).cuda()")
+    assert script.count(".cuda()") == 3, "the script's tensors were not moved to the GPU"
     cold, _ = _run(script, tmp_path, pycache=True)
     warm, log2 = _run(script, tmp_path, pycache=True)
     assert cold["err"] < 1e-4 and warm["err"] < 1e-4
