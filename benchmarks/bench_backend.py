@@ -10,7 +10,7 @@ graphs want):
       against eager's (max |a - b| / max |b| over the logits; PASS at 2e-2 for bf16/f16, 1e-4 for f32), ms per
       forward (CUDA events, median of --rep after warm-up), the host time to enqueue one forward (host_ms: near the
       ms means host-bound), the logits checked again after timing (a CUDA-graph row: a replay's), peak memory
-      (torch.cuda.max_memory_allocated, and above the weights);
+      (torch.cuda.max_memory_allocated above what was allocated before the phase: weights and references excluded);
   decode at batch 1 and 16 with a static KV cache: a StaticCache, the --prompt prefill in eager (only the decode
       graph compiles), then one-token steps fed eager's greedy tokens (teacher forcing: every row computes the same
       steps, so each step's logits compare with eager's): --warm steps (compile, CUDA-graph capture) checked, then
@@ -130,13 +130,20 @@ def host_ms(fn, dev: str, rep: int = 5) -> float:
     return sorted(times)[len(times) // 2]
 
 
+_BASE = [0]
+
+
 def reset_peak(dev: str) -> None:
+    """Start a peak-memory window: the peak is measured above what is allocated now (the weights, eager's
+    reference logits, the cache), so it is what the phase's forwards add (activations, outputs, arena, graphs)."""
     if _cuda(dev):
+        torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+        _BASE[0] = torch.cuda.memory_allocated()
 
 
 def peak_mib(dev: str) -> float | None:
-    return round(torch.cuda.max_memory_allocated() / 2 ** 20, 1) if _cuda(dev) else None
+    return round((torch.cuda.max_memory_allocated() - _BASE[0]) / 2 ** 20, 1) if _cuda(dev) else None
 
 
 # ------------------------------------------------------------------ budgets and phases
