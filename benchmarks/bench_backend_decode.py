@@ -73,6 +73,9 @@ def main():
     ap.add_argument("--device", default="cuda", help="cuda; cpu for a smoke run of a tiny shape (interpreter)")
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.steps < 5:  # 3 warm-up steps (compile, CUDA-graph capture), then at least one timed step
+        ap.error(f"--steps must be at least 5 (3 warm-up steps after the prompt's first token, then timed ones); "
+                 f"got {args.steps}")
     import tilex.backend  # noqa: F401
 
     dev = args.device

@@ -156,3 +156,33 @@ def test_decode_steps_with_graphs_match_eager_on_cpu():
     assert rel_err(out, ref) < 1e-4 and torch.equal(out.argmax(-1), ref.argmax(-1))
     decode = progs[-1].graph_runner
     assert decode.mutated and not decode.disabled and decode.replays == 3
+
+
+def test_outputs_borrowed_from_the_graph_when_asked():
+    """cuda_graphs=CudaGraphs(clone_outputs=False) semantics (an attribute of the graphs object): a replay returns
+    the graph's output tensor itself (no copy: what Inductor's reduce-overhead returns), correct when returned and
+    overwritten by the next replay; the default returns copies that stay valid."""
+    g = torch.Generator().manual_seed(5)
+    f = lambda x, w: torch.tanh(x @ w) * 2.0  # noqa: E731
+    w = torch.randn(8, 8, generator=g)
+    for clone in (True, False):
+        torch._dynamo.reset()
+        graphs, progs = FakeGraphs(), []
+        graphs.clone_outputs = clone
+        cf = torch.compile(f, backend="tilex", options={"programs": progs, "cuda_graphs": graphs})
+        outs = []
+        with torch.no_grad():
+            for _ in range(5):
+                x = torch.randn(4, 8, generator=g)
+                outs.append((cf(x, w), f(x, w)))
+                torch.testing.assert_close(outs[-1][0], outs[-1][1], rtol=1e-5, atol=1e-5)   # right when returned
+        runner = progs[0].graph_runner
+        assert runner.replays == 3 and runner.clone_outputs is clone
+        if clone:   # copies: every earlier result still holds its own values
+            assert all(o.data_ptr() != runner.out[0].data_ptr() for o, _ in outs)
+            for got, ref in outs:
+                torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+        else:       # borrowed: the replays (calls 3-5) returned the graph's one output tensor, now the last values
+            ptr = runner.out[0].data_ptr()
+            assert [o.data_ptr() == ptr for o, _ in outs] == [False, False, True, True, True]
+            assert not torch.allclose(outs[2][0], outs[2][1])

@@ -194,13 +194,20 @@ def attach(prog, fgm, arch: str, chain) -> None:
     reused and built, log it, and write the record on a miss. `chain(a, b)` composes callbacks."""
     from . import choices
 
+    import time
+
+    t0 = time.perf_counter()
     fp = fingerprint(fgm, arch)
+    t1 = time.perf_counter()
     rec = load(fp)
-    choices.load()  # the configuration model's earlier choices (tuning/): prewarm and call 1 evaluate none again
+    n_choices = choices.load()  # the model's earlier choices (tuning/): prewarm and call 1 evaluate none again
     sources = {s.kernel.source for s in prog.steps if s.kind == "generated"}
     cubins0 = _cubins()
     reused = prewarm(rec, sources) if rec is not None else 0
-    prog.cache = {"fingerprint": fp, "hit": rec is not None, "reused": reused}
+    # fingerprint_s: hashing the graph (its constants' bytes too); load_s: the record, the stored choices and the
+    # record's kernel translations read back (both inside build_stats["lower_s"])
+    prog.cache = {"fingerprint": fp, "hit": rec is not None, "reused": reused, "choices_loaded": n_choices,
+                  "fingerprint_s": round(t1 - t0, 4), "load_s": round(time.perf_counter() - t1, 4)}
 
     def after_first_call():
         kinds = [ORIGIN.get((s, d)) for _, s, d in prog.launched]
