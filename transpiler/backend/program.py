@@ -25,7 +25,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 
 from . import kernels, memory
-from .fusion import absorbed_nodes, group_nodes, member_inputs
+from .fusion import absorbed_nodes, group_nodes, member_inputs, scalar_node
 from .generated import run_generated
 from .patterns import Match, find_matches, is_inplace_copy_back
 from .schedule import _last_uses, _order
@@ -80,9 +80,10 @@ def _host_scalar(v) -> bool:
 def _is_metadata(node: Node) -> bool:
     if node.target in METADATA_OPS:
         return True
-    # arithmetic on 0-d CPU tensors (floats Dynamo passes as tensors under dynamic=True): host work
+    # arithmetic on 0-d CPU tensors (floats Dynamo passes as tensors under dynamic=True, StaticCache's CPU
+    # counter plus a SymInt kv_length): host work
     if _host_scalar(node.meta.get("val")) and node.all_input_nodes and all(
-            _host_scalar(a.meta.get("val")) for a in node.all_input_nodes):
+            _host_scalar(a.meta.get("val")) or scalar_node(a) for a in node.all_input_nodes):
         return True
     # host arithmetic on sizes (SymInt nodes): operator.mul, sym_float, ...
     return not isinstance(node.meta.get("val"), torch.Tensor) and getattr(node.target, "__module__", "") in (
