@@ -209,3 +209,48 @@ def test_symint_kernel_builds_with_nvcc(name, tmp_path, nvcc):
     proc = subprocess.run([nvcc, *ARCHS["sm_90a"], "k.cu", "-o", "k.cubin"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# ------------------------------------------------------------------------------ GPU
+
+@pytest.mark.gpu
+def test_scalar_parameters_and_symbolic_rows_on_cuda():
+    """On CUDA under dynamic=True: the counter update (an int64 CUDA counter plus the SymInt length, the f32
+    parameters) and _safe_softmax over symbolic rows lower with strict=True; eager's values at each length, the
+    counter advanced once per call; a row longer than MAX_ROW runs eager (Step.fallbacks)."""
+    g = torch.Generator(device="cuda").manual_seed(55)
+    progs = []
+    cf = torch.compile(_counter_update, backend="tilex", options={"programs": progs, "strict": True}, dynamic=True)
+    counter, ecounter = torch.tensor(4, device="cuda"), torch.tensor(4, device="cuda")
+    with torch.no_grad():
+        for n in (3, 5, 9, 5):
+            k = torch.randn(n, 8, device="cuda", generator=g)
+            for o, r in zip(cf(k, counter), _counter_update(k.clone(), ecounter)):
+                torch.testing.assert_close(o, r, rtol=1e-6, atol=1e-6)
+            assert int(counter) == int(ecounter)
+    assert len(progs) == 1 and any(s.kernel.scalars for s in _generated(progs[0]))
+    progs = []
+    cf = torch.compile(_safe_softmax_rows, backend="tilex", options={"programs": progs, "strict": True},
+                       dynamic=True)
+    with torch.no_grad():
+        for s in (37, 20, 70, 1000):
+            x = torch.randn(2, 3, s, s, device="cuda", generator=g)
+            m = torch.where(torch.rand(1, 1, s, s, device="cuda", generator=g) > 0.3, 0.0, float("-inf"))
+            m[..., 0, :] = float("-inf")
+            out = cf(x, m)
+            torch.testing.assert_close(out, _safe_softmax_rows(x, m), rtol=1e-5, atol=1e-6)
+            assert not out.isnan().any()
+    (p,) = progs
+    (step,) = _generated(p)
+    assert step.fallbacks == 0 and len(step.plans) == 4
+    progs = []
+
+    def f(x):
+        return x - x.amax(-1, keepdim=True) + x.mean(-1, keepdim=True)
+    cf = torch.compile(f, backend="tilex", options={"programs": progs, "strict": True}, dynamic=True)
+    with torch.no_grad():
+        for shape in ((3, 40), (2, fusion.MAX_ROW + 5), (4, 24)):
+            x = torch.randn(*shape, device="cuda", generator=g)
+            torch.testing.assert_close(cf(x), f(x), rtol=1e-5, atol=1e-5)
+    (step,) = _generated(progs[0])
+    assert step.calls == 3 and step.fallbacks == 1
