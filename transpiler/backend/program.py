@@ -57,7 +57,7 @@ class Step:
     match: Match | None = None
     kernel: GeneratedKernel | None = None
     calls: int = 0
-    fallbacks: int = 0            # library steps whose check sent a call to eager
+    fallbacks: int = 0            # calls sent to eager: a library check declined, a generated row too long
     copies: int = 0               # inputs a generated step copied (a layout it cannot read in place)
     seconds: float = 0.0          # time spent in this step, with profile=True (synchronized on CUDA)
     alias: bool = False           # a view step that is copy_(cache, cache written in place): no work
