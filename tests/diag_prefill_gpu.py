@@ -50,7 +50,7 @@ def main():
                       ", ".join(f"{arg(op.node)}[{op.rows}]" for op in ins))
         sd = [n for n in p.gm.graph.nodes if "scaled_dot_product" in str(n.target)]
         for n in sd:  # the mask's producers, three levels up
-            for a in n.args[3:4]:
+            for a in [*n.args[3:4], n.kwargs.get("attn_mask")]:
                 chain, node = [], a
                 for _ in range(4):
                     if not hasattr(node, "target"):
