@@ -132,6 +132,52 @@ def is_outer_product(node: Node) -> bool:
     return a is not None and b is not None and a.dim() == 3 and b.dim() == 3 and a.shape[-1] == 1 and b.shape[1] == 1
 
 
+_SAME_SHAPE_VIEWS = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default}
+
+
+def transpose_outer_products(graph: torch.fx.Graph) -> int:
+    """Rewrite transpose(bmm(a, b), 1, 2) of an outer product (HF's rotary table: `(inv_freq[None, :, None] @
+    positions[:, None, :]).transpose(1, 2)`) as bmm(b.transpose(1, 2), a.transpose(1, 2)): the same products
+    (bit for bit), written in the transposed layout, so the rotary cat reads its `freqs` contiguous instead of
+    copying it first (a generated kernel reads a last dim that is not contiguous only after a copy). A transpose
+    that is a graph output is left alone (its strides are the caller's). Returns how many were rewritten."""
+    done = 0
+    aten = torch.ops.aten
+    for node in list(graph.nodes):
+        if not (node.op == "call_function" and node.target is aten.transpose.int and len(node.args) == 3):
+            continue
+        src = node.args[0]
+        while (isinstance(src, Node) and src.op == "call_function" and src.target in _SAME_SHAPE_VIEWS
+               and isinstance(src.args[0], Node) and tensor_meta(src) is not None
+               and tensor_meta(src.args[0]) is not None
+               and [str(d) for d in tensor_meta(src).shape] == [str(d) for d in tensor_meta(src.args[0]).shape]):
+            src = src.args[0]   # matmul's view of its bmm back to the same shape
+        if not (isinstance(src, Node) and is_outer_product(src)) or any(u.op == "output" for u in node.users):
+            continue
+        if sorted(int(d) % 3 for d in node.args[1:]) != [1, 2]:
+            continue
+        a, b = src.args
+        with graph.inserting_before(node):
+            bt = graph.call_function(aten.transpose.int, (b, 1, 2))
+            at = graph.call_function(aten.transpose.int, (a, 1, 2))
+            prod = graph.call_function(aten.bmm.default, (bt, at))
+        bt.meta["val"] = aten.transpose.int(b.meta["val"], 1, 2)
+        at.meta["val"] = aten.transpose.int(a.meta["val"], 1, 2)
+        prod.meta["val"] = aten.bmm.default(bt.meta["val"], at.meta["val"])
+        for n in (bt, at, prod):
+            if "stack_trace" in src.meta:
+                n.meta["stack_trace"] = src.meta["stack_trace"]
+        view = node.args[0]
+        node.replace_all_uses_with(prod)
+        graph.erase_node(node)
+        while isinstance(view, Node) and not view.users:  # the old product and its views, when nothing else reads them
+            nxt = view.args[0] if view is not src else None
+            graph.erase_node(view)
+            view = nxt
+        done += 1
+    return done
+
+
 def reduction(node: Node) -> tuple[str, str] | None:
     """(tile reduction, pad) for a last-axis keepdim row reduction over a row of at most MAX_ROW (a symbolic
     length: checked at each launch)."""

@@ -25,7 +25,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 
 from . import kernels, memory
-from .fusion import absorbed_nodes, group_nodes, member_inputs, scalar_node
+from .fusion import absorbed_nodes, group_nodes, member_inputs, scalar_node, transpose_outer_products
 from .generated import run_generated
 from .patterns import Match, find_matches, is_inplace_copy_back
 from .schedule import _last_uses, _order
@@ -144,6 +144,8 @@ class Program:
     @classmethod
     def lower(cls, gm: GraphModule, strict: bool = False) -> "Program":
         graph = gm.graph
+        if transpose_outer_products(graph):  # the rotary table written in the layout its cat reads
+            gm.recompile()
         folded = _folded_nodes(gm)
         matches = find_matches(graph, folded)
         by_root = {m.root: m for m in matches}
