@@ -152,6 +152,8 @@ def _no_eager_on_cuda(progs):
             with open(os.path.join(out, "eager_nodes_on_cuda.txt"), "a") as f:
                 f.write(f"{os.environ.get('PYTEST_CURRENT_TEST', '')}\n{details}\n")
     assert not left, f"eager nodes on CUDA (issue 19): {left}\n" + "\n".join(eager_details(progs))
+    declined = [(i, s.label, s.fallbacks) for i, p in enumerate(progs) for s in p.steps if s.fallbacks]
+    assert not declined, f"calls sent to eager at run time (a library check declined, a row too long): {declined}"
 
 
 def eager_details(progs) -> list:
