@@ -185,8 +185,9 @@ def _counter_kernel():
 def _symbolic_softmax_kernel():
     from test_backend_device import lower_on_meta as lower
 
-    progs = lower(_safe_softmax_rows, lambda fm: (_fake(fm, torch.zeros(2, 3, 8, 8)), _fake(fm, torch.zeros(1, 1, 8, 8))),
-                  lambda fm: (_fake(fm, torch.zeros(2, 3, 12, 12)), _fake(fm, torch.zeros(1, 1, 12, 12))))
+    def shapes(s):
+        return lambda fm: (_fake(fm, torch.zeros(2, 3, s, s)), _fake(fm, torch.zeros(1, 1, s, s)))
+    progs = lower(_safe_softmax_rows, shapes(8), shapes(12))
     (s,) = _generated(progs[-1])
     return s.kernel
 

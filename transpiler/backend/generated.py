@@ -6,14 +6,16 @@ the launch scalars, the tile configuration, the output shapes, the kernel object
 layouts, so it is worked out once per layout (shape, strides, dtype, device of every input) and kept on the
 step as a launch plan (`Step.plans`, 8 layouts at most). A call then only makes the views (`as_strided`
 with the plan's sizes and strides), allocates the outputs and launches. An input the kernel cannot read in
-place (a last dim that is not contiguous, strides that are not whole rows) is copied first, and a 0-d CPU
-scalar next to CUDA tensors moved, on every call; each counts in `Step.copies`.
+place (a last dim that is not contiguous, strides that are not whole rows) is copied first, and an input on
+another device moved (a 0-d CPU number next to device tensors is a scalar parameter instead, below), on
+every call; each counts in `Step.copies`.
 
 Scalar parameters read from graph values (`GeneratedKernel.scalars`: a SymInt such as StaticCache's
-`kv_length`, a `sym_float`, a 0-d CPU tensor next to device tensors) are not part of the plan: their values are read from the environment at every
-call and passed with the plan's launch scalars. A group with a row reduction over a symbolic last dim
-checks the row's length at each new layout: longer than `fusion.MAX_ROW` (a whole row no longer fits one
-tile), that layout's calls run the group's ATen ops in eager, counted in `Step.fallbacks`.
+`kv_length`, a `sym_float`, a 0-d CPU tensor next to device tensors) are not part of the plan: their values
+are read from the environment at every call and passed with the plan's launch scalars. A group with a row
+reduction over a symbolic last dim checks the row's length at each new layout: longer than
+`fusion.MAX_ROW` (a whole row no longer fits one tile), that layout's calls run the group's ATen ops in
+eager, counted in `Step.fallbacks`.
 """
 from __future__ import annotations
 
