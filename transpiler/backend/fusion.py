@@ -4,7 +4,10 @@ casts, last-axis row reductions) into groups, each of which becomes one generate
 Rules (docs/backend.md, "Fusion rules"):
 * a member's shape has the group's rank and leading dims, and its last dim is the group's or 1
   (a `keepdim=True` row reduction); inputs may broadcast in any dim;
-* a row reduction needs the whole row in one tile: a static last dim of at most MAX_ROW;
+* a row reduction needs the whole row in one tile: a last dim of at most MAX_ROW (a symbolic one is
+  checked at each launch: a longer row runs that call in eager, counted in `Step.fallbacks`);
+* a host scalar that is a graph value (a SymInt / SymFloat input or size expression: StaticCache's
+  `counter.add_(kv_length)`) is a scalar kernel parameter, read at each call;
 * a node joins the group of one of its producers unless that would make a cycle (an input of the
   node outside the group depends on the group); otherwise it starts a group.
 """
@@ -46,6 +49,34 @@ def _scalar_ok(v) -> bool:
     return isinstance(v, (int, float, bool)) and not isinstance(v, torch.SymInt)
 
 
+def scalar_node(a, device=None) -> bool:
+    """A graph node whose value is a host number: a SymInt or SymFloat (a size input, `sym_size`, host
+    arithmetic on sizes, `sym_float`), or, next to tensors on a device (`device` not CPU), a 0-d CPU tensor
+    of a number (a folded host constant; a float Dynamo passes as a tensor). A generated kernel reads it as
+    a scalar parameter at each call: its value is not part of the kernel (one kernel serves every value)
+    and nothing is copied to the device."""
+    if not isinstance(a, Node):
+        return False
+    v = a.meta.get("val")
+    if isinstance(v, torch.Tensor):
+        return (device is not None and torch.device(device).type != "cpu" and v.dim() == 0
+                and v.device.type == "cpu" and v.dtype in ops.DTYPES and v.dtype is not torch.bool)
+    return isinstance(v, (torch.SymInt, torch.SymFloat, int, float)) and not isinstance(v, (bool, torch.SymBool))
+
+
+def scalar_inputs(node: Node) -> list:
+    """The operands of fusible member `node` that are scalar parameters (scalar_node), in argument order."""
+    val = tensor_meta(node)
+    device = val.device if val is not None else None
+    return list(dict.fromkeys(a for a in _node_args(node) if scalar_node(a, device)))
+
+
+def row_ok(last) -> bool:
+    """A last dim a row reduction (the whole row in one tile) accepts at lowering: static <= MAX_ROW, or
+    symbolic (the launch checks the bound: generated.py)."""
+    return not isinstance(last, int) or last <= MAX_ROW
+
+
 def template(node: Node) -> str | None:
     """The `.tile` template of a fusible elementwise or cast node (None: not fusible)."""
     t = node.target
@@ -59,13 +90,20 @@ def template(node: Node) -> str | None:
         if set(node.kwargs) - {"dtype", "device", "layout"} or (t is ops.aten._to_copy.default and len(node.args) > 1):
             return None
         return "cast"
+    has_tensor = False
     for a in node.args:
-        if isinstance(a, Node):
+        if scalar_node(a, val.device):
+            if t not in ops.ELEMENTWISE:  # only arithmetic and comparisons take a scalar parameter
+                return None
+        elif isinstance(a, Node):
+            has_tensor = True
             m = tensor_meta(a)
             if m is None or m.dtype not in ops.DTYPES or m.device != val.device:
                 return None
         elif not _scalar_ok(a):
             return None
+    if not has_tensor:
+        return None
     if t is torch.ops.aten.clone.default:  # a dense copy (the math SDPA path's contiguous k, v, scores)
         fmt = node.kwargs.get("memory_format")
         if set(node.kwargs) - {"memory_format"} or not (fmt is torch.contiguous_format or val.is_contiguous()):
@@ -94,8 +132,55 @@ def is_outer_product(node: Node) -> bool:
     return a is not None and b is not None and a.dim() == 3 and b.dim() == 3 and a.shape[-1] == 1 and b.shape[1] == 1
 
 
+_SAME_SHAPE_VIEWS = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default}
+
+
+def transpose_outer_products(graph: torch.fx.Graph) -> int:
+    """Rewrite transpose(bmm(a, b), 1, 2) of an outer product (HF's rotary table: `(inv_freq[None, :, None] @
+    positions[:, None, :]).transpose(1, 2)`) as bmm(b.transpose(1, 2), a.transpose(1, 2)): the same products
+    (bit for bit), written in the transposed layout, so the rotary cat reads its `freqs` contiguous instead of
+    copying it first (a generated kernel reads a last dim that is not contiguous only after a copy). A transpose
+    that is a graph output is left alone (its strides are the caller's). Returns how many were rewritten."""
+    done = 0
+    aten = torch.ops.aten
+    for node in list(graph.nodes):
+        if not (node.op == "call_function" and node.target is aten.transpose.int and len(node.args) == 3):
+            continue
+        src = node.args[0]
+        while (isinstance(src, Node) and src.op == "call_function" and src.target in _SAME_SHAPE_VIEWS
+               and isinstance(src.args[0], Node) and tensor_meta(src) is not None
+               and tensor_meta(src.args[0]) is not None
+               and [str(d) for d in tensor_meta(src).shape] == [str(d) for d in tensor_meta(src.args[0]).shape]):
+            src = src.args[0]   # matmul's view of its bmm back to the same shape
+        if not (isinstance(src, Node) and is_outer_product(src)) or any(u.op == "output" for u in node.users):
+            continue
+        if sorted(int(d) % 3 for d in node.args[1:]) != [1, 2]:
+            continue
+        a, b = src.args
+        with graph.inserting_before(node):
+            bt = graph.call_function(aten.transpose.int, (b, 1, 2))
+            at = graph.call_function(aten.transpose.int, (a, 1, 2))
+            prod = graph.call_function(aten.bmm.default, (bt, at))
+        bt.meta["val"] = aten.transpose.int(b.meta["val"], 1, 2)
+        at.meta["val"] = aten.transpose.int(a.meta["val"], 1, 2)
+        prod.meta["val"] = aten.bmm.default(bt.meta["val"], at.meta["val"])
+        for n in (bt, at, prod):
+            if "stack_trace" in src.meta:
+                n.meta["stack_trace"] = src.meta["stack_trace"]
+        view = node.args[0]
+        node.replace_all_uses_with(prod)
+        graph.erase_node(node)
+        while isinstance(view, Node) and not view.users:  # the old product and its views, when nothing else reads them
+            nxt = view.args[0] if view is not src else None
+            graph.erase_node(view)
+            view = nxt
+        done += 1
+    return done
+
+
 def reduction(node: Node) -> tuple[str, str] | None:
-    """(tile reduction, pad) for a last-axis keepdim row reduction over a static row <= MAX_ROW."""
+    """(tile reduction, pad) for a last-axis keepdim row reduction over a row of at most MAX_ROW (a symbolic
+    length: checked at each launch)."""
     spec = ops.REDUCTIONS.get(node.target)
     val = tensor_meta(node)
     if spec is None or val is None or not node.args or not isinstance(node.args[0], Node):
@@ -110,8 +195,7 @@ def reduction(node: Node) -> tuple[str, str] | None:
     nd = src.dim()
     if nd == 0 or not keep or list(dims or []) not in ([-1], [nd - 1]):
         return None
-    last = src.shape[-1]
-    if not isinstance(last, int) or last > MAX_ROW:
+    if not row_ok(src.shape[-1]):
         return None
     return spec
 
@@ -249,7 +333,7 @@ def group_nodes(graph: torch.fx.Graph, excluded: set) -> list[Group]:
     def can_merge(a: Group, b: Group) -> bool:
         if not all(a.fits(n, reduction(n) is not None) for n in b.nodes):
             return False
-        if (a.has_reduction or b.has_reduction) and not isinstance(a.shape[-1], int):
+        if (a.has_reduction or b.has_reduction) and not row_ok(a.shape[-1]):
             return False
         for x, y in ((a, b), (b, a)):  # a cat's sources are read from memory: not from the other group
             if any(group_of.get(p) is y for n in x.nodes if cat_parts(n) for p in member_inputs(n)):
@@ -279,7 +363,7 @@ def group_nodes(graph: torch.fx.Graph, excluded: set) -> list[Group]:
             if cat is not None:
                 continue  # a cat starts its group (its sources are read from memory)
             if chosen is None:
-                if not g.fits(node, red is not None) or (red is not None and not isinstance(g.shape[-1], int)):
+                if not g.fits(node, red is not None) or (red is not None and not row_ok(g.shape[-1])):
                     continue
                 if any(group_of.get(o) is not g and g.id in closure(o) for o in inputs):
                     continue

@@ -6,8 +6,16 @@ the launch scalars, the tile configuration, the output shapes, the kernel object
 layouts, so it is worked out once per layout (shape, strides, dtype, device of every input) and kept on the
 step as a launch plan (`Step.plans`, 8 layouts at most). A call then only makes the views (`as_strided`
 with the plan's sizes and strides), allocates the outputs and launches. An input the kernel cannot read in
-place (a last dim that is not contiguous, strides that are not whole rows) is copied first, and a 0-d CPU
-scalar next to CUDA tensors moved, on every call; each counts in `Step.copies`.
+place (a last dim that is not contiguous, strides that are not whole rows) is copied first, and an input on
+another device moved (a 0-d CPU number next to device tensors is a scalar parameter instead, below), on
+every call; each counts in `Step.copies`.
+
+Scalar parameters read from graph values (`GeneratedKernel.scalars`: a SymInt such as StaticCache's
+`kv_length`, a `sym_float`, a 0-d CPU tensor next to device tensors) are not part of the plan: their values
+are read from the environment at every call and passed with the plan's launch scalars. A group with a row
+reduction over a symbolic last dim checks the row's length at each new layout: longer than
+`fusion.MAX_ROW` (a whole row no longer fits one tile), that layout's calls run the group's ATen ops in
+eager, counted in `Step.fallbacks`.
 """
 from __future__ import annotations
 
@@ -17,7 +25,9 @@ import torch
 
 from . import kernels
 from .cachegen import rows_view
-from .fusion import tensor_meta
+from torch.fx.node import map_arg
+
+from .fusion import MAX_ROW, tensor_meta
 from .tilegen import GeneratedKernel, tile_config
 
 MAX_PLANS = 8
@@ -34,7 +44,18 @@ def run_generated(step, env: dict, launched: set | None = None, arena=None) -> i
         if len(step.plans) >= MAX_PLANS:
             step.plans.clear()
         step.plans[key] = plan
+    if plan is EAGER:
+        step.fallbacks += 1
+        _run_eager(step, env)
+        return 0
     views, outs, launcher, scalars, device, copies = plan
+    if k.scalars:  # values of graph scalars (SymInts, SymFloats): read at every call, never baked in
+        scalars = dict(scalars)
+        for node, pname, dt in k.scalars:
+            v = env[node]
+            if isinstance(v, torch.Tensor):  # a 0-d CPU tensor: a host read, no copy to the device
+                v = v.item()
+            scalars[pname] = float(v) if dt == "f32" else int(v)
     arrays = [(t if prep == 0 else t.contiguous() if prep == 1 else t.to(device)).as_strided(size, stride)
               for t, (prep, size, stride) in zip(ins, views)]
     for node, oshape, dtype, flat, final in outs:
@@ -46,16 +67,36 @@ def run_generated(step, env: dict, launched: set | None = None, arena=None) -> i
     return copies
 
 
-def _plan(k: GeneratedKernel, ins: list, launched: set | None) -> tuple:
+EAGER = "eager"  # a launch plan meaning: this layout's calls run the group in eager (a row too long for a tile)
+
+
+def _run_eager(step, env: dict) -> None:
+    """The group's ATen ops in torch eager, in graph order, from the values in `env`; its outputs into env."""
+    local: dict = {}
+
+    def get(n):
+        return local[n] if n in local else env[n]
+    for n in step.nodes:
+        args = map_arg(n.args, get)
+        kwargs = map_arg(n.kwargs, get) if n.kwargs else {}
+        local[n] = n.target(*args, **kwargs)
+    for op in step.kernel.outputs:
+        env[op.node] = local[op.node]
+
+
+def _plan(k: GeneratedKernel, ins: list, launched: set | None):
     """The launch plan for inputs laid out as `ins`: (per input (prep, size, stride): its view, after `prep`
     0 none, 1 a contiguous copy (a layout the kernel cannot read), 2 a move to the device (a 0-d CPU scalar
     next to CUDA tensors); per output (node, shape, dtype, flat view, final shape or None); the launcher; the
-    launch scalars; the device; how many inputs each call copies or moves)."""
+    launch scalars; the device; how many inputs each call copies or moves), or EAGER: a row reduction whose
+    symbolic row is longer than MAX_ROW at this layout."""
     device = next((t.device for t in ins if t.is_cuda), ins[0].device if ins else torch.device("cpu"))
     preps = [2 if t.device != device else 0 for t in ins]
     ins = [t.to(device) for t in ins]
     shape = list(outs_shape(k, ins))
     n, m = shape[-1], math.prod(shape[:-1])
+    if k.has_reduction and n > MAX_ROW:  # only a symbolic last dim gets here (fusion.row_ok)
+        return EAGER
     views, scalars = [], {}
     for i, (op, t) in enumerate(zip(k.inputs, ins)):
         width = 1 if op.last == "1" else (t.shape[-1] if t.dim() else 1)

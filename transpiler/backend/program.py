@@ -25,7 +25,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 
 from . import kernels, memory
-from .fusion import absorbed_nodes, group_nodes, member_inputs
+from .fusion import absorbed_nodes, group_nodes, member_inputs, scalar_node, transpose_outer_products
 from .generated import run_generated
 from .patterns import Match, find_matches, is_inplace_copy_back
 from .schedule import _last_uses, _order
@@ -57,7 +57,7 @@ class Step:
     match: Match | None = None
     kernel: GeneratedKernel | None = None
     calls: int = 0
-    fallbacks: int = 0            # library steps whose check sent a call to eager
+    fallbacks: int = 0            # calls sent to eager: a library check declined, a generated row too long
     copies: int = 0               # inputs a generated step copied (a layout it cannot read in place)
     seconds: float = 0.0          # time spent in this step, with profile=True (synchronized on CUDA)
     alias: bool = False           # a view step that is copy_(cache, cache written in place): no work
@@ -80,9 +80,10 @@ def _host_scalar(v) -> bool:
 def _is_metadata(node: Node) -> bool:
     if node.target in METADATA_OPS:
         return True
-    # arithmetic on 0-d CPU tensors (floats Dynamo passes as tensors under dynamic=True): host work
+    # arithmetic on 0-d CPU tensors (floats Dynamo passes as tensors under dynamic=True, StaticCache's CPU
+    # counter plus a SymInt kv_length): host work
     if _host_scalar(node.meta.get("val")) and node.all_input_nodes and all(
-            _host_scalar(a.meta.get("val")) for a in node.all_input_nodes):
+            _host_scalar(a.meta.get("val")) or scalar_node(a) for a in node.all_input_nodes):
         return True
     # host arithmetic on sizes (SymInt nodes): operator.mul, sym_float, ...
     return not isinstance(node.meta.get("val"), torch.Tensor) and getattr(node.target, "__module__", "") in (
@@ -143,6 +144,8 @@ class Program:
     @classmethod
     def lower(cls, gm: GraphModule, strict: bool = False) -> "Program":
         graph = gm.graph
+        if transpose_outer_products(graph):  # the rotary table written in the layout its cat reads
+            gm.recompile()
         folded = _folded_nodes(gm)
         matches = find_matches(graph, folded)
         by_root = {m.root: m for m in matches}

@@ -2,6 +2,9 @@
 rows x columns ([M, N]: N the last dim, M the product of the others), RB rows and CB columns per
 tile, every value computed in f32 (ints and bools as they are) and rounded once at the store.
 
+A host number the graph computes (a SymInt / SymFloat node: StaticCache's `kv_length`, `sym_float(s)`) is a
+scalar parameter `a{j}` read at each launch (generated.py), not a literal: one kernel serves every value.
+
 Each input is read in one of six ways, fixed by which of its dims broadcast (docs/backend.md):
   rows  x[r : r + RB, c : c + CB]     same leading dims as the group
   col   x[r : r + RB, 0 : 1]          last dim 1
@@ -15,10 +18,12 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+import torch
 from torch.fx import Node
 
 from . import ops
-from .fusion import Group, cat_parts, member_inputs, reduction, same_dim, template, tensor_meta
+from .fusion import (Group, cat_parts, member_inputs, reduction, same_dim, scalar_inputs, scalar_node, template,
+                     tensor_meta)
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,7 @@ class GeneratedKernel:
     members: tuple       # the ATen targets, for reports
     cat_width: int | None = None  # the static last dim when the group has a cat (not from its inputs)
     shape: tuple = ()    # the group's iteration shape (meta sizes: ints, or SymInts under dynamic=True)
+    scalars: tuple = ()  # (node, parameter name, tilex dtype) per scalar parameter read from a graph value per call
 
     def static_launch(self) -> tuple[int, int] | None:
         """(m, n) of the launch when the shape is static (the kernel can be built before the first call)."""
@@ -79,6 +85,24 @@ def _contiguous(node: Node) -> bool:
         return False
 
 
+def _scalar_dtype(member: Node, a: Node) -> str:
+    """The dtype scalar operand `a` of `member` is passed as, following torch's rule for a number (or a 0-d
+    tensor) next to a tensor (it takes the tensor's dtype within its kind): f32 for a float value or a float
+    tensor operand, else the result's int dtype (a comparison: its widest int tensor operand's; bools: i64)."""
+    v = a.meta.get("val")
+    if isinstance(v, (float, torch.SymFloat)) or (isinstance(v, torch.Tensor) and v.dtype in ops.FLOAT_DTYPES):
+        return "f32"
+    device = tensor_meta(member).device
+    tens = [tensor_meta(x) for x in member.args if isinstance(x, Node) and not scalar_node(x, device)]
+    if any(t.dtype in ops.FLOAT_DTYPES for t in tens):
+        return "f32"
+    out = tensor_meta(member).dtype
+    if out in (torch.int32, torch.int64):
+        return ops.DTYPES[out]
+    ints = [t.dtype for t in tens if t.dtype in (torch.int32, torch.int64)]
+    return "i64" if not ints or torch.int64 in ints else "i32"
+
+
 def _kdtype(node: Node) -> str:
     """The dtype a value has inside the kernel: f32 for floats, else its own."""
     dt = tensor_meta(node).dtype
@@ -96,11 +120,15 @@ def generate(group: Group, name: str | None, used_outside) -> GeneratedKernel:
     inputs: list[Operand] = []
     seen: dict[Node, str] = {}
     plain_use: set = set()   # inputs read unshifted (everything but a cat's sources)
+    scalar_params: dict = {}  # (node, dtype) -> parameter name
     for n in group.nodes:
+        for a in scalar_inputs(n):
+            scalar_params.setdefault((a, _scalar_dtype(n, a)), f"a{len(scalar_params)}")
+        host = set(scalar_inputs(n))
         if cat_parts(n) is None:
-            plain_use |= set(n.all_input_nodes)
+            plain_use |= set(n.all_input_nodes) - host
         for a in member_inputs(n):
-            if a not in members and a not in seen:
+            if a not in members and a not in seen and a not in host:
                 seen[a] = f"x{len(inputs)}"
                 inputs.append(_classify(a, shape))
     outputs = [Operand(n, "rows", _classify(n, shape).last) for n in group.nodes if used_outside(n)]
@@ -117,6 +145,7 @@ def generate(group: Group, name: str | None, used_outside) -> GeneratedKernel:
     for k, op in enumerate(outputs):
         dt = ops.DTYPES[tensor_meta(op.node).dtype]
         params.append(f"y{k}: out {dt}[M, {ncols if op.last == 'N' else '1'}]")
+    scalars += [f"{pname}: {dt}" for (_, dt), pname in scalar_params.items()]
     if gathers:
         for j in range(rank - 1):
             scalars += [f"d{j}: i32", f"p{j}: i32"]
@@ -152,7 +181,9 @@ def generate(group: Group, name: str | None, used_outside) -> GeneratedKernel:
             body.append(f"        v{i} = {read(i)}")
         names[op.node] = f"v{i}"
 
-    def operand(a) -> str:
+    def operand(a, member: Node) -> str:
+        if a in scalar_inputs(member):
+            return scalar_params[(a, _scalar_dtype(member, a))]
         return names[a] if isinstance(a, Node) else ops.literal(a)
 
     for k, n in enumerate(group.nodes):
@@ -180,7 +211,7 @@ def generate(group: Group, name: str | None, used_outside) -> GeneratedKernel:
             if dt in ("bf16", "f16"):
                 expr += ".to(f32)"  # rounded to the dtype, carried in f32
         else:
-            expr = template(n).format(*(operand(a) for a in n.args))
+            expr = template(n).format(*(operand(a, n) for a in n.args))
         names[n] = f"t{k}"
         body.append(f"        t{k} = {expr}")
     for k, op in enumerate(outputs):
@@ -205,7 +236,7 @@ def generate(group: Group, name: str | None, used_outside) -> GeneratedKernel:
     source = "\n".join(header) + "\n" + text(name)
     cat_width = int(shape[-1]) if any(cat_parts(n) is not None for n in group.nodes) else None
     return GeneratedKernel(name, source, rank, tuple(inputs), tuple(outputs), group.has_reduction, targets,
-                           cat_width, tuple(shape))
+                           cat_width, tuple(shape), tuple((a, p, dt) for (a, dt), p in scalar_params.items()))
 
 
 def tile_config(m: int, n: int, has_reduction: bool) -> dict:
