@@ -6,7 +6,7 @@
 #                                                          # families session 19 left out
 #   OUT=out bash benchmarks/gpu_session20.sh final20       # the merged tree: GPU tests, the quick grid, the backend
 #                                                          # against Inductor, eager costs (limits: SHARD_TIMEOUT,
-#                                                          # GRID_S, GRID_FAMILIES, BACKEND_S, EAGER_S)
+#                                                          # GRID_S, GRID_FAMILIES, BACKEND_S, DIAG_S, EAGER_S)
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 LOG=${LOG:-$(mktemp -d)}; mkdir -p "$LOG"
@@ -41,6 +41,7 @@ case "${1:-}" in
     t bench_backend "${BACKEND_S:-110}" python3 benchmarks/bench_backend.py --layers 2 --total $(( ${BACKEND_S:-110} - 10 )) --json "$LOG/backend.json"
     grep -v '^{' "$LOG/bench_backend.log" | tail -30
     tar czf "$OUT/logs.tgz" -C "$LOG" .
+    [ "${DIAG_S:-25}" -gt 0 ] && t diag_prefill "${DIAG_S:-25}" bash -c "cd tests && python3 diag_prefill_gpu.py" && tail -30 "$LOG/diag_prefill.log"
     [ "${EAGER_S:-40}" -gt 0 ] && t bench_eager "${EAGER_S:-40}" python3 benchmarks/bench_eager.py --reps 60 --engine-reps 3 --json "$LOG/bench_eager.json" && tail -8 "$LOG/bench_eager.log"
     tar czf "$OUT/logs.tgz" -C "$LOG" . ;;
   *) echo "usage: gpu_session20.sh requests DIRS|tests|final20" >&2; exit 2 ;;
