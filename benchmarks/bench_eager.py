@@ -7,7 +7,9 @@ preallocated tensors); linear at M = 1, 16, 64, 512 with K = N = 4096; rms_norm,
 silu_and_mul, gated_mlp, linear_qkv, rope, embedding, kv_cache_write, attention_prefill and attention_decode at
 Qwen2.5-14B shapes), each as
 - `tilex`: the default path: the wrapper's per-layout fast path (`tilex.stdlib._launch.fastpath`: key, torch.empty
-  of the outputs, pointers patched into the launch plans, cuLaunchKernelEx),
+  of the outputs, pointers patched into the launch plans, cuLaunchKernelEx), replayed by the C extension
+  (`tilex.cfast`) when it is loaded,
+- `tilex-py`: the same fast path in Python (the C replay off, as with TILEX_NO_CFAST=1),
 - `tilex-full`: the whole wrapper every call (checks, configuration choice, launch plans replayed through the
   driver's cuLaunchKernelEx: the path before the fast path),
 - `tilex-cupy`: the same calls with the direct launch off (bind + CuPy's launch every call, as before plans),
@@ -155,30 +157,38 @@ def bench_library(torch, args, log) -> list:
     from tilex.runtime import driver
     from tilex.stdlib import _launch as L
 
+    from tilex import cfast
+
     direct = driver.launcher()
+    cmod = cfast.module()
     log(f"direct launch: {'on' if direct is not None else 'OFF (libcuda not loadable or TILEX_DIRECT_LAUNCH=0)'}"
-        f"; wrapper fast path: {'on' if L.FASTPATH else 'OFF (TILEX_FASTPATH=0)'}")
+        f"; wrapper fast path: {'on' if L.FASTPATH else 'OFF (TILEX_FASTPATH=0)'}"
+        f"; C replay: {'on' if L.CFAST and cmod is not None else 'OFF'} ({cfast.why()})")
     rows = []
     log(f"{'call':<42} {'path':<11} {'host us':>8} {'cpu us':>8} {'wall us':>8} {'vs torch':>8}")
     for name, tilex_fn, torch_fn in library_cases(torch, S):
         got = {}
-        for path, fn in (("torch", torch_fn), ("tilex", tilex_fn), ("tilex-full", tilex_fn),
+        for path, fn in (("torch", torch_fn), ("tilex", tilex_fn), ("tilex-py", tilex_fn), ("tilex-full", tilex_fn),
                          ("tilex-cupy", tilex_fn)):
             driver.launcher = (lambda: None) if path == "tilex-cupy" else (lambda: direct)
-            fast = L.FASTPATH
-            L.FASTPATH = fast and path == "tilex"
-            hits = L.STATS["hit"]
+            fast, cf = L.FASTPATH, L.CFAST
+            L.FASTPATH = fast and path in ("tilex", "tilex-py")
+            L.CFAST = cf and path == "tilex"
+            hits, chits = L.STATS["hit"], cmod.hits() if cmod is not None else 0
             try:
                 r = measure(torch, fn, args.reps)
             finally:
-                L.FASTPATH = fast
+                L.FASTPATH, L.CFAST = fast, cf
             r["fast_path_hits"] = L.STATS["hit"] - hits
+            r["c_hits"] = (cmod.hits() if cmod is not None else 0) - chits
             r["vs_torch"] = r["host"] / got["torch"]["host"] if "torch" in got else 1.0
             got[path] = r
             rows.append({"call": name, "path": path, **r})
             log(f"{name:<42} {path:<11} {r['host']:8.1f} {r['cpu']:8.1f} {r['wall']:8.1f} {r['vs_torch']:8.2f}"
                 + (" (no fast-path hits: not memoized)" if path == "tilex" and not r["fast_path_hits"]
-                   and name.split()[0] not in ("Kernel",) else ""))
+                   and name.split()[0] not in ("Kernel",) else "")
+                + (f" (C replayed {r['c_hits']} of {r['fast_path_hits']} hits)"
+                   if path == "tilex" and cmod is not None and r["c_hits"] < r["fast_path_hits"] else ""))
         driver.launcher = lambda: direct
     return rows
 
@@ -217,14 +227,15 @@ def bench_engine(torch, args, log) -> dict:
     from tilex.stdlib import _launch as L
 
     out = {}
-    fast = L.FASTPATH
-    for path in ("tilex", "tilex-full", "tilex-cupy"):
+    fast, cf = L.FASTPATH, L.CFAST
+    for path in ("tilex", "tilex-py", "tilex-full", "tilex-cupy"):
         driver.launcher = (lambda: None) if path == "tilex-cupy" else (lambda: direct)
-        L.FASTPATH = fast and path == "tilex"
+        L.FASTPATH = fast and path in ("tilex", "tilex-py")
+        L.CFAST = cf and path == "tilex"
         try:
             out[f"eager {path}"] = median_ms()
         finally:
-            L.FASTPATH = fast
+            L.FASTPATH, L.CFAST = fast, cf
     driver.launcher = lambda: direct
     eng.graph_prefill = True
     out["graph"] = median_ms()

@@ -11,10 +11,14 @@ queue drained before each batch of 50 so no call waits for the GPU):
   `a + b` (an empty and an add) and F.rms_norm;
 - the pieces a fast-path hit is made of: tensor attribute reads, torch's current-stream query, the current
   device query, a lock, time.monotonic;
-- tilex library calls (rms_norm [1, 5120] and [512, 5120], embedding, linear_qkv, silu_and_mul): the whole call,
-  then its parts: the key (`_launch._call_key`), the memo lookup, the replay (allocation + launches) with the real
-  driver, the replay with the driver stubbed (Python alone), and the outputs' allocation alone.
-`tilex above floor` = the call's host time minus (its allocations + its launches through ctypes Ex).
+- tilex library calls (rms_norm [1, 5120] and [512, 5120], embedding, linear_qkv, silu_and_mul): the whole call
+  on the C fast path (`tilex.cfast`, when loaded: `call`) and on the Python fast path (`call, Python path`), the
+  C call with its driver functions replaced by no-ops (`C call, driver stubbed`: the C side's own cost plus the
+  allocations), then the Python path's parts: the key (`_launch._call_key`), the memo lookup, the replay
+  (allocation + launches) with the real driver, the replay with the driver stubbed (Python alone), and the
+  outputs' allocation alone.
+`above floor` = the call's host time minus (its allocations + its launches through ctypes Ex); `C above floor`
+the same for the C path's call.
 """
 from __future__ import annotations
 
@@ -122,8 +126,12 @@ def floor_rows(torch, reps: int, log) -> dict:
 
 def library_rows(torch, reps: int, log) -> dict:
     import tilex.stdlib as S
+    from tilex import cfast
     from tilex.runtime import driver
     from tilex.stdlib import _launch as L
+
+    mod = cfast.module()
+    log(f"  C fast path: {cfast.why()}; driver: {'loaded' if cfast.ready() else 'NOT loaded'}")
 
     dev, bf = "cuda", torch.bfloat16
     g = torch.Generator(device=dev).manual_seed(0)
@@ -150,18 +158,39 @@ def library_rows(torch, reps: int, log) -> dict:
             log(f"  {name}: not memoized ({entry!r}); skipped")
             continue
         key, ptrs, _ = got
-        r = {"call": measure(torch, lambda: fn(*args), reps)["host"],
+        r = {}
+        cfast_on = mod is not None and L.CFAST and getattr(fn, "lookup", None) is not None
+        if cfast_on and fn.lookup(*args) is not None:
+            c0 = mod.hits()
+            r["call"] = measure(torch, lambda: fn(*args), reps)["host"]
+            r["C hits"] = mod.hits() - c0
+            real = mod.get_driver()
+            mod.set_driver(*mod.noop_driver())
+            try:
+                r["C call, driver stubbed"] = measure(torch, lambda: fn(*args), reps)["host"]
+            finally:
+                mod.set_driver(*real)
+            L.CFAST = False
+            try:
+                r["call, Python path"] = measure(torch, lambda: fn(*args), reps)["host"]
+            finally:
+                L.CFAST = True
+        else:
+            log(f"  {name}: no C entry (C path {'on' if cfast_on else 'off'}): the Python path only")
+            r["call"] = r["call, Python path"] = measure(torch, lambda: fn(*args), reps)["host"]
+        r.update({
              "key": measure(torch, lambda: L._call_key(args, {}), reps)["host"],
              "lookup": measure(torch, lambda: fn.memo.get(key), reps)["host"],
              "replay": measure(torch, lambda: entry.replay(args, ptrs, launch), reps)["host"],
              "replay, driver stubbed": measure(torch, lambda: entry.replay(args, ptrs, lambda *a: 0), reps)["host"],
              "allocations": measure(torch, lambda: [entry.empty(s, dtype=d, device=v) for s, d, v in entry.allocs],
-                                    reps)["host"]}
+                                    reps)["host"]})
         plans = [p for p, *_ in entry.launches]
         r["launches (driver alone)"] = measure(
             torch, lambda: [launch(p._config_ptr, p._function, p.params, None) for p in plans], reps)["host"]
         r["outputs"], r["kernels"] = len(entry.allocs), len(plans)
-        r["above floor"] = r["call"] - r["allocations"] - r["launches (driver alone)"]
+        r["above floor"] = r["call, Python path"] - r["allocations"] - r["launches (driver alone)"]
+        r["C above floor"] = r["call"] - r["allocations"] - r["launches (driver alone)"]
         rows[name] = r
         log(f"  {name}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items()))
     return rows
