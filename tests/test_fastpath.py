@@ -19,7 +19,7 @@ import fastpath_stand_ins as S
 from tilex.stdlib import _launch as L
 
 
-@pytest.fixture(params=["python", "c"])
+@pytest.fixture(params=["python", "c"], ids=["pypath", "cpath"])
 def fp(request, monkeypatch, tmp_cache_dir):
     from tilex import cfast
 
