@@ -66,7 +66,7 @@ def module():
         _why.append(f"off: not installed ({installed_error}) and {ENV_BUILD}=0")
         return None
     try:
-        return _configure(_build_and_load())
+        return _configure(_build_and_load(installed_error))
     except Exception as e:  # noqa: BLE001 - no compiler, no headers, a failed build: the Python path
         _why.append(f"off: not installed ({installed_error}); building it failed: {type(e).__name__}: {e}")
         return None
@@ -117,7 +117,7 @@ def build(out: Path) -> Path:
     return out
 
 
-def _build_and_load():
+def _build_and_load(reason: str):
     path = build_path()
     how = "built earlier"
     if not path.exists():
@@ -128,7 +128,7 @@ def _build_and_load():
     mod = importlib.util.module_from_spec(spec)
     loader.exec_module(mod)
     sys.modules["tilex._cfast"] = mod
-    _why.append(f"{how} with the system compiler: {path}")
+    _why.append(f"{how} with the system compiler (not installed: {reason}): {path}")
     return mod
 
 
