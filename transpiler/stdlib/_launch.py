@@ -148,6 +148,13 @@ def run(mod, kernel: str, *args, **scalars):
 # two arguments (aliased inputs; that call is not remembered, so another layout-equal call can be). Entries
 # expire after RECHECK_S (a configuration `tilex tune` stores from another process is seen, as `linear._tuned`
 # sees it). `TILEX_FASTPATH=0` turns the fast path off; so does POISON (tests want every output poisoned).
+#
+# The C replay (tilex.cfast, `_cfast.c`): where the extension loads, each wrapper is a `_cfast.FastCall` around
+# `call` below, and every _Entry made is also registered with it. A call whose layout matches a registered,
+# unexpired entry is then replayed by one C function (the same key read from the arguments, the same outputs,
+# launches and result); every other call runs `call` as it is (CFAST = False, TILEX_NO_CFAST=1 or no extension:
+# always). The C side keys only on exact bool/int/float/str/None options and tensors (a NumPy scalar option
+# stays on the Python path).
 
 import os as _os
 
