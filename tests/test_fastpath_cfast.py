@@ -395,3 +395,19 @@ def test_a_stale_installed_build_is_not_used(tmp_path, monkeypatch):
     assert r.returncode == 0, r.stderr[-2000:]
     ok, why = r.stdout.split("|")
     assert ok.strip() == "True" and "another _cfast.c" in why and "built now" in why, r.stdout
+
+
+def test_a_failed_build_is_not_retried(tmp_path):
+    """No compiler: module() is None with the reason, and a later process does not try the compiler again."""
+    code = ("import sys, types; sys.modules['tilex._cfast'] = None; from tilex import cfast; "
+            "print(cfast.module() is None, '|', cfast.why())")
+    env = dict(os.environ, TILEX_CACHE_DIR=str(tmp_path), CC=str(tmp_path / "no-such-cc"))
+    env.pop("TILEX_NO_CFAST", None)
+    outs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs.append(r.stdout.split("|"))
+    assert outs[0][0].strip() == "True" and "no-such-cc" in outs[0][1] and "building it failed" in outs[0][1]
+    assert outs[1][0].strip() == "True" and "an earlier build failed" in outs[1][1]
+    assert list(tmp_path.rglob("*.failed"))

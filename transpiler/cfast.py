@@ -13,7 +13,8 @@ install without them works, on the Python path). Where the installed package has
 editable install made before it existed, a wheel built without a compiler) or whose build is stale (its
 SOURCE_SHA is not the hash of the `_cfast.c` next to this file: an in-place build of an older source),
 `module()` compiles `_cfast.c` once with the system C compiler (`$CC`, else cc) into the tilex cache directory
-and loads that; `TILEX_CFAST_BUILD=0` turns that off. `TILEX_NO_CFAST=1` disables the C path altogether. `why()` says why it is off.
+and loads that; `TILEX_CFAST_BUILD=0` turns that off (a failed build is noted next to where it would be, and not tried again by later processes).
+`TILEX_NO_CFAST=1` disables the C path altogether. `why()` says why it is off.
 The CUDA driver is opened by the C side with dlopen at first use (`ready()`), from `tilex.runtime.driver.LIBRARY`.
 """
 from __future__ import annotations
@@ -119,9 +120,20 @@ def build(out: Path) -> Path:
 
 def _build_and_load(reason: str):
     path = build_path()
+    failed = path.with_name(path.name + ".failed")  # an earlier process's failed build: not tried again
+    if failed.exists():
+        raise RuntimeError(f"an earlier build failed (delete {failed} to try again): {failed.read_text()[:500]}")
     how = "built earlier"
     if not path.exists():
-        build(path)
+        try:
+            build(path)
+        except Exception as e:
+            try:
+                failed.parent.mkdir(parents=True, exist_ok=True)
+                failed.write_text(f"{type(e).__name__}: {e} {getattr(e, 'stderr', '') or ''}")
+            except OSError:
+                pass
+            raise
         how = "built now"
     loader = importlib.machinery.ExtensionFileLoader("tilex._cfast", str(path))
     spec = importlib.util.spec_from_file_location("tilex._cfast", str(path), loader=loader)
