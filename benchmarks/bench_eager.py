@@ -26,7 +26,10 @@ H200 host (benchmarks/host_floor.py, 2026-12-02): one torch.empty 3.7-3.9 us + o
 ~9.6-9.9 us for a one-output, one-kernel call before any key or check (torch's own F.rms_norm: 11.7-12.1 us).
 Predicted on the H200 host (session 16 measured tilex-full 23-74 us, torch 9-18 us): `tilex` 9-14 us for the
 one-kernel calls (about torch's own host time; two-kernel calls such as attention_decode or split-K linears
-~3 us more per extra launch).
+~3 us more per extra launch). Session 19 measured the Python fast path (now `tilex-py`) at 16.6-19.1 us for
+one-output, one-kernel calls; predicted for the C replay (`tilex`, session 20): one torch.empty (3.7-3.9 us) +
+one driver launch (~5-5.5 us without ctypes) + ~1-1.5 us of C (reading ~0.5 us per tensor argument), i.e.
+~10-11 us, and ~3.8 us more per extra output, ~5.5 us more per extra launch.
 
 Engine: `examples/llm` with a Qwen2.5-14B-shaped model cut to `--layers` layers (random weights; the ratio
 eager / graph is what matters, and a few layers show it, since both scale per layer): prefill 1x512 eager
