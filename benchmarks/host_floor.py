@@ -14,7 +14,7 @@ queue drained before each batch of 50 so no call waits for the GPU):
 - tilex library calls (rms_norm [1, 5120] and [512, 5120], embedding, linear_qkv, silu_and_mul): the whole call
   on the C fast path (`tilex.cfast`, when loaded: `call`) and on the Python fast path (`call, Python path`), the
   C call with its driver functions replaced by no-ops (`C call, driver stubbed`: the C side's own cost plus the
-  allocations), then the Python path's parts: the key (`_launch._call_key`), the memo lookup, the replay
+  allocations), the C side's layout read and lookup alone (`C lookup`), then the Python path's parts: the key (`_launch._call_key`), the memo lookup, the replay
   (allocation + launches) with the real driver, the replay with the driver stubbed (Python alone), and the
   outputs' allocation alone.
 `above floor` = the call's host time minus (its allocations + its launches through ctypes Ex); `C above floor`
@@ -164,6 +164,7 @@ def library_rows(torch, reps: int, log) -> dict:
             c0 = mod.hits()
             r["call"] = measure(torch, lambda: fn(*args), reps)["host"]
             r["C hits"] = mod.hits() - c0
+            r["C lookup (layout read, hash, dict)"] = measure(torch, lambda: fn.lookup(*args), reps)["host"]
             real = mod.get_driver()
             mod.set_driver(*mod.noop_driver())
             try:
