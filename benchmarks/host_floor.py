@@ -6,19 +6,20 @@ Per call, in microseconds of host time (bench_eager.measure: the median wall tim
 queue drained before each batch of 50 so no call waits for the GPU):
 - the floor: a bare launch of an empty kernel with six parameters (three pointers, a float, two ints: an
   rms_norm's) through cuda-python's cuLaunchKernel (when installed), through ctypes (cuLaunchKernel's eleven
-  arguments, and cuLaunchKernelEx's four with a prebuilt CUlaunchConfig, as tilex launches), through CuPy's
-  RawKernel; torch.empty / torch.empty_strided / new_empty of a [1, 5120] and a [512, 5120] bf16 tensor; torch's
-  `a + b` (an empty and an add) and F.rms_norm;
+  arguments, and cuLaunchKernelEx's four with a prebuilt CUlaunchConfig), through `_cfast.Launcher` (the same
+  call in C: what driver.launcher() returns where the extension loads), through CuPy's RawKernel; the C fast
+  path's layout read of three tensors; torch.empty / torch.empty_strided / new_empty of a [1, 5120] and a
+  [512, 5120] bf16 tensor; torch's `a + b` (an empty and an add) and F.rms_norm;
 - the pieces a fast-path hit is made of: tensor attribute reads, torch's current-stream query, the current
   device query, a lock, time.monotonic;
 - tilex library calls (rms_norm [1, 5120] and [512, 5120], embedding, linear_qkv, silu_and_mul): the whole call
   on the C fast path (`tilex.cfast`, when loaded: `call`) and on the Python fast path (`call, Python path`), the
   C call with its driver functions replaced by no-ops (`C call, driver stubbed`: the C side's own cost plus the
-  allocations), the C side's layout read and lookup alone (`C lookup`), then the Python path's parts: the key (`_launch._call_key`), the memo lookup, the replay
-  (allocation + launches) with the real driver, the replay with the driver stubbed (Python alone), and the
-  outputs' allocation alone.
-`above floor` = the call's host time minus (its allocations + its launches through ctypes Ex); `C above floor`
-the same for the C path's call.
+  allocations), the C side's layout read and lookup alone (`C lookup`), then the Python path's parts: the key
+  (`_launch._call_key`), the memo lookup, the replay (allocation + launches) with the real driver, the replay
+  with the driver stubbed (Python alone), and the outputs' allocation alone.
+`above floor` = the Python path call's host time minus (its allocations + its launches through
+driver.launcher(), the C Launcher where the extension loads); `C above floor` the same for the C path's call.
 """
 from __future__ import annotations
 
@@ -64,11 +65,20 @@ def floor_rows(torch, reps: int, log) -> dict:
     launch11.restype = ctypes.c_int
     f, st = ctypes.c_void_p(fn_ptr), ctypes.c_void_p(stream)
     row("ctypes cuLaunchKernel (11 arguments), empty kernel", lambda: launch11(f, 1, 1, 1, 32, 1, 1, 0, st, params, None))
-    launch_ex = driver.launcher()
-    if launch_ex is not None:
-        cfg = driver.LaunchConfig(1, 1, 1, 32, 1, 1, 0, stream, None, 0)
-        cfg_ptr = ctypes.pointer(cfg)
-        row("ctypes cuLaunchKernelEx (4 arguments, prebuilt config)", lambda: launch_ex(cfg_ptr, f, params, None))
+    launch_ex = lib.cuLaunchKernelEx
+    launch_ex.restype = ctypes.c_int
+    cfg = driver.LaunchConfig(1, 1, 1, 32, 1, 1, 0, stream, None, 0)
+    cfg_ptr = ctypes.pointer(cfg)
+    row("ctypes cuLaunchKernelEx (4 arguments, prebuilt config)", lambda: launch_ex(cfg_ptr, f, params, None))
+    from tilex import cfast
+
+    mod = cfast.module()
+    if mod is not None:
+        c_launch = mod.Launcher(driver.LIBRARY)
+        row("_cfast.Launcher cuLaunchKernelEx (driver.launcher(); same arguments)",
+            lambda: c_launch(cfg_ptr, f, params, None))
+        fc = mod.FastCall(lambda *a: None, {})  # its lookup: the C side's layout read of three tensors
+        row("_cfast layout read + lookup, 3 tensors (FastCall.lookup)", lambda: fc.lookup(a, b, c))
     try:
         from cuda.bindings import driver as cb  # cuda-python >= 12.6
     except ImportError:

@@ -411,3 +411,46 @@ def test_a_failed_build_is_not_retried(tmp_path):
     assert outs[0][0].strip() == "True" and "no-such-cc" in outs[0][1] and "building it failed" in outs[0][1]
     assert outs[1][0].strip() == "True" and "an earlier build failed" in outs[1][1]
     assert list(tmp_path.rglob("*.failed"))
+
+
+def test_the_c_launcher_passes_what_the_ctypes_call_passes(mod, tmp_path, monkeypatch):
+    """_cfast.Launcher on a stand-in libcuda (tests/test_runtime_driver.py's): the same config, function, parameters
+    and result as the ctypes function; driver.launcher() is a Launcher when the extension loads."""
+    import shutil
+
+    from test_runtime_driver import STUB
+
+    from tilex.runtime import driver
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    src, lib = tmp_path / "stub.c", tmp_path / "libcudastub.so"
+    src.write_text(STUB)
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], check=True)
+    so = ctypes.CDLL(str(lib))
+    so.stub_meta.restype = ctypes.POINTER(ctypes.c_ulonglong)
+    so.stub_record.restype = ctypes.POINTER(ctypes.c_ubyte)
+    sizes = [8, 4, 8]
+    so.stub_setup(3, (ctypes.c_int * 3)(*sizes), 0)
+    slots = [ctypes.c_uint64(0xABCDEF00), ctypes.c_float(1.5), ctypes.c_int64(-7)]
+    params = (ctypes.c_void_p * 3)(*(ctypes.addressof(s) for s in slots))
+    cfg = driver.LaunchConfig(5, 6, 7, 64, 1, 1, 2048, 0x5000, None, 0)
+    cfg_ptr, f = ctypes.pointer(cfg), ctypes.c_void_p(0xF00D)
+    c_fn = ctypes.CDLL(str(lib)).cuLaunchKernelEx
+    c_fn.restype = ctypes.c_int
+    seen = []
+    for launch in (c_fn, mod.Launcher(str(lib))):
+        so.stub_setup(3, (ctypes.c_int * 3)(*sizes), 17)
+        r = launch(cfg_ptr, f, params, None)
+        seen.append((r, list(so.stub_meta()[:12]), bytes(so.stub_record()[:20])))
+    assert seen[0] == seen[1] and seen[0][0] == 17 and seen[0][1][:9] == [0xF00D, 5, 6, 7, 64, 1, 1, 2048, 0x5000]
+    with pytest.raises(TypeError):
+        mod.Launcher(str(lib))(cfg_ptr, f, params)
+    with pytest.raises(OSError):
+        mod.Launcher(str(tmp_path / "missing.so"))
+    monkeypatch.setattr(driver, "LIBRARY", str(lib))
+    monkeypatch.delenv(driver.ENV, raising=False)
+    driver.launcher.cache_clear()
+    try:
+        assert type(driver.launcher()) is mod.Launcher
+    finally:
+        driver.launcher.cache_clear()

@@ -850,6 +850,96 @@ static PyTypeObject FastCallType = {
     .tp_new = fastcall_new,
 };
 
+/* ------------------------------------------------------------------ Launcher: driver.launcher()'s call in C */
+
+/* Launcher(path): cuLaunchKernelEx of the driver library `path` (dlopen), called as tilex.runtime.driver's ctypes
+   function is: launcher(config, f, kernelParams, extra) with config a ctypes pointer to a LaunchConfig, f a
+   ctypes.c_void_p (or an int), kernelParams a ctypes array of void* and extra None; returns the CUresult. Unlike
+   the ctypes call it converts nothing and keeps the GIL (a launch is a few microseconds of driver time). */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    launch_fn fn;
+    void *lib;
+} Launcher;
+
+static int ctypes_value(PyObject *o, void **out) { /* the pointer a ctypes pointer or c_void_p holds */
+    if (PyLong_Check(o)) {
+        *out = PyLong_AsVoidPtr(o);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    if (o == Py_None) {
+        *out = NULL;
+        return 0;
+    }
+    Py_buffer v;
+    if (PyObject_GetBuffer(o, &v, PyBUF_SIMPLE) < 0) return -1;
+    int ok = v.len == (Py_ssize_t)sizeof(void *);
+    if (ok) memcpy(out, v.buf, sizeof(void *));
+    PyBuffer_Release(&v);
+    if (!ok) PyErr_SetString(PyExc_TypeError, "Launcher: expected a ctypes pointer, c_void_p or int");
+    return ok ? 0 : -1;
+}
+
+static int ctypes_address(PyObject *o, void **out) { /* the address of a ctypes object's storage */
+    Py_buffer v;
+    if (PyObject_GetBuffer(o, &v, PyBUF_SIMPLE) < 0) return -1;
+    *out = v.buf;
+    PyBuffer_Release(&v);
+    return 0;
+}
+
+static PyObject *launcher_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Launcher *self = (Launcher *)self_;
+    if (PyVectorcall_NARGS(nargsf) != 4 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "Launcher(config, f, kernelParams, extra) takes 4 positional arguments");
+        return NULL;
+    }
+    void *cfg, *f, *params;
+    if (ctypes_value(args[0], &cfg) < 0 || ctypes_value(args[1], &f) < 0 || ctypes_address(args[2], &params) < 0)
+        return NULL;
+    if (args[3] != Py_None) {
+        PyErr_SetString(PyExc_TypeError, "Launcher: extra must be None");
+        return NULL;
+    }
+    return PyLong_FromLong(self->fn((const LaunchConfig *)cfg, f, (void **)params, NULL));
+}
+
+static PyObject *launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    const char *path;
+    if (!PyArg_ParseTuple(args, "s", &path)) return NULL;
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        PyErr_Format(PyExc_OSError, "Launcher: cannot open %s: %s", path, dlerror());
+        return NULL;
+    }
+    void *fn = dlsym(lib, "cuLaunchKernelEx");
+    if (fn == NULL) {
+        dlclose(lib);
+        PyErr_Format(PyExc_AttributeError, "Launcher: %s has no cuLaunchKernelEx", path);
+        return NULL;
+    }
+    Launcher *self = (Launcher *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        dlclose(lib);
+        return NULL;
+    }
+    self->vectorcall = launcher_vectorcall;
+    self->fn = (launch_fn)fn;
+    self->lib = lib; /* never closed: plans hold its functions' handles */
+    return (PyObject *)self;
+}
+
+static PyTypeObject LauncherType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tilex._cfast.Launcher",
+    .tp_basicsize = sizeof(Launcher),
+    .tp_vectorcall_offset = offsetof(Launcher, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Launcher(path): cuLaunchKernelEx of that driver library, called as driver.launcher()'s function.",
+    .tp_new = launcher_new,
+};
+
 /* ------------------------------------------------------------------ module functions */
 
 static PyObject *mod_load_driver(PyObject *m, PyObject *arg) {
@@ -934,7 +1024,8 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_cfast", "The stdlib
     } while (0)
 
 PyMODINIT_FUNC PyInit__cfast(void) {
-    if (PyType_Ready(&EntryType) < 0 || PyType_Ready(&FastCallType) < 0) return NULL;
+    if (PyType_Ready(&EntryType) < 0 || PyType_Ready(&FastCallType) < 0 || PyType_Ready(&LauncherType) < 0)
+        return NULL;
     INTERN(s_FASTPATH, "FASTPATH");
     INTERN(s_POISON, "POISON");
     INTERN(s_CFAST, "CFAST");
@@ -964,8 +1055,10 @@ PyMODINIT_FUNC PyInit__cfast(void) {
     }
     Py_INCREF(&FastCallType);
     Py_INCREF(&EntryType);
+    Py_INCREF(&LauncherType);
     if (PyModule_AddObject(m, "FastCall", (PyObject *)&FastCallType) < 0 ||
-        PyModule_AddObject(m, "Entry", (PyObject *)&EntryType) < 0) {
+        PyModule_AddObject(m, "Entry", (PyObject *)&EntryType) < 0 ||
+        PyModule_AddObject(m, "Launcher", (PyObject *)&LauncherType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -8,7 +8,8 @@ cuLaunchKernelEx itself: four arguments, all made once per plan, that ctypes pas
 per launch of an empty kernel, the driver's own time: benchmarks/host_floor.py). libcuda is opened with
 ctypes (as `tma.py` does for cuTensorMapEncodeTiled), so no extra Python package is needed.
 `TILEX_DIRECT_LAUNCH=0` in the environment turns the direct launch off (every launch then goes through
-CuPy, as before plans).
+CuPy, as before plans). Where the C extension loads (`tilex.cfast`; not with TILEX_NO_CFAST=1), the function
+`launcher()` returns is its `Launcher` on the same library: the same call, without ctypes' conversions.
 """
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ def launcher() -> Callable[..., int] | None:
 
     No argtypes (their conversion costs more than the call): the caller passes config as a ctypes.pointer to
     a LaunchConfig, f as a ctypes.c_void_p, kernelParams as a ctypes array of void* (passed by address) and
-    extra as None. The pointer and the arrays are made once per plan, so a launch converts nothing."""
+    extra as None. The pointer and the arrays are made once per plan, so a launch converts nothing. With the C
+    extension (tilex.cfast) it is `_cfast.Launcher(LIBRARY)`, taking the same arguments (it holds the GIL
+    through the driver call; ctypes releases it)."""
     if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     try:
@@ -46,4 +49,12 @@ def launcher() -> Callable[..., int] | None:
     except (OSError, AttributeError):  # no driver, or one older than CUDA 12.0
         return None
     fn.restype = ctypes.c_int
+    from .. import cfast
+
+    mod = cfast.module()
+    if mod is not None:
+        try:
+            return mod.Launcher(LIBRARY)
+        except (OSError, AttributeError):  # opened by ctypes above, so not expected: keep the ctypes function
+            pass
     return fn
