@@ -163,6 +163,7 @@ def bench_library(torch, args, log) -> list:
     from tilex import cfast
 
     direct = driver.launcher()
+    own = driver.launcher  # restored as this function itself: the C replay runs only under it (_CFAST_LAUNCHER)
     cmod = cfast.module()
     log(f"direct launch: {'on' if direct is not None else 'OFF (libcuda not loadable or TILEX_DIRECT_LAUNCH=0)'}"
         f"; wrapper fast path: {'on' if L.FASTPATH else 'OFF (TILEX_FASTPATH=0)'}"
@@ -173,7 +174,7 @@ def bench_library(torch, args, log) -> list:
         got = {}
         for path, fn in (("torch", torch_fn), ("tilex", tilex_fn), ("tilex-py", tilex_fn), ("tilex-full", tilex_fn),
                          ("tilex-cupy", tilex_fn)):
-            driver.launcher = (lambda: None) if path == "tilex-cupy" else (lambda: direct)
+            driver.launcher = (lambda: None) if path == "tilex-cupy" else own
             fast, cf = L.FASTPATH, L.CFAST
             L.FASTPATH = fast and path in ("tilex", "tilex-py")
             L.CFAST = cf and path == "tilex"
@@ -192,7 +193,7 @@ def bench_library(torch, args, log) -> list:
                    and name.split()[0] not in ("Kernel",) else "")
                 + (f" (C replayed {r['c_hits']} of {r['fast_path_hits']} hits)"
                    if path == "tilex" and cmod is not None and r["c_hits"] < r["fast_path_hits"] else ""))
-        driver.launcher = lambda: direct
+        driver.launcher = own
     return rows
 
 
@@ -203,7 +204,7 @@ def bench_engine(torch, args, log) -> dict:
     from llm.weights import random_weights
     from tilex.runtime import driver
 
-    direct = driver.launcher()
+    own = driver.launcher
     cfg = dataclasses.replace(load_config(args.config), num_layers=args.layers)
     be = TorchCudaBackend()
     eng = Engine(cfg, random_weights(cfg, be, "bf16"), be, num_blocks=args.tokens // 16 + 4, block_size=16,
@@ -232,14 +233,14 @@ def bench_engine(torch, args, log) -> dict:
     out = {}
     fast, cf = L.FASTPATH, L.CFAST
     for path in ("tilex", "tilex-py", "tilex-full", "tilex-cupy"):
-        driver.launcher = (lambda: None) if path == "tilex-cupy" else (lambda: direct)
+        driver.launcher = (lambda: None) if path == "tilex-cupy" else own
         L.FASTPATH = fast and path in ("tilex", "tilex-py")
         L.CFAST = cf and path == "tilex"
         try:
             out[f"eager {path}"] = median_ms()
         finally:
             L.FASTPATH, L.CFAST = fast, cf
-    driver.launcher = lambda: direct
+    driver.launcher = own
     eng.graph_prefill = True
     out["graph"] = median_ms()
     eng.graph_prefill = False

@@ -1,6 +1,7 @@
 """The host's floor for an eager library call, and where a tilex call spends above it (GPU, one process).
 
     python benchmarks/host_floor.py [--reps 300] [--json F]
+    python benchmarks/host_floor.py --alloc-ab [--rounds 5]   (only the C replay's torch.empty / empty_strided A/B)
 
 Per call, in microseconds of host time (bench_eager.measure: the median wall time of one Python call, the launch
 queue drained before each batch of 50 so no call waits for the GPU):
@@ -207,12 +208,74 @@ def library_rows(torch, reps: int, log) -> dict:
     return rows
 
 
+def alloc_ab(torch, reps: int, log, rounds: int = 5) -> dict:
+    """The C replay's output allocation, torch.empty against torch.empty_strided (tilex.cfast.ALLOC), interleaved
+    in `rounds` rounds in this process (the host's noise moves both alike): the raw calls, then library calls
+    re-registered under each choice. Median over rounds of each round's median host time, us."""
+    import tilex.stdlib as S
+    from tilex import cfast
+    from tilex.stdlib import _launch as L
+
+    dev, bf = torch.device("cuda", 0), torch.bfloat16
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def rnd(*shape):
+        return torch.randn(shape, generator=g, device="cuda", dtype=torch.float32).to(bf)
+    x1, w, gu = rnd(1, 5120), rnd(5120), rnd(512, 2 * 13824)
+    x512, wqkv, bqkv = rnd(512, 5120), rnd(7168, 5120), rnd(7168)
+    ids, table = torch.randint(0, 152064, (512,), device="cuda", dtype=torch.int32), rnd(152064, 5120)
+    raw = {"torch.empty((1, 5120), dtype=, device=)": lambda: torch.empty((1, 5120), dtype=bf, device=dev),
+           "torch.empty_strided((1, 5120), (5120, 1), dtype=, device=)":
+               lambda: torch.empty_strided((1, 5120), (5120, 1), dtype=bf, device=dev),
+           "x.new_empty((1, 5120))": lambda: x1.new_empty((1, 5120))}
+    calls = [("rms_norm [1, 5120]", S.rms_norm, (x1, w, 1e-6)), ("silu_and_mul [512, 2x13824]", S.silu_and_mul, (gu,)),
+             ("embedding 512 ids", S.embedding, (ids, table)),
+             ("linear_qkv M=512 (3 outputs)", S.linear_qkv, (x512, wqkv, 5120, 1024, bqkv))]
+    got: dict = {}
+    before = cfast.ALLOC
+    try:
+        for _ in range(rounds):
+            for name, fn in raw.items():
+                got.setdefault(name, []).append(measure(torch, fn, reps)["host"])
+            for name, fn, args in calls:
+                for mode in ("empty", "empty_strided"):
+                    cfast.ALLOC = mode
+                    L.clear_fastpath()
+                    fn(*args)
+                    fn(*args)
+                    if getattr(fn, "lookup", None) is None or fn.lookup(*args) is None:
+                        log(f"  {name}: no C entry; skipped")
+                        continue
+                    got.setdefault(f"{name} C path, {mode}", []).append(measure(torch, lambda: fn(*args), reps)["host"])
+    finally:
+        cfast.ALLOC = before
+        L.clear_fastpath()
+    out = {k: statistics.median(v) for k, v in got.items()}
+    for k, v in out.items():
+        log(f"  {k:<64} {v:7.2f} us  (rounds: {', '.join(f'{t:.2f}' for t in got[k])})")
+    for name, _, _ in calls:
+        a, b = out.get(f"{name} C path, empty"), out.get(f"{name} C path, empty_strided")
+        if a and b:
+            log(f"  {name}: empty_strided / empty = {b / a:.3f} ({b - a:+.2f} us)")
+    return {"median": out, "rounds": got}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=300)
     ap.add_argument("--json", default="")
+    ap.add_argument("--alloc-ab", action="store_true", help="only the C replay's allocation A/B (alloc_ab)")
+    ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     import torch
+
+    if args.alloc_ab:
+        print(f"C replay allocation A/B on {torch.cuda.get_device_name()} (torch {torch.__version__}), median us:")
+        res = alloc_ab(torch, args.reps, print, args.rounds)
+        torch.cuda.synchronize()
+        if args.json:
+            Path(args.json).write_text(json.dumps(res, indent=1))
+        return 0
 
     print(f"host floor on {torch.cuda.get_device_name()} (torch {torch.__version__}, Python {sys.version.split()[0]}); "
           f"median us per call over {args.reps} calls:")

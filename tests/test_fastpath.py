@@ -19,12 +19,13 @@ import fastpath_stand_ins as S
 from tilex.stdlib import _launch as L
 
 
-@pytest.fixture(params=["python", "c"], ids=["pypath", "cpath"])
+@pytest.fixture(params=["python", "c", "c-strided"], ids=["pypath", "cpath", "cpath-strided"])
 def fp(request, monkeypatch, tmp_cache_dir):
     from tilex import cfast
 
     ns = S.install(monkeypatch)
-    ns.mode = request.param
+    ns.mode = "c" if request.param.startswith("c") else request.param
+    monkeypatch.setattr(cfast, "ALLOC", "empty_strided" if request.param == "c-strided" else "empty")
     monkeypatch.setattr(L, "FASTPATH", True)
     monkeypatch.setattr(L, "POISON", False)
     monkeypatch.setattr(L, "CFAST", ns.mode == "c")
@@ -35,6 +36,7 @@ def fp(request, monkeypatch, tmp_cache_dir):
         assert mod is not None, cfast.why()  # the CI machine has a compiler: the C path must build
         launch, ctx, ns.keep = cfast.stand_in_driver(ns.driver, lambda: 0xC7000 + 16 * ns.state["device"])
         mod.set_driver(launch, ctx)
+        monkeypatch.setattr(L, "_CFAST_LAUNCHER", driver_module().launcher)  # the stand-in's: the C path may run
     L.clear_fastpath()  # entries of earlier tests name other stand-in drivers
     yield ns
     L.clear_fastpath()
@@ -75,6 +77,12 @@ def compare(ns, fn, make, memoized=True, **kwargs):
     full = outcome(ns, fn.full, args, kw)
     assert fast[0] == "ok" and fast == full, fn.__name__
     return fast
+
+
+def driver_module():
+    from tilex.runtime import driver
+
+    return driver
 
 
 def c_hits() -> int:
@@ -314,6 +322,11 @@ def test_cached_path_time(fp, monkeypatch):
     from tilex.stdlib import linear, rms_norm
 
     monkeypatch.setattr(driver, "launcher", lambda: (lambda *a: 0))
+    if fp.mode == "c":  # the C side's launch a no-op too (not the decoding stand-in, called back through ctypes)
+        from tilex import cfast
+
+        cfast.module().set_driver(*cfast.module().noop_driver())
+        monkeypatch.setattr(L, "_CFAST_LAUNCHER", driver.launcher)
     x, w = T(fp, 16, 512), T(fp, 384, 512)
     xr, wr = T(fp, 8, 640), T(fp, 640)
     for fn, args in ((linear, (x, w)), (rms_norm, (xr, wr))):

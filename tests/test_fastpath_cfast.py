@@ -108,8 +108,10 @@ def namespace(**kw):
     class Out(threading.local):
         fn = None
 
+    launcher = object()
     g = dict(FASTPATH=True, POISON=False, CFAST=True, _TLS=Tls(), OUTPUT=Out(), RECHECK_S=60.0,
-             STATS={"hit": 0, "record": 0, "full": 0}, _monotonic=time.monotonic)
+             STATS={"hit": 0, "record": 0, "full": 0}, _monotonic=time.monotonic, _DRIVER={"launcher": launcher},
+             _CFAST_LAUNCHER=launcher)
     g.update(kw)
     return g
 
@@ -213,7 +215,8 @@ def test_keyword_layouts_and_their_order(mod, drv):
     assert len(calls) == 3 and len(launches) == 1
 
 
-@pytest.mark.parametrize("flag,value", [("FASTPATH", False), ("CFAST", False), ("POISON", True)])
+@pytest.mark.parametrize("flag,value", [("FASTPATH", False), ("CFAST", False), ("POISON", True),
+                                        ("_DRIVER", {"launcher": lambda: None})])  # a replaced driver.launcher
 def test_switches_and_recordings_call_the_python_path(mod, drv, flag, value):
     fc, x, calls, state, launches = setup_call(mod, drv, **{flag: value})
     assert fc(Ten((2, 4)), 1e-6) == "slow" and not launches

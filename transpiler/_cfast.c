@@ -54,7 +54,8 @@ static PyObject *g_monotonic = NULL;    /* time.monotonic */
 static unsigned long long g_hits = 0;   /* C-path hits (also counted into STATS["hit"]) */
 
 static PyObject *s_FASTPATH, *s_POISON, *s_CFAST, *s_TLS, *s_OUTPUT, *s_rec, *s_fn, *s_RECHECK_S, *s_STATS,
-    *s_hit, *s_monotonic, *s_data_ptr, *s_shape, *s_stride, *s_dtype, *s_device;
+    *s_hit, *s_monotonic, *s_data_ptr, *s_shape, *s_stride, *s_dtype, *s_device, *s_DRIVER, *s_CFAST_LAUNCHER,
+    *s_launcher;
 
 /* ------------------------------------------------------------------ the entry of one recorded layout */
 
@@ -329,11 +330,25 @@ static int attr_is_none(PyObject *g, PyObject *objname, PyObject *attr) {
     return r;
 }
 
-/* the fast path is on for this call: FASTPATH and CFAST, not POISON, no recording running on this thread,
-   no output arena */
+/* tilex.runtime.driver.launcher is still the function the C replay stands for (_CFAST_LAUNCHER): a replaced one
+   (TILEX_DIRECT_LAUNCH-like switches in benchmarks, counting or stand-in launchers in tests) is honoured by the
+   Python path only */
+static int own_launcher(PyObject *g) {
+    PyObject *drv = PyDict_GetItemWithError(g, s_DRIVER), *want = PyDict_GetItemWithError(g, s_CFAST_LAUNCHER);
+    if (drv == NULL || want == NULL || !PyDict_Check(drv)) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *now = PyDict_GetItemWithError(drv, s_launcher);
+    if (now == NULL) PyErr_Clear();
+    return now == want;
+}
+
+/* the fast path is on for this call: FASTPATH and CFAST, not POISON, driver.launcher not replaced, no recording
+   running on this thread, no output arena */
 static int enabled(FastCall *self) {
     PyObject *g = self->globals;
-    return truthy(g, s_FASTPATH, 0) && truthy(g, s_CFAST, 0) && !truthy(g, s_POISON, 1) &&
+    return truthy(g, s_FASTPATH, 0) && truthy(g, s_CFAST, 0) && !truthy(g, s_POISON, 1) && own_launcher(g) &&
            attr_is_none(g, s_TLS, s_rec) && attr_is_none(g, s_OUTPUT, s_fn);
 }
 
@@ -1042,6 +1057,9 @@ PyMODINIT_FUNC PyInit__cfast(void) {
     INTERN(s_stride, "stride");
     INTERN(s_dtype, "dtype");
     INTERN(s_device, "device");
+    INTERN(s_DRIVER, "_DRIVER");
+    INTERN(s_CFAST_LAUNCHER, "_CFAST_LAUNCHER");
+    INTERN(s_launcher, "launcher");
     PyObject *time = PyImport_ImportModule("time");
     if (time == NULL) return NULL;
     g_monotonic = PyObject_GetAttrString(time, "monotonic");

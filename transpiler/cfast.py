@@ -211,14 +211,37 @@ def launch_data(plan, tensors: tuple, maps: tuple, writes: tuple) -> tuple:
             bytes(blob), tuple(offsets), patches, mps)
 
 
+# How the C replay allocates an output: "empty" (torch.empty(shape, dtype=, device=), as the Python path) or
+# "empty_strided" (torch.empty_strided(shape, contiguous strides, dtype=, device=): the same tensor; torch 2.11's
+# torch.empty parses more overloads). Read when an entry is registered.
+ALLOC = os.environ.get("TILEX_CFAST_ALLOC", "empty").strip()
+
+
+def _contiguous_strides(shape: tuple) -> tuple:
+    strides, n = [], 1
+    for d in reversed(shape):
+        strides.append(n)
+        n *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
 def entry_data(entry) -> tuple:
     """A `tilex.stdlib._launch._Entry` as FastCall.register takes it."""
-    allocs = tuple(((tuple(shape),), {"dtype": dt, "device": dev}) for shape, dt, dev in entry.allocs)
+    empty = entry.empty
+    torch = sys.modules.get("torch")
+    strided = (ALLOC == "empty_strided" and torch is not None and empty is getattr(torch, "empty", None)
+               and hasattr(torch, "empty_strided"))
+    if strided:
+        empty = torch.empty_strided
+        allocs = tuple(((tuple(shape), _contiguous_strides(tuple(shape))), {"dtype": dt, "device": dev})
+                       for shape, dt, dev in entry.allocs)
+    else:
+        allocs = tuple(((tuple(shape),), {"dtype": dt, "device": dev}) for shape, dt, dev in entry.allocs)
     launches = tuple(launch_data(*launch) for launch in entry.launches)
     name = entry.launches[0][0].spec.name if entry.launches else ""
     current = entry.current_device if entry.current_device is not None else (lambda: entry.device)
     device = entry.device if entry.device is not None else -1
-    return (float(entry.born), int(device), current, entry.stream, entry.empty, allocs, launches,
+    return (float(entry.born), int(device), current, entry.stream, empty, allocs, launches,
             _tmpl(entry.tmpl), name)
 
 

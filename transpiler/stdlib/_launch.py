@@ -153,8 +153,8 @@ def run(mod, kernel: str, *args, **scalars):
 # `call` below, and every _Entry made is also registered with it. A call whose layout matches a registered,
 # unexpired entry is then replayed by one C function (the same key read from the arguments, the same outputs,
 # launches and result); every other call runs `call` as it is (CFAST = False, TILEX_NO_CFAST=1 or no extension:
-# always). The C side keys only on exact bool/int/float/str/None options and tensors (a NumPy scalar option
-# stays on the Python path).
+# always; so does a replaced tilex.runtime.driver.launcher, see _CFAST_LAUNCHER). The C side keys only on exact
+# bool/int/float/str/None options and tensors (a NumPy scalar option stays on the Python path).
 
 import os as _os
 
@@ -162,6 +162,13 @@ FASTPATH = _os.environ.get("TILEX_FASTPATH", "1").strip().lower() not in ("0", "
 # the C replay of memoized layouts (tilex.cfast; read on every call by the C side): on unless TILEX_NO_CFAST=1
 # or the extension is neither installed nor buildable
 CFAST = _os.environ.get("TILEX_NO_CFAST", "0").strip().lower() in ("0", "false", "no", "off", "")
+# The C replay runs only while tilex.runtime.driver.launcher is _CFAST_LAUNCHER (the library's own): a replaced
+# launcher (a benchmark's `lambda: None` for the CuPy path, a test's counting or stand-in launcher) is honoured
+# by the Python path alone. _DRIVER: the driver module's namespace, where the C side looks it up.
+from ..runtime import driver as _driver_module  # noqa: E402
+
+_DRIVER = vars(_driver_module)
+_CFAST_LAUNCHER = _driver_module.launcher
 RECHECK_S = 1.0
 MAX_ENTRIES = 512  # per wrapper; the memo is cleared when it is full
 _KEY_SCALARS = frozenset({bool, int, float, str, type(None)})
