@@ -8,7 +8,7 @@ queue drained before each batch of 50 so no call waits for the GPU):
 - the floor: a bare launch of an empty kernel with six parameters (three pointers, a float, two ints: an
   rms_norm's) through cuda-python's cuLaunchKernel (when installed), through ctypes (cuLaunchKernel's eleven
   arguments, and cuLaunchKernelEx's four with a prebuilt CUlaunchConfig), through `_cfast.Launcher` (the same
-  call in C: what driver.launcher() returns where the extension loads), through CuPy's RawKernel; the C fast
+  call in C: what driver.launcher() returns with TILEX_CFAST_LAUNCHER=1), through CuPy's RawKernel; the C fast
   path's layout read of three tensors; torch.empty / torch.empty_strided / new_empty of a [1, 5120] and a
   [512, 5120] bf16 tensor; torch's `a + b` (an empty and an add) and F.rms_norm;
 - the pieces a fast-path hit is made of: tensor attribute reads, torch's current-stream query, the current
@@ -20,7 +20,7 @@ queue drained before each batch of 50 so no call waits for the GPU):
   (`_launch._call_key`), the memo lookup, the replay (allocation + launches) with the real driver, the replay
   with the driver stubbed (Python alone), and the outputs' allocation alone.
 `above floor` = the Python path call's host time minus (its allocations + its launches through
-driver.launcher(), the C Launcher where the extension loads); `C above floor` the same for the C path's call.
+driver.launcher(), ctypes unless TILEX_CFAST_LAUNCHER=1); `C above floor` the same for the C path's call.
 """
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def floor_rows(torch, reps: int, log) -> dict:
     mod = cfast.module()
     if mod is not None:
         c_launch = mod.Launcher(driver.LIBRARY)
-        row("_cfast.Launcher cuLaunchKernelEx (driver.launcher(); same arguments)",
+        row("_cfast.Launcher cuLaunchKernelEx (same arguments, from C)",
             lambda: c_launch(cfg_ptr, f, params, None))
         fc = mod.FastCall(lambda *a: None, {})  # its lookup: the C side's layout read of three tensors
         row("_cfast layout read + lookup, 3 tensors (FastCall.lookup)", lambda: fc.lookup(a, b, c))

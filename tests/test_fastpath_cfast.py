@@ -418,7 +418,7 @@ def test_a_failed_build_is_not_retried(tmp_path):
 
 def test_the_c_launcher_passes_what_the_ctypes_call_passes(mod, tmp_path, monkeypatch):
     """_cfast.Launcher on a stand-in libcuda (tests/test_runtime_driver.py's): the same config, function, parameters
-    and result as the ctypes function; driver.launcher() is a Launcher when the extension loads."""
+    and result as the ctypes function; driver.launcher() is a Launcher with TILEX_CFAST_LAUNCHER=1 only."""
     import shutil
 
     from test_runtime_driver import STUB
@@ -452,8 +452,10 @@ def test_the_c_launcher_passes_what_the_ctypes_call_passes(mod, tmp_path, monkey
         mod.Launcher(str(tmp_path / "missing.so"))
     monkeypatch.setattr(driver, "LIBRARY", str(lib))
     monkeypatch.delenv(driver.ENV, raising=False)
-    driver.launcher.cache_clear()
     try:
-        assert type(driver.launcher()) is mod.Launcher
+        for flag, kind in (("0", ctypes._CFuncPtr), ("1", mod.Launcher)):
+            monkeypatch.setenv(driver.C_ENV, flag)
+            driver.launcher.cache_clear()
+            assert isinstance(driver.launcher(), kind), flag
     finally:
         driver.launcher.cache_clear()
