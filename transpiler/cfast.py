@@ -5,7 +5,8 @@ module's `module()` is not None, each wrapper is also a `_cfast.FastCall`, and e
 it (`register`, with `entry_data`). A later call of that layout is then replayed by one C function: the layout
 read and compared, the outputs allocated with the recorded torch.empty call, the parameters packed and
 cuLaunchKernelEx called on torch's current stream. Any call the C side cannot replay (another layout, an
-argument it does not key on, the fast path off, another device current, a refused launch) runs the Python fast
+argument it does not key on, the fast path off, tilex.runtime.driver.launcher replaced, another device current,
+a refused launch) runs the Python fast
 path unchanged, with all of its checks and clear errors.
 
 The extension is built by setuptools where a compiler and Python's headers exist (`setup.py`: optional, so an
