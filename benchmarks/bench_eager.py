@@ -7,7 +7,9 @@ preallocated tensors); linear at M = 1, 16, 64, 512 with K = N = 4096; rms_norm,
 silu_and_mul, gated_mlp, linear_qkv, rope, embedding, kv_cache_write, attention_prefill and attention_decode at
 Qwen2.5-14B shapes), each as
 - `tilex`: the default path: the wrapper's per-layout fast path (`tilex.stdlib._launch.fastpath`: key, torch.empty
-  of the outputs, pointers patched into the launch plans, cuLaunchKernelEx),
+  of the outputs, pointers patched into the launch plans, cuLaunchKernelEx), replayed by the C extension
+  (`tilex.cfast`) when it is loaded,
+- `tilex-py`: the same fast path in Python (the C replay off, as with TILEX_NO_CFAST=1),
 - `tilex-full`: the whole wrapper every call (checks, configuration choice, launch plans replayed through the
   driver's cuLaunchKernelEx: the path before the fast path),
 - `tilex-cupy`: the same calls with the direct launch off (bind + CuPy's launch every call, as before plans),
@@ -24,7 +26,10 @@ H200 host (benchmarks/host_floor.py, 2026-12-02): one torch.empty 3.7-3.9 us + o
 ~9.6-9.9 us for a one-output, one-kernel call before any key or check (torch's own F.rms_norm: 11.7-12.1 us).
 Predicted on the H200 host (session 16 measured tilex-full 23-74 us, torch 9-18 us): `tilex` 9-14 us for the
 one-kernel calls (about torch's own host time; two-kernel calls such as attention_decode or split-K linears
-~3 us more per extra launch).
+~3 us more per extra launch). Session 19 measured the Python fast path (now `tilex-py`) at 16.6-19.1 us for
+one-output, one-kernel calls; predicted for the C replay (`tilex`, session 20): one torch.empty (3.7-3.9 us) +
+one driver launch (~5-5.5 us without ctypes) + ~1-1.5 us of C (reading ~0.5 us per tensor argument), i.e.
+~10-11 us, and ~3.8 us more per extra output, ~5.5 us more per extra launch.
 
 Engine: `examples/llm` with a Qwen2.5-14B-shaped model cut to `--layers` layers (random weights; the ratio
 eager / graph is what matters, and a few layers show it, since both scale per layer): prefill 1x512 eager
@@ -155,31 +160,40 @@ def bench_library(torch, args, log) -> list:
     from tilex.runtime import driver
     from tilex.stdlib import _launch as L
 
+    from tilex import cfast
+
     direct = driver.launcher()
+    own = driver.launcher  # restored as this function itself: the C replay runs only under it (_CFAST_LAUNCHER)
+    cmod = cfast.module()
     log(f"direct launch: {'on' if direct is not None else 'OFF (libcuda not loadable or TILEX_DIRECT_LAUNCH=0)'}"
-        f"; wrapper fast path: {'on' if L.FASTPATH else 'OFF (TILEX_FASTPATH=0)'}")
+        f"; wrapper fast path: {'on' if L.FASTPATH else 'OFF (TILEX_FASTPATH=0)'}"
+        f"; C replay: {'on' if L.CFAST and cmod is not None else 'OFF'} ({cfast.why()})")
     rows = []
     log(f"{'call':<42} {'path':<11} {'host us':>8} {'cpu us':>8} {'wall us':>8} {'vs torch':>8}")
     for name, tilex_fn, torch_fn in library_cases(torch, S):
         got = {}
-        for path, fn in (("torch", torch_fn), ("tilex", tilex_fn), ("tilex-full", tilex_fn),
+        for path, fn in (("torch", torch_fn), ("tilex", tilex_fn), ("tilex-py", tilex_fn), ("tilex-full", tilex_fn),
                          ("tilex-cupy", tilex_fn)):
-            driver.launcher = (lambda: None) if path == "tilex-cupy" else (lambda: direct)
-            fast = L.FASTPATH
-            L.FASTPATH = fast and path == "tilex"
-            hits = L.STATS["hit"]
+            driver.launcher = (lambda: None) if path == "tilex-cupy" else own
+            fast, cf = L.FASTPATH, L.CFAST
+            L.FASTPATH = fast and path in ("tilex", "tilex-py")
+            L.CFAST = cf and path == "tilex"
+            hits, chits = L.STATS["hit"], cmod.hits() if cmod is not None else 0
             try:
                 r = measure(torch, fn, args.reps)
             finally:
-                L.FASTPATH = fast
+                L.FASTPATH, L.CFAST = fast, cf
             r["fast_path_hits"] = L.STATS["hit"] - hits
+            r["c_hits"] = (cmod.hits() if cmod is not None else 0) - chits
             r["vs_torch"] = r["host"] / got["torch"]["host"] if "torch" in got else 1.0
             got[path] = r
             rows.append({"call": name, "path": path, **r})
             log(f"{name:<42} {path:<11} {r['host']:8.1f} {r['cpu']:8.1f} {r['wall']:8.1f} {r['vs_torch']:8.2f}"
                 + (" (no fast-path hits: not memoized)" if path == "tilex" and not r["fast_path_hits"]
-                   and name.split()[0] not in ("Kernel",) else ""))
-        driver.launcher = lambda: direct
+                   and name.split()[0] not in ("Kernel",) else "")
+                + (f" (C replayed {r['c_hits']} of {r['fast_path_hits']} hits)"
+                   if path == "tilex" and cmod is not None and r["c_hits"] < r["fast_path_hits"] else ""))
+        driver.launcher = own
     return rows
 
 
@@ -190,7 +204,7 @@ def bench_engine(torch, args, log) -> dict:
     from llm.weights import random_weights
     from tilex.runtime import driver
 
-    direct = driver.launcher()
+    own = driver.launcher
     cfg = dataclasses.replace(load_config(args.config), num_layers=args.layers)
     be = TorchCudaBackend()
     eng = Engine(cfg, random_weights(cfg, be, "bf16"), be, num_blocks=args.tokens // 16 + 4, block_size=16,
@@ -217,15 +231,16 @@ def bench_engine(torch, args, log) -> dict:
     from tilex.stdlib import _launch as L
 
     out = {}
-    fast = L.FASTPATH
-    for path in ("tilex", "tilex-full", "tilex-cupy"):
-        driver.launcher = (lambda: None) if path == "tilex-cupy" else (lambda: direct)
-        L.FASTPATH = fast and path == "tilex"
+    fast, cf = L.FASTPATH, L.CFAST
+    for path in ("tilex", "tilex-py", "tilex-full", "tilex-cupy"):
+        driver.launcher = (lambda: None) if path == "tilex-cupy" else own
+        L.FASTPATH = fast and path in ("tilex", "tilex-py")
+        L.CFAST = cf and path == "tilex"
         try:
             out[f"eager {path}"] = median_ms()
         finally:
-            L.FASTPATH = fast
-    driver.launcher = lambda: direct
+            L.FASTPATH, L.CFAST = fast, cf
+    driver.launcher = own
     eng.graph_prefill = True
     out["graph"] = median_ms()
     eng.graph_prefill = False

@@ -1,20 +1,26 @@
 """The host's floor for an eager library call, and where a tilex call spends above it (GPU, one process).
 
     python benchmarks/host_floor.py [--reps 300] [--json F]
+    python benchmarks/host_floor.py --alloc-ab [--rounds 5]   (only the C replay's torch.empty / empty_strided A/B)
 
 Per call, in microseconds of host time (bench_eager.measure: the median wall time of one Python call, the launch
 queue drained before each batch of 50 so no call waits for the GPU):
 - the floor: a bare launch of an empty kernel with six parameters (three pointers, a float, two ints: an
   rms_norm's) through cuda-python's cuLaunchKernel (when installed), through ctypes (cuLaunchKernel's eleven
-  arguments, and cuLaunchKernelEx's four with a prebuilt CUlaunchConfig, as tilex launches), through CuPy's
-  RawKernel; torch.empty / torch.empty_strided / new_empty of a [1, 5120] and a [512, 5120] bf16 tensor; torch's
-  `a + b` (an empty and an add) and F.rms_norm;
+  arguments, and cuLaunchKernelEx's four with a prebuilt CUlaunchConfig), through `_cfast.Launcher` (the same
+  call in C: what driver.launcher() returns with TILEX_CFAST_LAUNCHER=1), through CuPy's RawKernel; the C fast
+  path's layout read of three tensors; torch.empty / torch.empty_strided / new_empty of a [1, 5120] and a
+  [512, 5120] bf16 tensor; torch's `a + b` (an empty and an add) and F.rms_norm;
 - the pieces a fast-path hit is made of: tensor attribute reads, torch's current-stream query, the current
   device query, a lock, time.monotonic;
-- tilex library calls (rms_norm [1, 5120] and [512, 5120], embedding, linear_qkv, silu_and_mul): the whole call,
-  then its parts: the key (`_launch._call_key`), the memo lookup, the replay (allocation + launches) with the real
-  driver, the replay with the driver stubbed (Python alone), and the outputs' allocation alone.
-`tilex above floor` = the call's host time minus (its allocations + its launches through ctypes Ex).
+- tilex library calls (rms_norm [1, 5120] and [512, 5120], embedding, linear_qkv, silu_and_mul): the whole call
+  on the C fast path (`tilex.cfast`, when loaded: `call`) and on the Python fast path (`call, Python path`), the
+  C call with its driver functions replaced by no-ops (`C call, driver stubbed`: the C side's own cost plus the
+  allocations), the C side's layout read and lookup alone (`C lookup`), then the Python path's parts: the key
+  (`_launch._call_key`), the memo lookup, the replay (allocation + launches) with the real driver, the replay
+  with the driver stubbed (Python alone), and the outputs' allocation alone.
+`above floor` = the Python path call's host time minus (its allocations + its launches through
+driver.launcher(), ctypes unless TILEX_CFAST_LAUNCHER=1); `C above floor` the same for the C path's call.
 """
 from __future__ import annotations
 
@@ -60,11 +66,20 @@ def floor_rows(torch, reps: int, log) -> dict:
     launch11.restype = ctypes.c_int
     f, st = ctypes.c_void_p(fn_ptr), ctypes.c_void_p(stream)
     row("ctypes cuLaunchKernel (11 arguments), empty kernel", lambda: launch11(f, 1, 1, 1, 32, 1, 1, 0, st, params, None))
-    launch_ex = driver.launcher()
-    if launch_ex is not None:
-        cfg = driver.LaunchConfig(1, 1, 1, 32, 1, 1, 0, stream, None, 0)
-        cfg_ptr = ctypes.pointer(cfg)
-        row("ctypes cuLaunchKernelEx (4 arguments, prebuilt config)", lambda: launch_ex(cfg_ptr, f, params, None))
+    launch_ex = lib.cuLaunchKernelEx
+    launch_ex.restype = ctypes.c_int
+    cfg = driver.LaunchConfig(1, 1, 1, 32, 1, 1, 0, stream, None, 0)
+    cfg_ptr = ctypes.pointer(cfg)
+    row("ctypes cuLaunchKernelEx (4 arguments, prebuilt config)", lambda: launch_ex(cfg_ptr, f, params, None))
+    from tilex import cfast
+
+    mod = cfast.module()
+    if mod is not None:
+        c_launch = mod.Launcher(driver.LIBRARY)
+        row("_cfast.Launcher cuLaunchKernelEx (same arguments, from C)",
+            lambda: c_launch(cfg_ptr, f, params, None))
+        fc = mod.FastCall(lambda *a: None, {})  # its lookup: the C side's layout read of three tensors
+        row("_cfast layout read + lookup, 3 tensors (FastCall.lookup)", lambda: fc.lookup(a, b, c))
     try:
         from cuda.bindings import driver as cb  # cuda-python >= 12.6
     except ImportError:
@@ -122,8 +137,12 @@ def floor_rows(torch, reps: int, log) -> dict:
 
 def library_rows(torch, reps: int, log) -> dict:
     import tilex.stdlib as S
+    from tilex import cfast
     from tilex.runtime import driver
     from tilex.stdlib import _launch as L
+
+    mod = cfast.module()
+    log(f"  C fast path: {cfast.why()}; driver: {'loaded' if cfast.ready() else 'NOT loaded'}")
 
     dev, bf = "cuda", torch.bfloat16
     g = torch.Generator(device=dev).manual_seed(0)
@@ -150,29 +169,113 @@ def library_rows(torch, reps: int, log) -> dict:
             log(f"  {name}: not memoized ({entry!r}); skipped")
             continue
         key, ptrs, _ = got
-        r = {"call": measure(torch, lambda: fn(*args), reps)["host"],
+        r = {}
+        cfast_on = mod is not None and L.CFAST and getattr(fn, "lookup", None) is not None
+        if cfast_on and fn.lookup(*args) is not None:
+            c0 = mod.hits()
+            r["call"] = measure(torch, lambda: fn(*args), reps)["host"]
+            r["C hits"] = mod.hits() - c0
+            r["C lookup (layout read, hash, dict)"] = measure(torch, lambda: fn.lookup(*args), reps)["host"]
+            real = mod.get_driver()
+            mod.set_driver(*mod.noop_driver())
+            try:
+                r["C call, driver stubbed"] = measure(torch, lambda: fn(*args), reps)["host"]
+            finally:
+                mod.set_driver(*real)
+            L.CFAST = False
+            try:
+                r["call, Python path"] = measure(torch, lambda: fn(*args), reps)["host"]
+            finally:
+                L.CFAST = True
+        else:
+            log(f"  {name}: no C entry (C path {'on' if cfast_on else 'off'}): the Python path only")
+            r["call"] = r["call, Python path"] = measure(torch, lambda: fn(*args), reps)["host"]
+        r.update({
              "key": measure(torch, lambda: L._call_key(args, {}), reps)["host"],
              "lookup": measure(torch, lambda: fn.memo.get(key), reps)["host"],
              "replay": measure(torch, lambda: entry.replay(args, ptrs, launch), reps)["host"],
              "replay, driver stubbed": measure(torch, lambda: entry.replay(args, ptrs, lambda *a: 0), reps)["host"],
              "allocations": measure(torch, lambda: [entry.empty(s, dtype=d, device=v) for s, d, v in entry.allocs],
-                                    reps)["host"]}
+                                    reps)["host"]})
         plans = [p for p, *_ in entry.launches]
         r["launches (driver alone)"] = measure(
             torch, lambda: [launch(p._config_ptr, p._function, p.params, None) for p in plans], reps)["host"]
         r["outputs"], r["kernels"] = len(entry.allocs), len(plans)
-        r["above floor"] = r["call"] - r["allocations"] - r["launches (driver alone)"]
+        r["above floor"] = r["call, Python path"] - r["allocations"] - r["launches (driver alone)"]
+        r["C above floor"] = r["call"] - r["allocations"] - r["launches (driver alone)"]
         rows[name] = r
         log(f"  {name}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items()))
     return rows
+
+
+def alloc_ab(torch, reps: int, log, rounds: int = 5) -> dict:
+    """The C replay's output allocation, torch.empty against torch.empty_strided (tilex.cfast.ALLOC), interleaved
+    in `rounds` rounds in this process (the host's noise moves both alike): the raw calls, then library calls
+    re-registered under each choice. Median over rounds of each round's median host time, us."""
+    import tilex.stdlib as S
+    from tilex import cfast
+    from tilex.stdlib import _launch as L
+
+    dev, bf = torch.device("cuda", 0), torch.bfloat16
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def rnd(*shape):
+        return torch.randn(shape, generator=g, device="cuda", dtype=torch.float32).to(bf)
+    x1, w, gu = rnd(1, 5120), rnd(5120), rnd(512, 2 * 13824)
+    x512, wqkv, bqkv = rnd(512, 5120), rnd(7168, 5120), rnd(7168)
+    ids, table = torch.randint(0, 152064, (512,), device="cuda", dtype=torch.int32), rnd(152064, 5120)
+    raw = {"torch.empty((1, 5120), dtype=, device=)": lambda: torch.empty((1, 5120), dtype=bf, device=dev),
+           "torch.empty_strided((1, 5120), (5120, 1), dtype=, device=)":
+               lambda: torch.empty_strided((1, 5120), (5120, 1), dtype=bf, device=dev),
+           "x.new_empty((1, 5120))": lambda: x1.new_empty((1, 5120))}
+    calls = [("rms_norm [1, 5120]", S.rms_norm, (x1, w, 1e-6)), ("silu_and_mul [512, 2x13824]", S.silu_and_mul, (gu,)),
+             ("embedding 512 ids", S.embedding, (ids, table)),
+             ("linear_qkv M=512 (3 outputs)", S.linear_qkv, (x512, wqkv, 5120, 1024, bqkv))]
+    got: dict = {}
+    before = cfast.ALLOC
+    try:
+        for _ in range(rounds):
+            for name, fn in raw.items():
+                got.setdefault(name, []).append(measure(torch, fn, reps)["host"])
+            for name, fn, args in calls:
+                for mode in ("empty", "empty_strided"):
+                    cfast.ALLOC = mode
+                    L.clear_fastpath()
+                    fn(*args)
+                    fn(*args)
+                    if getattr(fn, "lookup", None) is None or fn.lookup(*args) is None:
+                        log(f"  {name}: no C entry; skipped")
+                        continue
+                    got.setdefault(f"{name} C path, {mode}", []).append(measure(torch, lambda: fn(*args), reps)["host"])
+    finally:
+        cfast.ALLOC = before
+        L.clear_fastpath()
+    out = {k: statistics.median(v) for k, v in got.items()}
+    for k, v in out.items():
+        log(f"  {k:<64} {v:7.2f} us  (rounds: {', '.join(f'{t:.2f}' for t in got[k])})")
+    for name, _, _ in calls:
+        a, b = out.get(f"{name} C path, empty"), out.get(f"{name} C path, empty_strided")
+        if a and b:
+            log(f"  {name}: empty_strided / empty = {b / a:.3f} ({b - a:+.2f} us)")
+    return {"median": out, "rounds": got}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=300)
     ap.add_argument("--json", default="")
+    ap.add_argument("--alloc-ab", action="store_true", help="only the C replay's allocation A/B (alloc_ab)")
+    ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     import torch
+
+    if args.alloc_ab:
+        print(f"C replay allocation A/B on {torch.cuda.get_device_name()} (torch {torch.__version__}), median us:")
+        res = alloc_ab(torch, args.reps, print, args.rounds)
+        torch.cuda.synchronize()
+        if args.json:
+            Path(args.json).write_text(json.dumps(res, indent=1))
+        return 0
 
     print(f"host floor on {torch.cuda.get_device_name()} (torch {torch.__version__}, Python {sys.version.split()[0]}); "
           f"median us per call over {args.reps} calls:")

@@ -99,6 +99,12 @@ def install(monkeypatch):
     t = fake_torch.module()
     t.Tensor = AddrTensor
     t.empty = lambda shape, dtype, device=None: AddrTensor(np.empty(shape, dtype.np), dtype, device)
+
+    def empty_strided(shape, stride, dtype, device=None):  # contiguous strides only (what tilex asks for)
+        a = np.empty(shape, dtype.np)
+        assert tuple(s // a.itemsize for s in a.strides) == tuple(stride) or a.size == 0, (shape, stride)
+        return AddrTensor(a, dtype, device)
+    t.empty_strided = empty_strided
     state = {"device": 0, "stream": 0x5000}
     t._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda d: state["stream"] + d)
     monkeypatch.setitem(sys.modules, "torch", t)

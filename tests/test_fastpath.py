@@ -2,7 +2,9 @@
 and the driver (tests/fastpath_stand_ins.py): a repeated call of a wrapper launches exactly what the full
 wrapper launches for the same arguments (kernel, grid, block, shared memory, stream, every parameter: pointers
 named by where they point), skips the checks and the configuration work, and any call of another layout still
-gets the full path's errors. GPU results of the same path: tests/test_fastpath_gpu.py.
+gets the full path's errors. Every test runs twice: on the Python fast path ("python": tilex.cfast off) and on
+the C replay ("c": `_cfast`, built here with the system compiler when not installed, its driver functions the
+same stand-in made C-callable). GPU results of the same path: tests/test_fastpath_gpu.py.
 """
 from __future__ import annotations
 
@@ -17,14 +19,29 @@ import fastpath_stand_ins as S
 from tilex.stdlib import _launch as L
 
 
-@pytest.fixture
-def fp(monkeypatch, tmp_cache_dir):
+@pytest.fixture(params=["python", "c", "c-strided"], ids=["pypath", "cpath", "cpath-strided"])
+def fp(request, monkeypatch, tmp_cache_dir):
+    from tilex import cfast
+
     ns = S.install(monkeypatch)
+    ns.mode = "c" if request.param.startswith("c") else request.param
+    monkeypatch.setattr(cfast, "ALLOC", "empty_strided" if request.param == "c-strided" else "empty")
     monkeypatch.setattr(L, "FASTPATH", True)
     monkeypatch.setattr(L, "POISON", False)
+    monkeypatch.setattr(L, "CFAST", ns.mode == "c")
+    mod = cfast.module()
+    if ns.mode == "c":
+        if cfast.disabled_by_env():
+            pytest.skip("TILEX_NO_CFAST is set")
+        assert mod is not None, cfast.why()  # the CI machine has a compiler: the C path must build
+        launch, ctx, ns.keep = cfast.stand_in_driver(ns.driver, lambda: 0xC7000 + 16 * ns.state["device"])
+        mod.set_driver(launch, ctx)
+        monkeypatch.setattr(L, "_CFAST_LAUNCHER", driver_module().launcher)  # the stand-in's: the C path may run
     L.clear_fastpath()  # entries of earlier tests name other stand-in drivers
     yield ns
     L.clear_fastpath()
+    if mod is not None:
+        mod.set_driver(0, 0)
     L._torch_dtypes.cache_clear()
 
 
@@ -53,12 +70,27 @@ def compare(ns, fn, make, memoized=True, **kwargs):
     make_kw = kwargs.pop("make_kwargs", lambda: dict(kwargs))
     fn(*make(), **make_kw())
     args, kw = make(), make_kw()
-    hits = L.STATS["hit"]
+    hits, chits = L.STATS["hit"], c_hits()
     fast = outcome(ns, fn, args, kw)
     assert L.STATS["hit"] == hits + (1 if memoized else 0), fn.__name__
+    assert c_hits() == chits + (1 if memoized and ns.mode == "c" else 0), fn.__name__  # replayed by C
     full = outcome(ns, fn.full, args, kw)
     assert fast[0] == "ok" and fast == full, fn.__name__
     return fast
+
+
+def driver_module():
+    from tilex.runtime import driver
+
+    return driver
+
+
+def c_hits() -> int:
+    """Calls the C path replayed in this process."""
+    from tilex import cfast
+
+    mod = cfast.module()
+    return mod.hits() if mod is not None else 0
 
 
 def T(ns, *shape, dtype="bfloat16", **kw):
@@ -128,11 +160,18 @@ def test_cached_call_skips_checks_binding_and_the_configuration(fp):
                  "linear.py:_model_config", "_kernels.py:_load", "plan.py:signature", "_arrays.py:kind_of",
                  "linear.py:linear", "launch.py:replay"):
         assert name not in counts, name
-    assert counts["plan.py:fire"] == len(lib().linear.memo[next(iter(lib().linear.memo))].launches) >= 1
+    launches = len(lib().linear.memo[next(iter(lib().linear.memo))].launches)
+    assert launches >= 1
+    if fp.mode == "python":
+        assert counts["plan.py:fire"] == launches
+    else:  # one C call: no Python frame of tilex at all, the stand-in driver called once per launch
+        assert not [k for k in counts if k.split(":")[0] in ("_launch.py", "plan.py", "driver.py")], counts
+        assert counts["fastpath_stand_ins.py:__call__"] == launches
     xr, wr = T(fp, 8, 640), T(fp, 640)
     rms_norm(xr, wr)
     counts = call_counts(lambda: rms_norm(xr, wr))
-    assert "rows.py:plan" not in counts and "norms.py:rms_norm" not in counts and counts["plan.py:fire"] == 1
+    assert "rows.py:plan" not in counts and "norms.py:rms_norm" not in counts
+    assert counts.get("plan.py:fire", 0) == (1 if fp.mode == "python" else 0)
 
 
 def call_counts(fn) -> dict:
@@ -283,6 +322,11 @@ def test_cached_path_time(fp, monkeypatch):
     from tilex.stdlib import linear, rms_norm
 
     monkeypatch.setattr(driver, "launcher", lambda: (lambda *a: 0))
+    if fp.mode == "c":  # the C side's launch a no-op too (not the decoding stand-in, called back through ctypes)
+        from tilex import cfast
+
+        cfast.module().set_driver(*cfast.module().noop_driver())
+        monkeypatch.setattr(L, "_CFAST_LAUNCHER", driver.launcher)
     x, w = T(fp, 16, 512), T(fp, 384, 512)
     xr, wr = T(fp, 8, 640), T(fp, 640)
     for fn, args in ((linear, (x, w)), (rms_norm, (xr, wr))):

@@ -4,7 +4,9 @@ Each wrapper is called on fresh random inputs at odd sizes three times (the firs
 replay: new addresses each time, so pointers and TMA maps are patched), and every result is compared with a
 torch float32 reference (max |out - ref| / max |ref| <= 1e-2 for bf16 outputs) and bitwise with the full wrapper
 (`fn.full`, the same kernels) on the same inputs. The same replays run inside a torch CUDA-graph capture
-(replayed on new data) and on a side stream.
+(replayed on new data) and on a side stream. Every test runs on the C replay (`tilex.cfast`: "c", checked to have
+replayed in C) and on the Python fast path ("py"); after a replayed layout, calls of other layouts get the full
+wrapper's errors.
 
 Run: pytest -m gpu tests/test_fastpath_gpu.py
 """
@@ -18,23 +20,39 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 import tilex.stdlib as S  # noqa: E402
+from tilex import cfast  # noqa: E402
 from tilex.runtime import driver  # noqa: E402
 from tilex.stdlib import _launch as L  # noqa: E402
 
 TOL = 1e-2
+MODE = ["py"]  # the running test's mode
 
 
-@pytest.fixture(autouse=True)
-def _cuda(monkeypatch):
+@pytest.fixture(autouse=True, params=["c", "py"], ids=["cpath", "pypath"])
+def _cuda(request, monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("torch sees no CUDA device")
     if driver.launcher() is None:
         pytest.skip("no direct launch here (libcuda not loadable or TILEX_DIRECT_LAUNCH=0)")
+    if request.param == "c" and not cfast.ready():
+        pytest.skip(f"the C fast path is off here: {cfast.why()}")
+    MODE[0] = request.param
     monkeypatch.setattr(L, "FASTPATH", True)
     monkeypatch.setattr(L, "POISON", False)
+    monkeypatch.setattr(L, "CFAST", request.param == "c")
     L.clear_fastpath()
     yield
     torch.cuda.synchronize()
+
+
+def c_hits() -> int:
+    mod = cfast.module()
+    return mod.hits() if mod is not None else 0
+
+
+def replayed(hits: int, chits: int, n: int = 1) -> bool:
+    """n calls since (STATS hits, C hits) were read were fast-path hits, on the C path in mode "c"."""
+    return L.STATS["hit"] == hits + n and c_hits() == chits + (n if MODE[0] == "c" else 0)
 
 
 _SEED = [0]
@@ -148,10 +166,10 @@ def test_fast_path_matches_torch_and_the_full_wrapper(case):
     name, fn, make, reference = case
     for i in range(3):
         args, kwargs = make()
-        hits = L.STATS["hit"]
+        hits, chits = L.STATS["hit"], c_hits()
         got = fn(*args, **kwargs)
         if i:
-            assert L.STATS["hit"] == hits + 1, f"{name}: call {i} was not replayed"
+            assert replayed(hits, chits), f"{name}: call {i} was not replayed ({MODE[0]})"
         got = [t.clone() for t in S_flat(got)]
         _check(name, args, kwargs, got, reference)
         if "out" in kwargs:
@@ -172,9 +190,9 @@ def test_fast_path_under_graph_capture(case):
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         fn(*args, **kwargs)  # recorded on the capture stream
-        hits = L.STATS["hit"]
+        hits, chits = L.STATS["hit"], c_hits()
         out = fn(*args, **kwargs)  # replayed into the graph
-        assert L.STATS["hit"] == hits + 1
+        assert replayed(hits, chits)
     fresh, _ = make()
     for a, b in zip(args, fresh):
         if torch.is_tensor(a):
@@ -194,3 +212,38 @@ def test_fast_path_on_a_side_stream():
         s.synchronize()
         for out in outs:
             _check(name, args, kwargs, out, reference)
+
+
+def _outcome(fn, args, kwargs):
+    try:
+        r = fn(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - compared with the full wrapper's
+        return ("error", type(e), str(e))
+    torch.cuda.synchronize()
+    return ("ok", [t.clone() for t in S_flat(r)])
+
+
+def test_other_layouts_after_a_replay_get_the_full_wrappers_outcome():
+    """rms_norm and linear replayed (C or Python), then calls that change a dtype, a shape, a device, a stride
+    or an option: each gets exactly what the full wrapper gives (its error, or equal results)."""
+    x, w = rnd(37, 1000), rnd(1000)
+    for _ in range(2):
+        S.rms_norm(x, w, 1e-5)
+    hits, chits = L.STATS["hit"], c_hits()
+    S.rms_norm(x, w, 1e-5)
+    assert replayed(hits, chits)
+    xl, wl = rnd(13, 1024), rnd(712, 1024, scale=0.03)
+    for _ in range(2):
+        S.linear(xl, wl)
+    cases = [(S.rms_norm, (x, w.half(), 1e-5)), (S.rms_norm, (x, rnd(999), 1e-5)), (S.rms_norm, (x, w.cpu(), 1e-5)),
+             (S.rms_norm, (x.cpu(), w.cpu(), 1e-5)), (S.rms_norm, (x.float(), w, 1e-5)),
+             (S.rms_norm, (x, w, float("nan"))), (S.rms_norm, (x, w, "1e-5")), (S.rms_norm, (x[:, ::2], w[::2], 1e-5)),
+             (S.linear, (xl, rnd(712, 512))), (S.linear, (rnd(13, 2048)[:, ::2], wl)), (S.linear, (xl, wl.half())),
+             (S.linear, (xl, wl, rnd(713)))]
+    for fn, args in cases:
+        got, full = _outcome(fn, args, {}), _outcome(fn.full, args, {})
+        assert got[0] == full[0], (got, [getattr(a, "shape", a) for a in args])
+        if got[0] == "error":
+            assert got == full
+        else:
+            assert all(torch.equal(a, b) for a, b in zip(got[1], full[1]))

@@ -8,7 +8,9 @@ cuLaunchKernelEx itself: four arguments, all made once per plan, that ctypes pas
 per launch of an empty kernel, the driver's own time: benchmarks/host_floor.py). libcuda is opened with
 ctypes (as `tma.py` does for cuTensorMapEncodeTiled), so no extra Python package is needed.
 `TILEX_DIRECT_LAUNCH=0` in the environment turns the direct launch off (every launch then goes through
-CuPy, as before plans).
+CuPy, as before plans). With `TILEX_CFAST_LAUNCHER=1` and the C extension loaded (`tilex.cfast`), the function
+`launcher()` returns is its `Launcher` on the same library: the same call, without ctypes' conversions (opt-in:
+not yet run on a GPU; the stdlib's C fast path launches from C either way).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from functools import lru_cache
 from typing import Callable
 
 ENV = "TILEX_DIRECT_LAUNCH"
+C_ENV = "TILEX_CFAST_LAUNCHER"  # 1: launcher() is tilex._cfast.Launcher (see the module docstring)
 LIBRARY = "libcuda.so.1"  # the driver library (tests point it at a stand-in)
 
 
@@ -37,7 +40,9 @@ def launcher() -> Callable[..., int] | None:
 
     No argtypes (their conversion costs more than the call): the caller passes config as a ctypes.pointer to
     a LaunchConfig, f as a ctypes.c_void_p, kernelParams as a ctypes array of void* (passed by address) and
-    extra as None. The pointer and the arrays are made once per plan, so a launch converts nothing."""
+    extra as None. The pointer and the arrays are made once per plan, so a launch converts nothing. With
+    TILEX_CFAST_LAUNCHER=1 and the C extension (tilex.cfast) it is `_cfast.Launcher(LIBRARY)`, taking the same
+    arguments (it holds the GIL through the driver call; ctypes releases it)."""
     if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     try:
@@ -46,4 +51,14 @@ def launcher() -> Callable[..., int] | None:
     except (OSError, AttributeError):  # no driver, or one older than CUDA 12.0
         return None
     fn.restype = ctypes.c_int
+    if os.environ.get(C_ENV, "0").strip().lower() in ("0", "false", "no", "off", ""):
+        return fn
+    from .. import cfast
+
+    mod = cfast.module()
+    if mod is not None:
+        try:
+            return mod.Launcher(LIBRARY)
+        except (OSError, AttributeError):  # opened by ctypes above, so not expected: keep the ctypes function
+            pass
     return fn

@@ -148,10 +148,27 @@ def run(mod, kernel: str, *args, **scalars):
 # two arguments (aliased inputs; that call is not remembered, so another layout-equal call can be). Entries
 # expire after RECHECK_S (a configuration `tilex tune` stores from another process is seen, as `linear._tuned`
 # sees it). `TILEX_FASTPATH=0` turns the fast path off; so does POISON (tests want every output poisoned).
+#
+# The C replay (tilex.cfast, `_cfast.c`): where the extension loads, each wrapper is a `_cfast.FastCall` around
+# `call` below, and every _Entry made is also registered with it. A call whose layout matches a registered,
+# unexpired entry is then replayed by one C function (the same key read from the arguments, the same outputs,
+# launches and result); every other call runs `call` as it is (CFAST = False, TILEX_NO_CFAST=1 or no extension:
+# always; so does a replaced tilex.runtime.driver.launcher, see _CFAST_LAUNCHER). The C side keys only on exact
+# bool/int/float/str/None options and tensors (a NumPy scalar option stays on the Python path).
 
 import os as _os
 
 FASTPATH = _os.environ.get("TILEX_FASTPATH", "1").strip().lower() not in ("0", "false", "no", "off")
+# the C replay of memoized layouts (tilex.cfast; read on every call by the C side): on unless TILEX_NO_CFAST=1
+# or the extension is neither installed nor buildable
+CFAST = _os.environ.get("TILEX_NO_CFAST", "0").strip().lower() in ("0", "false", "no", "off", "")
+# The C replay runs only while tilex.runtime.driver.launcher is _CFAST_LAUNCHER (the library's own): a replaced
+# launcher (a benchmark's `lambda: None` for the CuPy path, a test's counting or stand-in launcher) is honoured
+# by the Python path alone. _DRIVER: the driver module's namespace, where the C side looks it up.
+from ..runtime import driver as _driver_module  # noqa: E402
+
+_DRIVER = vars(_driver_module)
+_CFAST_LAUNCHER = _driver_module.launcher
 RECHECK_S = 1.0
 MAX_ENTRIES = 512  # per wrapper; the memo is cleared when it is full
 _KEY_SCALARS = frozenset({bool, int, float, str, type(None)})
@@ -259,11 +276,12 @@ class _Entry:
     `build` (args, outputs) -> the result, `device` the launches' CUDA ordinal, `stream` device -> its current
     stream."""
 
-    __slots__ = ("empty", "allocs", "launches", "build", "device", "current_device", "stream", "born")
+    __slots__ = ("empty", "allocs", "launches", "build", "device", "current_device", "stream", "born", "tmpl")
 
-    def __init__(self, empty, allocs, launches, build, device, current_device, stream, born):
+    def __init__(self, empty, allocs, launches, build, device, current_device, stream, born, tmpl=("none",)):
         self.empty, self.allocs, self.launches, self.build = empty, allocs, launches, build
         self.device, self.current_device, self.stream, self.born = device, current_device, stream, born
+        self.tmpl = tmpl  # the result template `build` was made from (the C path builds from it: tilex.cfast)
 
     def replay(self, args: tuple, ptrs: list, launch):
         """The wrapper's result, or _MISS when the launch could not be made here (another device is current, the
@@ -368,7 +386,7 @@ def _finish(rec: _Recording, args_flat: tuple, ptrs: list, result):
     allocs = tuple((shapes.get(j, tuple(o.shape)), o.dtype, o.device) for j, o in enumerate(outs))
     current = launches[0][0].current_device if launches else None
     return _Entry(torch.empty if torch is not None else None, allocs, tuple(launches), _builder(tmpl),
-                  device, current, _torch_stream_getter(), _monotonic())
+                  device, current, _torch_stream_getter(), _monotonic(), tmpl)
 
 
 class _NoReplay(Exception):
@@ -414,11 +432,23 @@ def clear_fastpath() -> None:
 
 
 def fastpath(fn):
-    """Memoize the wrapper `fn` per argument layout (see the comment above `untracked`)."""
+    """Memoize the wrapper `fn` per argument layout (see the comment above `untracked`). With the C fast path
+    (tilex.cfast) the wrapper returned is a `_cfast.FastCall` that replays memoized layouts in C and calls the
+    Python fast path below for everything else."""
+    from .. import cfast
     from ..runtime import driver
 
     memo: dict = {}
     _MEMOS.append(memo)
+    cmod = cfast.module()
+    fast: list = []  # the FastCall wrapping `call` (set below when the C path is loaded)
+
+    def remember(key, entry, args, kwargs) -> None:
+        """Hand a new entry to the C path (a layout it cannot replay stays on the Python path)."""
+        if not fast or not CFAST or not cfast.ready():
+            return
+        flat = args if not kwargs else (*args, *kwargs.values())
+        fast[0].register(flat, len(args), tuple(kwargs) if kwargs else None, cfast.entry_data(entry))
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
@@ -459,12 +489,22 @@ def fastpath(fn):
         made = _finish(rec, args if not kwargs else (*args, *kwargs.values()), ptrs, result)
         if len(memo) >= MAX_ENTRIES:
             memo.clear()
+            if fast:
+                fast[0].cmemo.clear()
         if isinstance(made, _Entry):
             memo[key] = made
+            remember(key, made, args, kwargs)
         elif made != "ambiguous":
             memo[key] = _NOT_MEMOIZED
         return result
 
     call.memo = memo  # for tests: the entries per key
     call.full = fn  # the wrapper without the fast path
-    return call
+    if cmod is None:
+        return call
+    wrapper = cmod.FastCall(call, globals())
+    functools.update_wrapper(wrapper, fn)
+    wrapper.memo, wrapper.full, wrapper.python = memo, fn, call  # python: the Python fast path alone
+    fast.append(wrapper)
+    _MEMOS.append(wrapper.cmemo)
+    return wrapper
