@@ -7,7 +7,7 @@ For each shape (M x K x N, y = x @ w.T with w [N, K], bf16; w scaled by 1/sqrt(K
 first checked against torch (f32 reference, relative Frobenius error <= 1e-2; a candidate that fails is reported,
 not timed), then timed as a CUDA graph of R back-to-back launches (R ~ 2 ms of work) replayed 5 times after a
 warm-up: median ms per launch (sweep_gemm.graph_ms). ratio = cuBLAS ms / tilex ms (> 1: tilex faster). The
-one-kernel split-K (`linear_splitk_last`) is checked again after its timed launches (its tile counters must be
+one-kernel split-K (`linear_splitk_last`) and the stream-K kernel (`linear_streamk`) are checked again after its timed launches (their tile counters must be
 back at zero and y still right). Kernels are built first in `--jobs` worker processes (the cache is cold on a
 fresh machine). Also prints the library's path choice per shape (linear.path_choice) and the model's times.
 """
@@ -32,6 +32,7 @@ P3 = "linear_persistent_tma3"
 P5 = "linear_persistent_tma5"
 SL = "linear_splitk_last"
 SK = "linear_splitk_tiles"  # + splitk_sum: the library's two-kernel split-K
+ST = "linear_streamk"
 
 
 def _t(bm, bn, st=4):
@@ -44,49 +45,87 @@ def _c(bm, bc, st=4):
 
 # shape -> [(label, kernel, defines, S or PROGRAMS multiplier)]; persistent kernels get PROGRAMS = mult * SMs
 CANDIDATES = {
-    (100, 896, 9728): [("split2 128x128 S=2", SK, _t(128, 128), 2),
-                       ("last 128x128 s4 S=2", SL, _t(128, 128), 2),
-                       ("last 128x128 s3 S=2", SL, _t(128, 128, 3), 2),
-                       ("last 128x64 s4 S=2", SL, _t(128, 64), 2),
-                       ("tma 128x64 s4 P2", P, _t(128, 64), 2),
-                       ("tc 64x128 s4", "linear", _t(64, 128), 0),
-                       ("tc 128x64 s4", "linear", _t(128, 64), 0)],
-    (100, 14336, 3584): [("split2 128x128 S=4", SK, _t(128, 128), 4),
-                         ("last 128x128 s4 S=4", SL, _t(128, 128), 4),
-                         ("last 128x128 s3 S=9", SL, _t(128, 128, 3), 9),
-                         ("last 128x128 s4 S=8", SL, _t(128, 128), 8),
-                         ("last 128x64 s4 S=4", SL, _t(128, 64), 4),
-                         ("last 128x64 s6 S=4", SL, _t(128, 64, 6), 4),
-                         ("last 128x256 s4 S=9", SL, _t(128, 256), 9)],
-    (256, 5120, 55296): [("tma 128x128 s5", P, _t(128, 128, 5), 1),
-                         ("tma 128x128 s6", P, _t(128, 128, 6), 1),
-                         ("tma 128x256 s4", P, _t(128, 256), 1),
-                         ("tma 256x128 s4", P, _t(256, 128), 1),
-                         ("tma3 128x192 s4", P3, _c(128, 64), 1),
-                         ("tma3 128x96 s6", P3, _c(128, 32, 6), 1),
-                         ("tma5 128x160 s4", P5, _c(128, 32), 1)],
-    (100, 3584, 37888): [("tma3 128x96 s4", P3, _c(128, 32), 1),
-                         ("tma3 128x96 s6", P3, _c(128, 32, 6), 1),
-                         ("tma 128x128 s4", P, _t(128, 128), 1),
-                         ("tma3 128x192 s4", P3, _c(128, 64), 1),
-                         ("tma 128x64 s4 P2", P, _t(128, 64), 2)],
-    (4096, 2048, 2560): [("tma5 128x160 s4", P5, _c(128, 32), 1),
-                         ("tma 128x128 s5", P, _t(128, 128, 5), 1),
-                         ("tma3 128x192 s4", P3, _c(128, 64), 1),
-                         ("tma3 128x96 s6", P3, _c(128, 32, 6), 1)],
-    (4096, 2048, 2304): [("tma 128x128 s4", P, _t(128, 128), 1)],
-    (256, 5120, 5120): [("last 128x128 s3 S=3", SL, _t(128, 128, 3), 3),
-                        ("last 128x128 s4 S=2", SL, _t(128, 128), 2),
-                        ("last 128x256 s4 S=3", SL, _t(128, 256), 3),
-                        ("tma3 128x96 s6", P3, _c(128, 32, 6), 1),
-                        ("tma5 64x160 s6", P5, _c(64, 32, 6), 1),
-                        ("tma 128x128 s6", P, _t(128, 128, 6), 1)],
-    (511, 13824, 5120): [("last 128x256 s4 S=3", SL, _t(128, 256), 3)],
+    (100, 896, 9728): [
+        ("stream 128x128 s4", ST, _t(128, 128), 1),
+        ("stream 128x64 s4", ST, _t(128, 64), 1),
+        ("split2 128x128 S=2", SK, _t(128, 128), 2),
+        ("last 128x128 s4 S=2", SL, _t(128, 128), 2),
+        ("last 128x128 s3 S=2", SL, _t(128, 128, 3), 2),
+        ("last 128x64 s4 S=2", SL, _t(128, 64), 2),
+        ("tma 128x64 s4 P2", P, _t(128, 64), 2),
+        ("tc 64x128 s4", "linear", _t(64, 128), 0),
+        ("tc 128x64 s4", "linear", _t(128, 64), 0),
+    ],
+    (100, 14336, 3584): [
+        ("stream 128x128 s4", ST, _t(128, 128), 1),
+        ("stream 128x128 s6", ST, _t(128, 128, 6), 1),
+        ("split2 128x128 S=4", SK, _t(128, 128), 4),
+        ("last 128x128 s4 S=4", SL, _t(128, 128), 4),
+        ("last 128x128 s3 S=9", SL, _t(128, 128, 3), 9),
+        ("last 128x128 s4 S=8", SL, _t(128, 128), 8),
+        ("last 128x64 s4 S=4", SL, _t(128, 64), 4),
+        ("last 128x64 s6 S=4", SL, _t(128, 64, 6), 4),
+        ("last 128x256 s4 S=9", SL, _t(128, 256), 9),
+    ],
+    (256, 5120, 55296): [
+        ("stream 128x128 s4", ST, _t(128, 128), 1),
+        ("stream 128x128 s5", ST, _t(128, 128, 5), 1),
+        ("stream 128x256 s4", ST, _t(128, 256), 1),
+        ("tma 128x128 s5", P, _t(128, 128, 5), 1),
+        ("tma 128x128 s6", P, _t(128, 128, 6), 1),
+        ("tma 128x256 s4", P, _t(128, 256), 1),
+        ("tma 256x128 s4", P, _t(256, 128), 1),
+        ("tma3 128x192 s4", P3, _c(128, 64), 1),
+        ("tma3 128x96 s6", P3, _c(128, 32, 6), 1),
+        ("tma5 128x160 s4", P5, _c(128, 32), 1),
+    ],
+    (100, 3584, 37888): [
+        ("stream 128x128 s4", ST, _t(128, 128), 1),
+        ("stream 128x256 s4", ST, _t(128, 256), 1),
+        ("tma3 128x96 s4", P3, _c(128, 32), 1),
+        ("tma3 128x96 s6", P3, _c(128, 32, 6), 1),
+        ("tma 128x128 s4", P, _t(128, 128), 1),
+        ("tma3 128x192 s4", P3, _c(128, 64), 1),
+        ("tma 128x64 s4 P2", P, _t(128, 64), 2),
+    ],
+    (4096, 2048, 2560): [
+        ("stream 128x128 s4", ST, _t(128, 128), 1),
+        ("stream 128x256 s4", ST, _t(128, 256), 1),
+        ("tma5 128x160 s4", P5, _c(128, 32), 1),
+        ("tma 128x128 s5", P, _t(128, 128, 5), 1),
+        ("tma3 128x192 s4", P3, _c(128, 64), 1),
+        ("tma3 128x96 s6", P3, _c(128, 32, 6), 1),
+    ],
+    (4096, 2048, 2304): [
+        ("stream 128x128 s4", ST, _t(128, 128), 1),
+        ("tma 128x128 s4", P, _t(128, 128), 1),
+    ],
+    (256, 5120, 5120): [
+        ("stream 128x128 s4", ST, _t(128, 128), 1),
+        ("stream 128x256 s4", ST, _t(128, 256), 1),
+        ("last 128x128 s3 S=3", SL, _t(128, 128, 3), 3),
+        ("last 128x128 s4 S=2", SL, _t(128, 128), 2),
+        ("last 128x256 s4 S=3", SL, _t(128, 256), 3),
+        ("tma3 128x96 s6", P3, _c(128, 32, 6), 1),
+        ("tma5 64x160 s6", P5, _c(64, 32, 6), 1),
+        ("tma 128x128 s6", P, _t(128, 128, 6), 1),
+    ],
+    (8192, 8192, 8192): [
+        ("stream 128x256 s4", ST, _t(128, 256), 1),
+    ],
+    (4096, 4096, 14336): [
+        ("stream 128x256 s4", ST, _t(128, 256), 1),
+    ],
+    (511, 13824, 5120): [
+        ("stream 128x128 s4", ST, _t(128, 128), 1),
+        ("stream 128x256 s4", ST, _t(128, 256), 1),
+        ("last 128x256 s4 S=3", SL, _t(128, 256), 3),
+    ],
 }
 
 
 def _defines(kernel, d, mult):
-    if kernel in (P, P3, P5):
+    if kernel in (P, P3, P5, ST):
         return dict(d, PROGRAMS=mult * SMS)
     return dict(d)
 
@@ -171,6 +210,14 @@ def main() -> int:
 
                     def fn(mod=mod, part=part, count=count, bias=bias):
                         L.run(mod, SL, x, w, bias, part, count, y)
+                elif kernel == ST:
+                    tiles = -(-m // d["BM"]) * -(-n // d["BN"])
+                    part = torch.empty(2 * mult * SMS, d["BM"], d["BN"], device="cuda", dtype=torch.float32)
+                    count = torch.zeros(tiles, device="cuda", dtype=torch.int32)
+                    bias = w.reshape(-1)[:n]
+
+                    def fn(mod=mod, part=part, count=count, bias=bias):
+                        L.run(mod, ST, x, w, bias, part, count, y)
                 elif kernel == SK:
                     part = torch.empty(mult, m, n, device="cuda", dtype=torch.float32)
                     summ = L.load("linear", kernel="splitk_sum", T="bf16")
@@ -191,14 +238,14 @@ def main() -> int:
                     continue
                 t = ms_of(fn)
                 r = dict(ms=t, err=e, ratio=cb / t)
-                if kernel == SL:
+                if kernel in (SL, ST):
                     y.fill_(float("nan"))
                     fn()
                     torch.cuda.synchronize()
                     r["err_after"] = err_of(y, ref)
                     r["count_zero"] = bool((count == 0).all().item())
                 row["results"][label] = r
-                extra = f" after {r['err_after']:.1e} counters zero {r['count_zero']}" if kernel == SL else ""
+                extra = f" after {r['err_after']:.1e} counters zero {r['count_zero']}" if kernel in (SL, ST) else ""
                 line.append(f"  {label:<24} {t:.4f} ms {cb / t:.3f}x err {e:.1e}{extra}")
             except Exception as ex:  # noqa: BLE001 - reported in the table
                 row["results"][label] = dict(error=f"{type(ex).__name__}: {str(ex).splitlines()[0][:160]}")
