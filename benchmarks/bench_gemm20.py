@@ -7,9 +7,10 @@ For each shape (M x K x N, y = x @ w.T with w [N, K], bf16; w scaled by 1/sqrt(K
 first checked against torch (f32 reference, relative Frobenius error <= 1e-2; a candidate that fails is reported,
 not timed), then timed as a CUDA graph of R back-to-back launches (R ~ 2 ms of work) replayed 5 times after a
 warm-up: median ms per launch (sweep_gemm.graph_ms). ratio = cuBLAS ms / tilex ms (> 1: tilex faster). The
-one-kernel split-K (`linear_splitk_last`) and the stream-K kernel (`linear_streamk`) are checked again after its timed launches (their tile counters must be
-back at zero and y still right). Kernels are built first in `--jobs` worker processes (the cache is cold on a
-fresh machine). Also prints the library's path choice per shape (linear.path_choice) and the model's times.
+one-kernel split-K (`linear_splitk_last`) and the stream-K kernel (`linear_streamk`) are checked again after their
+timed launches (their tile counters must be back at zero and y still right). Kernels are built first in `--jobs`
+worker processes (the cache is cold on a fresh machine), with the variants tests/test_linear_streamk20_gpu.py
+and the library's decode paths use. Also prints the library's path choice per shape (linear.path_choice).
 """
 from __future__ import annotations
 
@@ -124,6 +125,14 @@ CANDIDATES = {
 }
 
 
+# built with the candidates: the GPU tests' other variants, the library's decode kernels at the two decode shapes
+EXTRA_BUILDS = [(ST, dict(BM=128, BN=128, BK=64, STAGES=4, PROGRAMS=132, BIAS=True)),
+                (ST, dict(BM=128, BN=128, BK=64, STAGES=4, PROGRAMS=5)),
+                (SL, dict(BM=128, BN=128, BK=64, STAGES=4, BIAS=True)),
+                ("linear_swap", dict(BN=64, BM=16, BK=128, STAGES=6)),
+                ("linear_swap", dict(BN=128, BM=16, BK=64, STAGES=6))]
+
+
 def _defines(kernel, d, mult):
     if kernel in (P, P3, P5, ST):
         return dict(d, PROGRAMS=mult * SMS)
@@ -151,6 +160,7 @@ def main() -> int:
                 jobs.append(("linear", kernel, _defines(kernel, d, mult), ()))
                 if kernel == SK:
                     jobs.append(("linear", "splitk_sum", {}, ()))
+        jobs += [("linear", kernel, d, ()) for kernel, d in EXTRA_BUILDS]
         seen, uniq = set(), []
         for j in jobs:
             key = (j[1], tuple(sorted(j[2].items())))
