@@ -146,13 +146,15 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
     its IR (the partials' bytes included), when that is predicted faster; "persistent" (linear_persistent) and,
     with `_TMA3` / `_TMA5`, "persistent3" / "persistent5" (linear_persistent_tma3 / _tma5, 128 x 192 / 128 x 160
     tiles, `_tma3_us`). Memoized per shape."""
-    key = (kernel, dt, m, n, k, _TMA_STORE, _TMA3, _TMA5, TMA_STORE_SAVES_US)
+    key = (kernel, dt, m, n, k, _TMA_STORE, _TMA3, _TMA5, TMA_STORE_SAVES_US, _STREAMK, STREAMK_MARGIN,
+           STREAMK_FIXUP_US, STREAMK_GBS)
     hit = _PATHS.get(key)
     if hit is not None:
         return hit
     tc, t_tc = _estimate_us(kernel, dt, dict(M=m, N=n, K=k), _SPACE)
     times = {"tc": t_tc}
     best = ("tc", tc, 1, t_tc)
+    per = None
     if kernel == "linear" and _PERSISTENT:
         per, t_per = _estimate_us("linear_persistent", dt, dict(M=m, N=n, K=k), dict(_PERSISTENT_SPACE, PROGRAMS=(SMS,)))
         t_reg = t_per  # with register stores
@@ -167,6 +169,15 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
                 times[wide] = t3
                 if t3 < best[3] * TMA3_MARGIN:
                     best = (wide, dict(tiles), 1, t3)
+    if _STREAMK and n % 8 == 0:  # linear_streamk (bias or not): from the persistent kernel's time per tile round
+        if per is None:
+            per, t_per = _estimate_us("linear_persistent", dt, dict(M=m, N=n, K=k),
+                                      dict(_PERSISTENT_SPACE, PROGRAMS=(SMS,)))
+            t_per -= TMA_STORE_SAVES_US * _rounds(m, n, per["BM"], per["BN"]) * per["BN"] / 128 if _TMA_STORE else 0.0
+        t_sk = _streamk_us(m, n, k, per, t_per)
+        times["streamk"] = t_sk
+        if t_sk < best[3] * STREAMK_MARGIN:
+            best = ("streamk", dict(_STREAMK_TILES), 1, t_sk)
     summer = "splitk_sum_bias" if kernel == "linear_bias" else "splitk_sum"
     split = None
     for s in _split_shares(m, n, k):
@@ -216,6 +227,68 @@ def _tma3_us(m: int, n: int, per: dict, t_per: float, cols: int = 192) -> float:
     from the persistent kernel's tiles `per` and time `t_per`: the same time per 128 columns of a tile round."""
     unit = t_per / (_rounds(m, n, per["BM"], per["BN"]) * per["BN"] / 128)  # us per 128 columns of a tile round
     return unit * _rounds(m, n, 128, cols) * cols / 128
+
+
+# stream-K (linear_streamk, 128 x 128 tiles, one block per SM): whole rounds of tiles, then the last round's K steps
+# shared evenly, so its time is the persistent kernel's per tile round times tiles / SMS (a fraction of a round, not
+# rounded up), at least the operands' bytes at STREAMK_GBS, plus STREAMK_FIXUP_US where a tail is shared (partials
+# written, read back and summed by the program completing each tile)
+_STREAMK = False  # off until measured (bench_gemm20.py, session 20)
+_STREAMK_TILES = dict(BM=128, BN=128, BK=64, STAGES=4)
+STREAMK_FIXUP_US = 2.0
+STREAMK_GBS = 4000.0
+STREAMK_MARGIN = 0.97  # taken when predicted 3% faster
+
+
+def _streamk_us(m: int, n: int, k: int, per: dict, t_per: float) -> float:
+    """Predicted us of linear_streamk at M x K x N from the persistent kernel's tiles `per` and time `t_per`."""
+    bm, bn = _STREAMK_TILES["BM"], _STREAMK_TILES["BN"]
+    unit = t_per / (_rounds(m, n, per["BM"], per["BN"]) * per["BN"] / 128)  # us per 128 columns of a tile round
+    tiles = -(-m // bm) * -(-n // bn)
+    mem = 2 * (m * k + n * k + m * n) / (STREAMK_GBS * 1e3)
+    return max(unit * tiles / SMS * bn / 128, mem) + (STREAMK_FIXUP_US if tiles % SMS else 0.0)
+
+
+_COUNTERS: dict = {}  # (array kind, device) -> the i32 tile counters of linear_streamk / linear_splitk_last
+_OLD_COUNTERS: list = []  # replaced (smaller) buffers: a CUDA graph captured with one still points at it
+
+
+def _counters(like, n: int):
+    """Zeros, at least `n` i32 on `like`'s device, that linear_streamk / linear_splitk_last leave zeros after each
+    launch (the program completing a tile resets its counter), so one buffer per device serves every call. Calls
+    that run at the same time on two streams of one device would share counters: the library issues its launches
+    on the caller's current stream, one after another."""
+    kind = L.kind_of(like)
+    index = like.device.index if kind == "torch" else like.device.id
+    key = (kind, index)
+    buf = _COUNTERS.get(key)
+    if buf is None or int(buf.shape[0]) < n:
+        size = max(n, 1 << 16, 2 * int(buf.shape[0]) if buf is not None else 0)
+        if kind == "torch":
+            import torch
+
+            new = torch.zeros(size, dtype=torch.int32, device=like.device)
+        else:
+            import cupy
+
+            with like.device:
+                new = cupy.zeros(size, dtype=cupy.int32)
+        if buf is not None:
+            _OLD_COUNTERS.append(buf)
+        _COUNTERS[key] = buf = new
+    return buf
+
+
+def _streamk(x2, weight, bias, y, dt: str, m: int, n: int, tiles: dict) -> None:
+    """y = x2 @ weight.T (+ bias) by linear_streamk with `tiles` on the GPU (N % 8 == 0)."""
+    programs = L.sm_count(x2)
+    part = L.empty(x2, (2 * programs, tiles["BM"], tiles["BN"]), "f32")
+    count = _counters(x2, -(-m // tiles["BM"]) * -(-n // tiles["BN"]))
+    extra = dict(BIAS=True) if bias is not None else {}
+    mod = L.load("linear", kernel="linear_streamk", T=dt, **tiles, PROGRAMS=programs, **extra)
+    # without BIAS the kernel never reads b: any [n] array of the dtype will do (the weight's first n values)
+    b = bias if bias is not None else L.reshape(weight, (int(weight.shape[0]) * int(weight.shape[1]),))[:n]
+    L.run(mod, "linear_streamk", x2, weight, b, part, count, y)
 
 
 SPLIT_LAUNCH_US = 2.0  # the second launch (splitk_sum) and the dependency between the two, in a CUDA graph
@@ -313,6 +386,9 @@ def linear(x, weight, bias=None):
         elif k % 8 == 0:
             kernel = "linear_bias" if bias is not None else "linear"
             path, tiles, splits, _ = path_choice(kernel, dt, m, n, k) if _MODEL else ("tc", None, 1, None)
+            if path == "streamk" and gpu:
+                _streamk(x2, weight, bias, y, dt, m, n, tiles)
+                return L.reshape(y, tuple(x.shape[:-1]) + (n,))
             if path == "splitk" and gpu:
                 part = L.empty(x2, (splits, m, n), "f32")
                 L.run(L.load("linear", kernel="linear_splitk_tiles", T=dt, **tiles), "linear_splitk_tiles", x2,

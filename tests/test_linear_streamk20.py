@@ -1,0 +1,84 @@
+"""tilex.stdlib.linear's stream-K path on the CPU: the wrapper's launch of linear_streamk run in the interpreter
+(NumPy arrays taken for GPU ones), the prediction that weighs it, and the tile-counter buffers (torch CPU)."""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(autouse=True)
+def _streamk_on(monkeypatch):
+    monkeypatch.setattr(lin, "_STREAMK", True)
+lin = importlib.import_module("tilex.stdlib.linear")
+
+
+def _interp_run(monkeypatch, programs: int, tiles: dict):
+    """linear() on NumPy arrays takes its GPU path (kind_of says torch; path_choice says streamk with `tiles`), each
+    launch runs in the interpreter, and the tile counters are one NumPy buffer (returned)."""
+    L = lin.L
+    ran = []
+    counters = np.zeros(4096, np.int32)
+
+    def run(mod, name, *args, **kw):
+        ran.append((name, mod, args))
+        mod.interp(name, *args, **kw)
+
+    monkeypatch.setattr(L, "run", run)
+    monkeypatch.setattr(L, "kind_of", lambda *a: "torch")
+    monkeypatch.setattr(L, "sm_count", lambda x: programs)
+    monkeypatch.setattr(lin, "path_choice", lambda *a: ("streamk", dict(tiles), 1, {}))
+    monkeypatch.setattr(lin, "_counters", lambda like, n: counters)
+    return ran, counters
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("m,k,n,programs", [(50, 72, 40, 3), (33, 40, 16, 7), (100, 200, 24, 4)])
+def test_wrapper_runs_linear_streamk(monkeypatch, m, k, n, programs, bias):
+    tiles = dict(BM=16, BN=16, BK=16, STAGES=2)
+    ran, counters = _interp_run(monkeypatch, programs, tiles)
+    rng = np.random.default_rng(m + n + k)
+    x, w, b = (rng.standard_normal(t).astype(np.float32) for t in ((m, k), (n, k), (n,)))
+    ref = x.astype(np.float64) @ w.astype(np.float64).T + (b.astype(np.float64) if bias else 0)
+    for _ in range(2):  # the same counters twice: zeros again after each launch
+        y = lin.linear(x, w, b if bias else None)
+        assert float(np.abs(y.astype(np.float64) - ref).max() / np.abs(ref).max()) <= 1e-5
+        assert not counters.any()
+    (name, mod, args), _ = ran
+    assert name == "linear_streamk"
+    part, count = args[3], args[4]
+    assert part.shape == (2 * programs, 16, 16) and part.dtype == np.float32 and count is counters
+    assert mod.defines.get("PROGRAMS") == programs and bool(mod.defines.get("BIAS", False)) == bias
+
+
+def test_streamk_prediction_counts_a_fraction_of_a_round():
+    """864 tiles of 128x128 (M=256 N=55296) on 132 SMs: 6.55 rounds of the persistent kernel's 7, plus the fixup;
+    a shape whose tiles fill whole rounds pays no fixup; few tiles over a long K: the operands' bytes bound it."""
+    per = dict(BM=128, BN=128)
+    t = lin._streamk_us(256, 55296, 5120, per, 700.0)
+    assert t == pytest.approx(700.0 / 7 * 864 / 132 + lin.STREAMK_FIXUP_US)
+    assert lin._streamk_us(128, 132 * 128, 4096, per, 100.0) == pytest.approx(100.0)  # 132 tiles: one round
+    # from a 128x256 prediction: the same time per 128 columns of a round (80 tiles of 128x256 -> 160 of 128x128)
+    assert lin._streamk_us(511, 5120, 13824, dict(BM=128, BN=256), 140.0) == pytest.approx(
+        140.0 / 2 * 160 / 132 + lin.STREAMK_FIXUP_US)
+    m, k, n = 100, 14336, 3584  # 28 tiles: the weights' 102.8 MB at STREAMK_GBS
+    assert lin._streamk_us(m, n, k, per, 75.0) == pytest.approx(
+        2 * (m * k + n * k + m * n) / (lin.STREAMK_GBS * 1e3) + lin.STREAMK_FIXUP_US)
+
+
+def test_counters_are_zeros_per_device_and_grow(monkeypatch):
+    """One zeroed buffer per device, at least as long as asked; a longer ask replaces it and keeps the old one alive
+    (a CUDA graph captured with it still points at it)."""
+    monkeypatch.setattr(lin, "_COUNTERS", {})
+    monkeypatch.setattr(lin, "_OLD_COUNTERS", [])
+    monkeypatch.setattr(lin.L, "kind_of", lambda *a: "torch")  # a CPU tensor standing in for a CUDA one
+    x = torch.zeros(2, 2)
+    a = lin._counters(x, 10)
+    assert a.dtype == torch.int32 and a.shape[0] >= 10 and not a.any()
+    assert lin._counters(x, 100) is a
+    b = lin._counters(x, a.shape[0] + 1)
+    assert b.shape[0] > a.shape[0] and not b.any() and lin._OLD_COUNTERS == [a]
+    assert lin._counters(x, 5) is b
