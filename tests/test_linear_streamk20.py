@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+lin = importlib.import_module("tilex.stdlib.linear")
 
 
 @pytest.fixture(autouse=True)
 def _streamk_on(monkeypatch):
     monkeypatch.setattr(lin, "_STREAMK", True)
-lin = importlib.import_module("tilex.stdlib.linear")
 
 
 def _interp_run(monkeypatch, programs: int, tiles: dict):
