@@ -82,3 +82,34 @@ def test_counters_are_zeros_per_device_and_grow(monkeypatch):
     b = lin._counters(x, a.shape[0] + 1)
     assert b.shape[0] > a.shape[0] and not b.any() and lin._OLD_COUNTERS == [a]
     assert lin._counters(x, 5) is b
+
+
+@pytest.fixture
+def fp(monkeypatch, tmp_cache_dir):
+    """The fast path's CPU stand-ins (tests/fastpath_stand_ins.py: a stand-in torch and driver), as test_fastpath.py."""
+    import fastpath_stand_ins as SI
+
+    ns = SI.install(monkeypatch)
+    monkeypatch.setattr(lin.L, "FASTPATH", True)
+    monkeypatch.setattr(lin.L, "POISON", False)
+    lin.L.clear_fastpath()
+    yield ns
+    lin.L.clear_fastpath()
+    lin.L._torch_dtypes.cache_clear()
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_fast_path_replays_the_streamk_launch(fp, monkeypatch, bias):
+    """A stream-K call is memoized (its tile counters are `L.kept`: the replay passes the same buffer) and the replay
+    launches exactly what the full wrapper launches."""
+    from test_fastpath import compare
+
+    monkeypatch.setattr(lin, "_COUNTERS", {})
+    monkeypatch.setattr(lin, "path_choice", lambda *a: ("streamk", dict(BM=128, BN=128, BK=64, STAGES=4), 1, {}))
+
+    def make():
+        args = (fp.tensor((300, 128)), fp.tensor((256, 128)))
+        return args + (fp.tensor((256,)),) if bias else args
+
+    fast = compare(fp, lin.linear, make)  # asserts the second call was a fast-path hit
+    assert "linear_streamk" in str(fast[1]) and len(fast[1]) == 1

@@ -255,9 +255,9 @@ _OLD_COUNTERS: list = []  # replaced (smaller) buffers: a CUDA graph captured wi
 
 def _counters(like, n: int):
     """Zeros, at least `n` i32 on `like`'s device, that linear_streamk / linear_splitk_last leave zeros after each
-    launch (the program completing a tile resets its counter), so one buffer per device serves every call. Calls
-    that run at the same time on two streams of one device would share counters: the library issues its launches
-    on the caller's current stream, one after another."""
+    launch (the program completing a tile resets its counter), so one buffer per device serves every call, and the
+    fast path replays a call with it (`L.kept`). Calls that run at the same time on two streams of one device would
+    share counters: the library issues its launches on the caller's current stream, one after another."""
     kind = L.kind_of(like)
     index = like.device.index if kind == "torch" else like.device.id
     key = (kind, index)
@@ -267,16 +267,17 @@ def _counters(like, n: int):
         if kind == "torch":
             import torch
 
-            new = torch.zeros(size, dtype=torch.int32, device=like.device)
+            new = torch.empty(size, dtype=torch.int32, device=like.device)
         else:
             import cupy
 
             with like.device:
-                new = cupy.zeros(size, dtype=cupy.int32)
+                new = cupy.empty(size, dtype=cupy.int32)
+        new[...] = 0
         if buf is not None:
             _OLD_COUNTERS.append(buf)
         _COUNTERS[key] = buf = new
-    return buf
+    return L.kept(buf)  # a replay of the call (the fast path) launches with the same buffer
 
 
 def _streamk(x2, weight, bias, y, dt: str, m: int, n: int, tiles: dict) -> None:
