@@ -54,6 +54,26 @@ def test_wrapper_runs_linear_streamk(monkeypatch, m, k, n, programs, bias):
     assert mod.defines.get("PROGRAMS") == programs and bool(mod.defines.get("BIAS", False)) == bias
 
 
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("m,k,n,s", [(50, 72, 40, 3), (33, 40, 16, 4)])
+def test_wrapper_runs_linear_splitk_last(monkeypatch, m, k, n, s, bias):
+    """With _SPLIT_LAST, the split-K path is one launch of linear_splitk_last (S shares, the counters)."""
+    tiles = dict(BM=16, BN=16, BK=16, STAGES=2)
+    ran, counters = _interp_run(monkeypatch, 5, tiles)
+    monkeypatch.setattr(lin, "path_choice", lambda *a: ("splitk", dict(tiles), s, {}))
+    monkeypatch.setattr(lin, "_SPLIT_LAST", True)
+    rng = np.random.default_rng(m + n + k + s)
+    x, w, b = (rng.standard_normal(t).astype(np.float32) for t in ((m, k), (n, k), (n,)))
+    ref = x.astype(np.float64) @ w.astype(np.float64).T + (b.astype(np.float64) if bias else 0)
+    for _ in range(2):
+        y = lin.linear(x, w, b if bias else None)
+        assert float(np.abs(y.astype(np.float64) - ref).max() / np.abs(ref).max()) <= 1e-5
+        assert not counters.any()
+    (name, mod, args), _ = ran
+    assert name == "linear_splitk_last" and args[3].shape == (s, m, n) and args[4] is counters
+    assert bool(mod.defines.get("BIAS", False)) == bias
+
+
 def test_streamk_prediction_counts_a_fraction_of_a_round():
     """864 tiles of 128x128 (M=256 N=55296) on 132 SMs: 6.55 rounds of the persistent kernel's 7, plus the fixup;
     a shape whose tiles fill whole rounds pays no fixup; few tiles over a long K: the operands' bytes bound it."""

@@ -147,7 +147,7 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
     with `_TMA3` / `_TMA5`, "persistent3" / "persistent5" (linear_persistent_tma3 / _tma5, 128 x 192 / 128 x 160
     tiles, `_tma3_us`). Memoized per shape."""
     key = (kernel, dt, m, n, k, _TMA_STORE, _TMA3, _TMA5, TMA_STORE_SAVES_US, _STREAMK, STREAMK_MARGIN,
-           STREAMK_FIXUP_US, STREAMK_GBS)
+           STREAMK_FIXUP_US, STREAMK_GBS, _SPLIT_LAST, SPLIT_LAST_US)
     hit = _PATHS.get(key)
     if hit is not None:
         return hit
@@ -183,7 +183,7 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
     for s in _split_shares(m, n, k):
         cfg, t_part = _estimate_us("linear_splitk_tiles", dt, dict(M=m, N=n, K=k, S=s), _SPLIT_SPACE)
         _, t_sum = _estimate_us(summer, dt, dict(M=m, N=n, S=s), {})
-        t = t_part + t_sum + SPLIT_LAUNCH_US
+        t = t_part + (SPLIT_LAST_US if _SPLIT_LAST else t_sum + SPLIT_LAUNCH_US)
         times[f"splitk S={s}"] = t
         if split is None or t < split[3]:
             split = ("splitk", cfg, s, t)
@@ -292,6 +292,20 @@ def _streamk(x2, weight, bias, y, dt: str, m: int, n: int, tiles: dict) -> None:
     L.run(mod, "linear_streamk", x2, weight, b, part, count, y)
 
 
+def _splitk_last(x2, weight, bias, y, dt: str, m: int, n: int, tiles: dict, splits: int) -> None:
+    """y = x2 @ weight.T (+ bias) by linear_splitk_last with `tiles` and `splits` shares of K, one launch (GPU)."""
+    part = L.empty(x2, (splits, m, n), "f32")
+    count = _counters(x2, -(-m // tiles["BM"]) * -(-n // tiles["BN"]))
+    extra = dict(BIAS=True) if bias is not None else {}
+    mod = L.load("linear", kernel="linear_splitk_last", T=dt, **tiles, **extra)
+    b = bias if bias is not None else L.reshape(weight, (int(weight.shape[0]) * int(weight.shape[1]),))[:n]
+    L.run(mod, "linear_splitk_last", x2, weight, b, part, count, y)
+
+
+# split-K in one launch (linear_splitk_last: the last share of each tile sums the partials) instead of
+# linear_splitk_tiles + splitk_sum(_bias); SPLIT_LAST_US: its summing, in place of the second kernel and launch
+_SPLIT_LAST = False  # off until measured (bench_gemm20.py, session 20)
+SPLIT_LAST_US = 1.5
 SPLIT_LAUNCH_US = 2.0  # the second launch (splitk_sum) and the dependency between the two, in a CUDA graph
 SPLIT_MARGIN = 0.93  # split only when predicted 7% faster (H200 sweep, 2026-12-01: M=511 K=13824 N=5120 split predicted
 # 6% faster, measured slower than one pass; M=100 K=14336 N=3584 predicted 8% faster, measured 25% faster)
@@ -389,6 +403,9 @@ def linear(x, weight, bias=None):
             path, tiles, splits, _ = path_choice(kernel, dt, m, n, k) if _MODEL else ("tc", None, 1, None)
             if path == "streamk" and gpu:
                 _streamk(x2, weight, bias, y, dt, m, n, tiles)
+                return L.reshape(y, tuple(x.shape[:-1]) + (n,))
+            if path == "splitk" and gpu and _SPLIT_LAST:
+                _splitk_last(x2, weight, bias, y, dt, m, n, tiles, splits)
                 return L.reshape(y, tuple(x.shape[:-1]) + (n,))
             if path == "splitk" and gpu:
                 part = L.empty(x2, (splits, m, n), "f32")
