@@ -143,6 +143,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", help="comma list of MxKxN")
     ap.add_argument("--only-lib", action="store_true", help="cuBLAS and the library call only")
+    ap.add_argument("--ab", action="store_true",
+                    help="with --only-lib: also the library with session 20's switches off (_STREAMK, _SPLIT_LAST)")
     ap.add_argument("--jobs", type=int, default=14)
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -205,8 +207,21 @@ def main() -> int:
         got = S.linear(x, w)
         row["lib_err"] = err_of(got, ref)
         row["lib_ms"] = ms_of(lambda: S.linear(x, w))
+        row["lib_err_after"] = err_of(S.linear(x, w), ref)  # after the timed replays (the counters reset)
         line = [f"{m}x{k}x{n}: cuBLAS {cb:.4f} ms, lib {row['lib_ms']:.4f} ({cb / row['lib_ms']:.3f}x, err "
-                f"{row['lib_err']:.1e}) path {row['path'][:3]}"]
+                f"{row['lib_err']:.1e}, after {row['lib_err_after']:.1e}) path {row['path'][:3]}"]
+        if args.ab:
+            saved = (lin._STREAMK, lin._SPLIT_LAST)
+            lin._STREAMK, lin._SPLIT_LAST = False, False
+            L.clear_fastpath()
+            old = S.linear(x, w)
+            row["old_err"] = err_of(old, ref)
+            row["old_ms"] = ms_of(lambda: S.linear(x, w))
+            row["old_path"] = list(lin.path_choice("linear", "bf16", m, n, k)[:3]) if m > 16 else ["swap"]
+            lin._STREAMK, lin._SPLIT_LAST = saved
+            L.clear_fastpath()
+            line.append(f"  switches off: {row['old_ms']:.4f} ({cb / row['old_ms']:.3f}x, err {row['old_err']:.1e}) "
+                        f"path {row['old_path']}")
         y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         for label, kernel, d, mult in ([] if args.only_lib else CANDIDATES.get((m, k, n), [])):
             dd = _defines(kernel, d, mult)
@@ -266,6 +281,9 @@ def main() -> int:
     import math
 
     libs = [r["cublas_ms"] / r["lib_ms"] for r in rows]
+    if args.ab:
+        olds = [r["cublas_ms"] / r["old_ms"] for r in rows]
+        print(f"lib, switches off: geomean {math.exp(sum(map(math.log, olds)) / len(olds)):.3f} min {min(olds):.3f}")
     best = [max([r["cublas_ms"] / r["lib_ms"]] + [v["ratio"] for v in r["results"].values() if "ratio" in v])
             for r in rows]
     for name, v in (("lib", libs), ("best of lib and candidates", best)):
