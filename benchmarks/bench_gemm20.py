@@ -139,6 +139,25 @@ def _defines(kernel, d, mult):
     return dict(d)
 
 
+def lib_kernels(lin, m: int, k: int, n: int) -> list:
+    """(kernel, defines) that tilex.stdlib.linear loads at M x K x N without a bias (mirrors linear(); for the
+    parallel builds only: a miss costs a build in the timed process, not a wrong result)."""
+    if lin._use_swap(m, k, True):
+        return [("linear_swap", lin._swap_config(n))]
+    if lin._use_split_kernels(m, n, k):
+        return []
+    path, tiles, _, _ = lin.path_choice("linear", "bf16", m, n, k)
+    if path == "streamk":
+        return [(ST, dict(tiles, PROGRAMS=SMS))]
+    if path == "splitk":
+        return [(SL, dict(tiles))] if lin._SPLIT_LAST else [(SK, dict(tiles)), ("splitk_sum", {})]
+    if path == "persistent":
+        return [(P if n % 8 == 0 else "linear_persistent", dict(tiles, PROGRAMS=SMS))]
+    if path in lin._WIDE:
+        return [(lin._WIDE[path][1], dict(tiles, PROGRAMS=SMS))]
+    return [("linear", dict(tiles))]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", help="comma list of MxKxN")
@@ -155,7 +174,15 @@ def main() -> int:
 
     from sweep_gemm import build_all, graph_ms
 
+    lin = importlib.import_module("tilex.stdlib.linear")
     jobs = []
+    for m, k, n in shapes:
+        jobs += [("linear", kern, d, ()) for kern, d in lib_kernels(lin, m, k, n)]
+        if args.ab:
+            saved = (lin._STREAMK, lin._SPLIT_LAST)
+            lin._STREAMK, lin._SPLIT_LAST = False, False
+            jobs += [("linear", kern, d, ()) for kern, d in lib_kernels(lin, m, k, n)]
+            lin._STREAMK, lin._SPLIT_LAST = saved
     if not args.only_lib:
         for sh in shapes:
             for _, kernel, d, mult in CANDIDATES.get(sh, []):
@@ -163,14 +190,14 @@ def main() -> int:
                 if kernel == SK:
                     jobs.append(("linear", "splitk_sum", {}, ()))
         jobs += [("linear", kernel, d, ()) for kernel, d in EXTRA_BUILDS]
-        seen, uniq = set(), []
-        for j in jobs:
-            key = (j[1], tuple(sorted(j[2].items())))
-            if key not in seen:
-                seen.add(key)
-                uniq.append(j)
-        errs = build_all(uniq, args.jobs, time.time() + 60)
-        print(f"built {len(uniq)} kernels in {time.time() - t0:.0f} s ({len(errs)} refused: {errs})", flush=True)
+    seen, uniq = set(), []
+    for j in jobs:
+        key = (j[1], tuple(sorted(j[2].items())))
+        if key not in seen:
+            seen.add(key)
+            uniq.append(j)
+    errs = build_all(uniq, args.jobs, time.time() + 60)
+    print(f"built {len(uniq)} kernels in {time.time() - t0:.0f} s ({len(errs)} refused: {errs})", flush=True)
 
     import torch
     import torch.nn.functional as F
@@ -178,7 +205,6 @@ def main() -> int:
     import tilex.stdlib as S
     from tilex.stdlib import _launch as L
 
-    lin = importlib.import_module("tilex.stdlib.linear")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     assert sms == SMS, f"{sms} SMs: the candidates' PROGRAMS assume {SMS}"
     stream = torch.cuda.Stream()
