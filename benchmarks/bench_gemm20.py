@@ -125,6 +125,18 @@ CANDIDATES = {
 }
 
 
+# request 2 (after request 1: stream-K and the one-launch split-K lost everywhere, 6 stages won at M=256): deeper rings
+# for the split-K path at M=100 K=14336 N=3584; the library's default against its old one with --ab
+CANDIDATES_R2 = {
+    (100, 14336, 3584): [
+        ("split2 128x128 S=4", SK, _t(128, 128), 4),
+        ("split2 128x128 s6 S=4", SK, _t(128, 128, 6), 4),
+        ("split2 128x128x128 s3 S=4", SK, dict(BM=128, BN=128, BK=128, STAGES=3), 4),
+        ("last 128x128 s6 S=4", SL, _t(128, 128, 6), 4),
+        ("split2 128x256 s4 S=9", SK, _t(128, 256), 9),
+    ],
+}
+
 # built with the candidates: the GPU tests' other variants, the library's decode kernels at the two decode shapes
 EXTRA_BUILDS = [(ST, dict(BM=128, BN=128, BK=64, STAGES=4, PROGRAMS=132, BIAS=True)),
                 (ST, dict(BM=128, BN=128, BK=64, STAGES=4, PROGRAMS=5)),
@@ -163,12 +175,14 @@ def main() -> int:
     ap.add_argument("--shapes", help="comma list of MxKxN")
     ap.add_argument("--only-lib", action="store_true", help="cuBLAS and the library call only")
     ap.add_argument("--ab", action="store_true",
-                    help="with --only-lib: also the library with session 20's switches off (_STREAMK, _SPLIT_LAST)")
+                    help="also the library with session 20's switches off (_STREAMK, _SPLIT_LAST, _DEEP_ROWS)")
     ap.add_argument("--jobs", type=int, default=14)
+    ap.add_argument("--set", choices=("r1", "r2"), default="r1", help="the candidates of request 1 or of request 2")
     ap.add_argument("--json")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     t0 = time.time()
+    cands = CANDIDATES if args.set == "r1" else CANDIDATES_R2
 
     import importlib
 
@@ -179,13 +193,13 @@ def main() -> int:
     for m, k, n in shapes:
         jobs += [("linear", kern, d, ()) for kern, d in lib_kernels(lin, m, k, n)]
         if args.ab:
-            saved = (lin._STREAMK, lin._SPLIT_LAST)
-            lin._STREAMK, lin._SPLIT_LAST = False, False
+            saved = (lin._STREAMK, lin._SPLIT_LAST, lin._DEEP_ROWS)
+            lin._STREAMK, lin._SPLIT_LAST, lin._DEEP_ROWS = False, False, False
             jobs += [("linear", kern, d, ()) for kern, d in lib_kernels(lin, m, k, n)]
-            lin._STREAMK, lin._SPLIT_LAST = saved
+            lin._STREAMK, lin._SPLIT_LAST, lin._DEEP_ROWS = saved
     if not args.only_lib:
         for sh in shapes:
-            for _, kernel, d, mult in CANDIDATES.get(sh, []):
+            for _, kernel, d, mult in cands.get(sh, []):
                 jobs.append(("linear", kernel, _defines(kernel, d, mult), ()))
                 if kernel == SK:
                     jobs.append(("linear", "splitk_sum", {}, ()))
@@ -237,19 +251,19 @@ def main() -> int:
         line = [f"{m}x{k}x{n}: cuBLAS {cb:.4f} ms, lib {row['lib_ms']:.4f} ({cb / row['lib_ms']:.3f}x, err "
                 f"{row['lib_err']:.1e}, after {row['lib_err_after']:.1e}) path {row['path'][:3]}"]
         if args.ab:
-            saved = (lin._STREAMK, lin._SPLIT_LAST)
-            lin._STREAMK, lin._SPLIT_LAST = False, False
+            saved = (lin._STREAMK, lin._SPLIT_LAST, lin._DEEP_ROWS)
+            lin._STREAMK, lin._SPLIT_LAST, lin._DEEP_ROWS = False, False, False
             L.clear_fastpath()
             old = S.linear(x, w)
             row["old_err"] = err_of(old, ref)
             row["old_ms"] = ms_of(lambda: S.linear(x, w))
             row["old_path"] = list(lin.path_choice("linear", "bf16", m, n, k)[:3]) if m > 16 else ["swap"]
-            lin._STREAMK, lin._SPLIT_LAST = saved
+            lin._STREAMK, lin._SPLIT_LAST, lin._DEEP_ROWS = saved
             L.clear_fastpath()
             line.append(f"  switches off: {row['old_ms']:.4f} ({cb / row['old_ms']:.3f}x, err {row['old_err']:.1e}) "
                         f"path {row['old_path']}")
         y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        for label, kernel, d, mult in ([] if args.only_lib else CANDIDATES.get((m, k, n), [])):
+        for label, kernel, d, mult in ([] if args.only_lib else cands.get((m, k, n), [])):
             dd = _defines(kernel, d, mult)
             try:
                 mod = L.load("linear", kernel=kernel, T="bf16", **dd)

@@ -49,7 +49,7 @@ def test_splitk_last_refuses_too_few_counters():
 
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("m,n,k,programs", [(50, 40, 72, 3), (17, 100, 8, 5), (1, 9, 48, 4), (33, 16, 40, 7),
-                                            (100, 24, 200, 4), (64, 64, 16, 16), (40, 72, 96, 2)])
+                                            (100, 24, 200, 4), (64, 64, 16, 16), (40, 72, 96, 2), (48, 32, 40, 4)])
 def test_streamk_on_the_interpreter(m, n, k, programs, bias):
     """linear_streamk: whole rounds of tiles, then the tail's K steps shared out (tails of 0 tiles, of fewer K steps
     than programs (1, 9, 48, 4: 3 steps over 4 programs), ranges crossing a tile boundary), NaN-poisoned y and

@@ -133,3 +133,19 @@ def test_fast_path_replays_the_streamk_launch(fp, monkeypatch, bias):
 
     fast = compare(fp, lin.linear, make)  # asserts the second call was a fast-path hit
     assert "linear_streamk" in str(fast[1]) and len(fast[1]) == 1
+
+
+@pytest.mark.parametrize("m,k,n,deep", [(256, 5120, 55296, True), (256, 5120, 5120, True), (100, 896, 9728, False),
+                                        (4096, 2048, 2560, False), (511, 2048, 2560, False)])
+def test_two_rows_of_tiles_take_six_stages(monkeypatch, m, k, n, deep):
+    """128 < M <= 256: the persistent path's 128x128 tiles with DEEP_STAGES (H200: 0.83-0.85 -> 0.88-0.89x cuBLAS at
+    M=256 in two sessions); one row of tiles or many keep the model's 4, as does everything with _DEEP_ROWS off."""
+    monkeypatch.setattr(lin, "_STREAMK", False)
+    on = lin.path_choice("linear", "bf16", m, n, k)
+    monkeypatch.setattr(lin, "_DEEP_ROWS", False)
+    off = lin.path_choice("linear", "bf16", m, n, k)
+    if deep:
+        assert on[0] == off[0] == "persistent" and on[1] == dict(off[1], STAGES=lin.DEEP_STAGES)
+        assert off[1] == dict(BM=128, BN=128, BK=64, STAGES=4)
+    else:
+        assert on[:3] == off[:3]

@@ -68,9 +68,12 @@ LAST = [(dict(), False), (dict(), True), (dict(BN=256), False), (dict(BN=64), Fa
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 896, 2304), (7, 2048, 136), (100, 896, 9728), (100, 14336, 3584),
-                                   (257, 136, 2560), (130, 72, 264), (511, 2048, 5120), (33, 8, 8)])
+                                   (257, 136, 2560), (130, 72, 264), (511, 2048, 5120), (33, 8, 8),
+                                   (4096, 2048, 2560)])
 @pytest.mark.parametrize("defines,bias", STREAM)
 def test_linear_streamk(m, k, n, defines, bias):
+    """(4096, 2048, 2560): 32 rows of tiles (a multiple of GROUP) and a tail, so an empty second segment's tile would
+    be one past the last (its group_tile row count 0: an illegal instruction on the H200 before the clamp)."""
     torch = _torch()
     d = dict(BM=128, BN=128, BK=64, STAGES=4, PROGRAMS=132)
     d.update(defines)

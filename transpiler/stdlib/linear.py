@@ -147,7 +147,7 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
     with `_TMA3` / `_TMA5`, "persistent3" / "persistent5" (linear_persistent_tma3 / _tma5, 128 x 192 / 128 x 160
     tiles, `_tma3_us`). Memoized per shape."""
     key = (kernel, dt, m, n, k, _TMA_STORE, _TMA3, _TMA5, TMA_STORE_SAVES_US, _STREAMK, STREAMK_MARGIN,
-           STREAMK_FIXUP_US, STREAMK_GBS, _SPLIT_LAST, SPLIT_LAST_US)
+           STREAMK_FIXUP_US, STREAMK_GBS, _SPLIT_LAST, SPLIT_LAST_US, _DEEP_ROWS, DEEP_STAGES)
     hit = _PATHS.get(key)
     if hit is not None:
         return hit
@@ -189,12 +189,22 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
             split = ("splitk", cfg, s, t)
     if split is not None and split[3] < best[3] * SPLIT_MARGIN:
         best = split
+    if _DEEP_ROWS and best[0] == "persistent" and best[1].get("BN") == 128 and -(-m // 128) == 2:
+        best = ("persistent", dict(best[1], STAGES=DEEP_STAGES), 1, best[3])
     hit = (best[0], best[1], best[2], times)
     if len(_PATHS) >= _MAX_CHOSEN:
         _PATHS.clear()
     _PATHS[key] = hit
     return hit
 
+
+# 128 < M <= 256 (two rows of 128-row tiles, every weight tile read by two programs): the persistent kernel's 128x128
+# tiles with 6 stages in flight instead of the model's 4 (which does not see the weights' DRAM latency). H200, each
+# A/B in one process against cuBLAS: M=256 K=5120 N=55296 0.849 -> 0.893 (session 19), 0.848 -> 0.880 (session 20);
+# M=256 K=5120 N=5120 0.828 -> 0.892 (session 19); one row (M=100 K=896 N=9728) 0.979 -> 0.964 and M=4096 K=2048
+# N=2560 0.966 -> 0.936, so 4 stays there
+_DEEP_ROWS = True
+DEEP_STAGES = 6
 
 # 128 x 192 tiles (linear_persistent_tma3: three 64-column products issued as one m64n192 wgmma). The resource model
 # reads that kernel as three 128x64 products (x counted thrice, n = 64 wgmmas), so its time is derived from the
@@ -233,7 +243,7 @@ def _tma3_us(m: int, n: int, per: dict, t_per: float, cols: int = 192) -> float:
 # shared evenly, so its time is the persistent kernel's per tile round times tiles / SMS (a fraction of a round, not
 # rounded up), at least the operands' bytes at STREAMK_GBS, plus STREAMK_FIXUP_US where a tail is shared (partials
 # written, read back and summed by the program completing each tile)
-_STREAMK = False  # off until measured (bench_gemm20.py, session 20)
+_STREAMK = False  # off: slower than the persistent kernels wherever measured (H200, session 20, bench_gemm20.py)
 _STREAMK_TILES = dict(BM=128, BN=128, BK=64, STAGES=4)
 STREAMK_FIXUP_US = 2.0
 STREAMK_GBS = 4000.0
@@ -304,7 +314,7 @@ def _splitk_last(x2, weight, bias, y, dt: str, m: int, n: int, tiles: dict, spli
 
 # split-K in one launch (linear_splitk_last: the last share of each tile sums the partials) instead of
 # linear_splitk_tiles + splitk_sum(_bias); SPLIT_LAST_US: its summing, in place of the second kernel and launch
-_SPLIT_LAST = False  # off until measured (bench_gemm20.py, session 20)
+_SPLIT_LAST = False  # off: no faster than the two kernels (H200, session 20: 0.0409 vs 0.0404 ms, M=100 K=14336 N=3584)
 SPLIT_LAST_US = 1.5
 SPLIT_LAUNCH_US = 2.0  # the second launch (splitk_sum) and the dependency between the two, in a CUDA graph
 SPLIT_MARGIN = 0.93  # split only when predicted 7% faster (H200 sweep, 2026-12-01: M=511 K=13824 N=5120 split predicted
