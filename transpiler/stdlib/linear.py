@@ -12,7 +12,10 @@ model (`_model_config`), `gated_mlp_persistent` for its 128x128 4-stage tile. On
 persistent path runs `linear_persistent_tma`, tiles stored from shared memory by TMA, where N % 8 == 0: 0.78 -> 0.91x
 cuBLAS at M=4096 K=2048 N=2304 with 128x128 tiles), `_TMA3` (a `linear_persistent_tma3` path, 128 x 192 tiles: 1.01x
 there) and `_TMA5` (`linear_persistent_tma5`, 128 x 160 tiles: 1.02x at M=511 K=13824 N=5120, from 0.73x). A configuration stored by
-`tilex tune` for the shape's bucket overrides the one-pass tiles.
+`tilex tune` for the shape's bucket overrides the one-pass tiles. Since session 20: `_DEEP_ROWS` (on: 128 < M <= 256
+runs the persistent 128x128 tiles with 6 stages, 0.85 -> 0.88-0.89x cuBLAS at M=256 on the H200); `_STREAMK`
+(`linear_streamk`, stream-K) and `_SPLIT_LAST` (`linear_splitk_last`, split-K in one launch) are off: both correct
+on the H200, neither faster than the paths above where measured (benchmarks/bench_gemm20.py).
 """
 from __future__ import annotations
 
