@@ -183,6 +183,19 @@ class _Tls(threading.local):
 _TLS = _Tls()
 
 
+def kept(arr):
+    """Declare `arr` an array the library holds for good at a fixed address (linear's tile counters, which every
+    launch leaves as it found them): the wrapper call being recorded may launch kernels that read or write it, and
+    a replay passes the same address again. Returns `arr`; a no-op outside a recording."""
+    rec = _TLS.rec
+    if rec is not None:
+        if type(arr) not in _TORCH_TYPES:
+            rec.why = rec.why or "a kept array that is not a torch tensor"
+        else:
+            rec.kept.append(arr)
+    return arr
+
+
 def untracked(why: str) -> None:
     """Declare that the wrapper call now running does something a replay would not repeat (a copy, a write
     outside a kernel): the call is then not memoized. A no-op outside a recording."""
@@ -228,10 +241,11 @@ def _call_key(args: tuple, kwargs: dict):
 class _Recording:
     """What one full wrapper call did: its outputs, its launches, and why it cannot be replayed (None: it can)."""
 
-    __slots__ = ("allocs", "launches", "why")
+    __slots__ = ("allocs", "launches", "why", "kept")
 
     def __init__(self):
         self.allocs: list = []  # the tensors `empty` made (kept alive: their addresses stay unique)
+        self.kept: list = []  # arrays the library holds for good at a fixed address (`kept`): replays pass it again
         self.launches: list = []  # (plan, pointers per call position, scalar values)
         self.why: str | None = None
 
@@ -276,12 +290,14 @@ class _Entry:
     `build` (args, outputs) -> the result, `device` the launches' CUDA ordinal, `stream` device -> its current
     stream."""
 
-    __slots__ = ("empty", "allocs", "launches", "build", "device", "current_device", "stream", "born", "tmpl")
+    __slots__ = ("empty", "allocs", "launches", "build", "device", "current_device", "stream", "born", "tmpl", "kept")
 
-    def __init__(self, empty, allocs, launches, build, device, current_device, stream, born, tmpl=("none",)):
+    def __init__(self, empty, allocs, launches, build, device, current_device, stream, born, tmpl=("none",), kept=()):
         self.empty, self.allocs, self.launches, self.build = empty, allocs, launches, build
         self.device, self.current_device, self.stream, self.born = device, current_device, stream, born
         self.tmpl = tmpl  # the result template `build` was made from (the C path builds from it: tilex.cfast)
+        self.kept = list(kept)  # addresses of the `kept` arrays the launches read (the C path refuses such an
+        #                         entry: a source past the outputs; the Python path replays it)
 
     def replay(self, args: tuple, ptrs: list, launch):
         """The wrapper's result, or _MISS when the launch could not be made here (another device is current, the
@@ -293,7 +309,7 @@ class _Entry:
         outs = [empty(shape, dtype=dt, device=dev) for shape, dt, dev in self.allocs]
         if not self.launches:
             return self.build(args, outs)
-        allp = ptrs + [o.data_ptr() for o in outs] if outs else ptrs
+        allp = ptrs + [o.data_ptr() for o in outs] + self.kept if outs or self.kept else ptrs
         handle = self.stream(device)
         first = True
         for plan, tensors, maps, writes in self.launches:
@@ -319,8 +335,10 @@ def _finish(rec: _Recording, args_flat: tuple, ptrs: list, result):
         return rec.why
     outs = rec.allocs
     optrs = [int(o.data_ptr()) for o in outs]
+    kptrs = [int(a.data_ptr()) for a in rec.kept]
     ranges = [(p, _extent(a), ("in", i)) for i, (p, a) in enumerate(zip(ptrs, args_flat)) if p is not None]
     ranges += [(p, _extent(o), ("out", j)) for j, (p, o) in enumerate(zip(optrs, outs))]
+    ranges += [(p, _extent(a), ("kept", j)) for j, (p, a) in enumerate(zip(kptrs, rec.kept))]
     nin = len(ptrs)
 
     def source(p: int):
@@ -328,7 +346,7 @@ def _finish(rec: _Recording, args_flat: tuple, ptrs: list, result):
         if len(hits) != 1:
             return None
         (kind, i), off = hits[0]
-        return (i if kind == "in" else nin + i, off)
+        return (i if kind == "in" else nin + i if kind == "out" else nin + len(outs) + i, off)
 
     launches = []
     device = None
@@ -386,7 +404,7 @@ def _finish(rec: _Recording, args_flat: tuple, ptrs: list, result):
     allocs = tuple((shapes.get(j, tuple(o.shape)), o.dtype, o.device) for j, o in enumerate(outs))
     current = launches[0][0].current_device if launches else None
     return _Entry(torch.empty if torch is not None else None, allocs, tuple(launches), _builder(tmpl),
-                  device, current, _torch_stream_getter(), _monotonic(), tmpl)
+                  device, current, _torch_stream_getter(), _monotonic(), tmpl, kptrs)
 
 
 class _NoReplay(Exception):

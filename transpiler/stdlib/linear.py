@@ -12,7 +12,10 @@ model (`_model_config`), `gated_mlp_persistent` for its 128x128 4-stage tile. On
 persistent path runs `linear_persistent_tma`, tiles stored from shared memory by TMA, where N % 8 == 0: 0.78 -> 0.91x
 cuBLAS at M=4096 K=2048 N=2304 with 128x128 tiles), `_TMA3` (a `linear_persistent_tma3` path, 128 x 192 tiles: 1.01x
 there) and `_TMA5` (`linear_persistent_tma5`, 128 x 160 tiles: 1.02x at M=511 K=13824 N=5120, from 0.73x). A configuration stored by
-`tilex tune` for the shape's bucket overrides the one-pass tiles.
+`tilex tune` for the shape's bucket overrides the one-pass tiles. Since session 20: `_DEEP_ROWS` (on: 128 < M <= 256
+runs the persistent 128x128 tiles with 6 stages, 0.85 -> 0.88-0.89x cuBLAS at M=256 on the H200); `_STREAMK`
+(`linear_streamk`, stream-K) and `_SPLIT_LAST` (`linear_splitk_last`, split-K in one launch) are off: both correct
+on the H200, neither faster than the paths above where measured (benchmarks/bench_gemm20.py).
 """
 from __future__ import annotations
 
@@ -146,13 +149,15 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
     its IR (the partials' bytes included), when that is predicted faster; "persistent" (linear_persistent) and,
     with `_TMA3` / `_TMA5`, "persistent3" / "persistent5" (linear_persistent_tma3 / _tma5, 128 x 192 / 128 x 160
     tiles, `_tma3_us`). Memoized per shape."""
-    key = (kernel, dt, m, n, k, _TMA_STORE, _TMA3, _TMA5, TMA_STORE_SAVES_US)
+    key = (kernel, dt, m, n, k, _TMA_STORE, _TMA3, _TMA5, TMA_STORE_SAVES_US, _STREAMK, STREAMK_MARGIN,
+           STREAMK_FIXUP_US, STREAMK_GBS, _SPLIT_LAST, SPLIT_LAST_US, _DEEP_ROWS, DEEP_STAGES)
     hit = _PATHS.get(key)
     if hit is not None:
         return hit
     tc, t_tc = _estimate_us(kernel, dt, dict(M=m, N=n, K=k), _SPACE)
     times = {"tc": t_tc}
     best = ("tc", tc, 1, t_tc)
+    per = None
     if kernel == "linear" and _PERSISTENT:
         per, t_per = _estimate_us("linear_persistent", dt, dict(M=m, N=n, K=k), dict(_PERSISTENT_SPACE, PROGRAMS=(SMS,)))
         t_reg = t_per  # with register stores
@@ -167,23 +172,42 @@ def path_choice(kernel: str, dt: str, m: int, n: int, k: int) -> tuple[str, dict
                 times[wide] = t3
                 if t3 < best[3] * TMA3_MARGIN:
                     best = (wide, dict(tiles), 1, t3)
+    if _STREAMK and n % 8 == 0:  # linear_streamk (bias or not): from the persistent kernel's time per tile round
+        if per is None:
+            per, t_per = _estimate_us("linear_persistent", dt, dict(M=m, N=n, K=k),
+                                      dict(_PERSISTENT_SPACE, PROGRAMS=(SMS,)))
+            t_per -= TMA_STORE_SAVES_US * _rounds(m, n, per["BM"], per["BN"]) * per["BN"] / 128 if _TMA_STORE else 0.0
+        t_sk = _streamk_us(m, n, k, per, t_per)
+        times["streamk"] = t_sk
+        if t_sk < best[3] * STREAMK_MARGIN:
+            best = ("streamk", dict(_STREAMK_TILES), 1, t_sk)
     summer = "splitk_sum_bias" if kernel == "linear_bias" else "splitk_sum"
     split = None
     for s in _split_shares(m, n, k):
         cfg, t_part = _estimate_us("linear_splitk_tiles", dt, dict(M=m, N=n, K=k, S=s), _SPLIT_SPACE)
         _, t_sum = _estimate_us(summer, dt, dict(M=m, N=n, S=s), {})
-        t = t_part + t_sum + SPLIT_LAUNCH_US
+        t = t_part + (SPLIT_LAST_US if _SPLIT_LAST else t_sum + SPLIT_LAUNCH_US)
         times[f"splitk S={s}"] = t
         if split is None or t < split[3]:
             split = ("splitk", cfg, s, t)
     if split is not None and split[3] < best[3] * SPLIT_MARGIN:
         best = split
+    if _DEEP_ROWS and best[0] == "persistent" and best[1].get("BN") == 128 and -(-m // 128) == 2:
+        best = ("persistent", dict(best[1], STAGES=DEEP_STAGES), 1, best[3])
     hit = (best[0], best[1], best[2], times)
     if len(_PATHS) >= _MAX_CHOSEN:
         _PATHS.clear()
     _PATHS[key] = hit
     return hit
 
+
+# 128 < M <= 256 (two rows of 128-row tiles, every weight tile read by two programs): the persistent kernel's 128x128
+# tiles with 6 stages in flight instead of the model's 4 (which does not see the weights' DRAM latency). H200, each
+# A/B in one process against cuBLAS: M=256 K=5120 N=55296 0.849 -> 0.893 (session 19), 0.848 -> 0.880 (session 20);
+# M=256 K=5120 N=5120 0.828 -> 0.892 (session 19); one row (M=100 K=896 N=9728) 0.979 -> 0.964 and M=4096 K=2048
+# N=2560 0.966 -> 0.936, so 4 stays there
+_DEEP_ROWS = True
+DEEP_STAGES = 6
 
 # 128 x 192 tiles (linear_persistent_tma3: three 64-column products issued as one m64n192 wgmma). The resource model
 # reads that kernel as three 128x64 products (x counted thrice, n = 64 wgmmas), so its time is derived from the
@@ -218,6 +242,83 @@ def _tma3_us(m: int, n: int, per: dict, t_per: float, cols: int = 192) -> float:
     return unit * _rounds(m, n, 128, cols) * cols / 128
 
 
+# stream-K (linear_streamk, 128 x 128 tiles, one block per SM): whole rounds of tiles, then the last round's K steps
+# shared evenly, so its time is the persistent kernel's per tile round times tiles / SMS (a fraction of a round, not
+# rounded up), at least the operands' bytes at STREAMK_GBS, plus STREAMK_FIXUP_US where a tail is shared (partials
+# written, read back and summed by the program completing each tile)
+_STREAMK = False  # off: slower than the persistent kernels wherever measured (H200, session 20, bench_gemm20.py)
+_STREAMK_TILES = dict(BM=128, BN=128, BK=64, STAGES=4)
+STREAMK_FIXUP_US = 2.0
+STREAMK_GBS = 4000.0
+STREAMK_MARGIN = 0.97  # taken when predicted 3% faster
+
+
+def _streamk_us(m: int, n: int, k: int, per: dict, t_per: float) -> float:
+    """Predicted us of linear_streamk at M x K x N from the persistent kernel's tiles `per` and time `t_per`."""
+    bm, bn = _STREAMK_TILES["BM"], _STREAMK_TILES["BN"]
+    unit = t_per / (_rounds(m, n, per["BM"], per["BN"]) * per["BN"] / 128)  # us per 128 columns of a tile round
+    tiles = -(-m // bm) * -(-n // bn)
+    mem = 2 * (m * k + n * k + m * n) / (STREAMK_GBS * 1e3)
+    return max(unit * tiles / SMS * bn / 128, mem) + (STREAMK_FIXUP_US if tiles % SMS else 0.0)
+
+
+_COUNTERS: dict = {}  # (array kind, device) -> the i32 tile counters of linear_streamk / linear_splitk_last
+_OLD_COUNTERS: list = []  # replaced (smaller) buffers: a CUDA graph captured with one still points at it
+
+
+def _counters(like, n: int):
+    """Zeros, at least `n` i32 on `like`'s device, that linear_streamk / linear_splitk_last leave zeros after each
+    launch (the program completing a tile resets its counter), so one buffer per device serves every call, and the
+    fast path replays a call with it (`L.kept`). Calls that run at the same time on two streams of one device would
+    share counters: the library issues its launches on the caller's current stream, one after another."""
+    kind = L.kind_of(like)
+    index = like.device.index if kind == "torch" else like.device.id
+    key = (kind, index)
+    buf = _COUNTERS.get(key)
+    if buf is None or int(buf.shape[0]) < n:
+        size = max(n, 1 << 16, 2 * int(buf.shape[0]) if buf is not None else 0)
+        if kind == "torch":
+            import torch
+
+            new = torch.empty(size, dtype=torch.int32, device=like.device)
+        else:
+            import cupy
+
+            with like.device:
+                new = cupy.empty(size, dtype=cupy.int32)
+        new[...] = 0
+        if buf is not None:
+            _OLD_COUNTERS.append(buf)
+        _COUNTERS[key] = buf = new
+    return L.kept(buf)  # a replay of the call (the fast path) launches with the same buffer
+
+
+def _streamk(x2, weight, bias, y, dt: str, m: int, n: int, tiles: dict) -> None:
+    """y = x2 @ weight.T (+ bias) by linear_streamk with `tiles` on the GPU (N % 8 == 0)."""
+    programs = L.sm_count(x2)
+    part = L.empty(x2, (2 * programs, tiles["BM"], tiles["BN"]), "f32")
+    count = _counters(x2, -(-m // tiles["BM"]) * -(-n // tiles["BN"]))
+    extra = dict(BIAS=True) if bias is not None else {}
+    mod = L.load("linear", kernel="linear_streamk", T=dt, **tiles, PROGRAMS=programs, **extra)
+    # without BIAS the kernel never reads b: any [n] array of the dtype will do (the weight's first n values)
+    b = bias if bias is not None else L.reshape(weight, (int(weight.shape[0]) * int(weight.shape[1]),))[:n]
+    L.run(mod, "linear_streamk", x2, weight, b, part, count, y)
+
+
+def _splitk_last(x2, weight, bias, y, dt: str, m: int, n: int, tiles: dict, splits: int) -> None:
+    """y = x2 @ weight.T (+ bias) by linear_splitk_last with `tiles` and `splits` shares of K, one launch (GPU)."""
+    part = L.empty(x2, (splits, m, n), "f32")
+    count = _counters(x2, -(-m // tiles["BM"]) * -(-n // tiles["BN"]))
+    extra = dict(BIAS=True) if bias is not None else {}
+    mod = L.load("linear", kernel="linear_splitk_last", T=dt, **tiles, **extra)
+    b = bias if bias is not None else L.reshape(weight, (int(weight.shape[0]) * int(weight.shape[1]),))[:n]
+    L.run(mod, "linear_splitk_last", x2, weight, b, part, count, y)
+
+
+# split-K in one launch (linear_splitk_last: the last share of each tile sums the partials) instead of
+# linear_splitk_tiles + splitk_sum(_bias); SPLIT_LAST_US: its summing, in place of the second kernel and launch
+_SPLIT_LAST = False  # off: no faster than the two kernels (H200, session 20: 0.0409 vs 0.0404 ms, M=100 K=14336 N=3584)
+SPLIT_LAST_US = 1.5
 SPLIT_LAUNCH_US = 2.0  # the second launch (splitk_sum) and the dependency between the two, in a CUDA graph
 SPLIT_MARGIN = 0.93  # split only when predicted 7% faster (H200 sweep, 2026-12-01: M=511 K=13824 N=5120 split predicted
 # 6% faster, measured slower than one pass; M=100 K=14336 N=3584 predicted 8% faster, measured 25% faster)
@@ -313,6 +414,12 @@ def linear(x, weight, bias=None):
         elif k % 8 == 0:
             kernel = "linear_bias" if bias is not None else "linear"
             path, tiles, splits, _ = path_choice(kernel, dt, m, n, k) if _MODEL else ("tc", None, 1, None)
+            if path == "streamk" and gpu:
+                _streamk(x2, weight, bias, y, dt, m, n, tiles)
+                return L.reshape(y, tuple(x.shape[:-1]) + (n,))
+            if path == "splitk" and gpu and _SPLIT_LAST:
+                _splitk_last(x2, weight, bias, y, dt, m, n, tiles, splits)
+                return L.reshape(y, tuple(x.shape[:-1]) + (n,))
             if path == "splitk" and gpu:
                 part = L.empty(x2, (splits, m, n), "f32")
                 L.run(L.load("linear", kernel="linear_splitk_tiles", T=dt, **tiles), "linear_splitk_tiles", x2,
