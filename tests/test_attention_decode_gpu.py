@@ -119,3 +119,48 @@ def test_decode_fast_path_replay_matches_full_path():
             assert _rel(o, _ref(q, k, v, lens_t)) <= TOL
     finally:
         monkey.undo()
+
+
+# session 20's one- and two-warp tiles (a warp holds its block's whole softmax state), at odd lengths, as one
+# kernel (one share: DIRECT) and split in 7 (the combine)
+WARP_TILES = [dict(BN=32, WARPS=1, STAGES=3), dict(BN=32, WARPS=1, STAGES=2), dict(BN=16, WARPS=1, STAGES=4),
+              dict(BN=64, WARPS=1, STAGES=2), dict(BN=32, WARPS=2, STAGES=2), dict(BN=64, WARPS=2, STAGES=2)]
+
+
+def _build(job):
+    """Worker: one split kernel's cubin for `arch` into the shared cache (the tests below then load it)."""
+    from tilex.stdlib import _launch as L2
+
+    arch = job.pop("arch")
+    L2.load("attention_decode", kernel="attention_decode_split", **job).kernel("attention_decode_split").cubin_for(arch)
+
+
+@pytest.fixture(scope="module")
+def _warp_tiles_built():
+    """Build the warp tiles' kernels in parallel first (a cold cache would build them one by one); spawned
+    workers, as this process already holds a CUDA context."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tilex.runtime.nvrtc import default_arch
+
+    jobs = [dict(T="bf16", BS=16, D=d, GP=16, DIRECT=direct, STATIC=False, arch=default_arch(), **t)
+            for t in WARP_TILES for d in (64, 128, 256) for direct in (True, False)]
+    try:
+        with ProcessPoolExecutor(16, mp_context=multiprocessing.get_context("spawn")) as ex:
+            list(ex.map(_build, jobs))
+    except Exception:  # noqa: BLE001 - each test builds what is missing itself
+        pass
+
+
+@pytest.mark.parametrize("splits", [1, 7])
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("tile", WARP_TILES, ids=lambda t: "BN{BN}_W{WARPS}_S{STAGES}".format(**t))
+def test_decode_warp_tiles_vs_sdpa(tile, d, splits, _warp_tiles_built):
+    hkv, g = 2, 6
+    lens = [1, 31, 333, 17, 1000, 2049]
+    gen = torch.Generator(device="cuda").manual_seed(d * 10 + splits)
+    k, v, k_cache, v_cache, table, lens_t = _paged(lens, hkv, d, 16, gen)
+    q = torch.randn((len(lens), g * hkv, d), generator=gen, device="cuda").to(torch.bfloat16)
+    o = S.attention_decode(q, k_cache, v_cache, table, lens_t, num_splits=splits, config=tile)
+    assert _rel(o, _ref(q, k, v, lens_t)) <= TOL
