@@ -99,7 +99,9 @@ def split_counts(b, hkv, ctx, rule, sms, per_sm=None) -> list:
 def candidates(shape, rule, rule_cfg, sms) -> list:
     """(splits, tiles) in priority order: each tile at the most shares that run in one wave of its program slots
     (the rule's tiles first), then every tile at the rule's count, then each at the counts of 2-3 waves, 1 and the
-    rule's."""
+    rule's; with a table of at most decode_model.STATIC_TOKENS, first each tile as one share with q streamed (QS)."""
+    from tilex.stdlib import decode_model as DM
+
     b, ctx, hq, hkv, d = shape
     tiles = [t for t in TILES if fits(t, d)]
     base = dict(BN=rule_cfg["BN"], WARPS=rule_cfg["WARPS"], STAGES=rule_cfg["STAGES"])
@@ -110,6 +112,8 @@ def candidates(shape, rule, rule_cfg, sms) -> list:
     def fill1(t):
         return min(64, blocks, max(1, slots_per_sm(t, hq, hkv, d) * sms // (b * hkv)))
     out = [(fill1(t), t) for t in [base] + tiles] + [(rule, t) for t in tiles]
+    if -(-ctx // BS) * BS <= DM.STATIC_TOKENS:  # one share walks the whole table: q streamed with K, V (QS) too
+        out = out[:1] + [(1, dict(t, QS=True)) for t in [base] + tiles] + out[1:]
     for t in [base] + tiles:
         out += [(n, t) for n in counts[tuple(sorted(t.items()))]]
     seen, uniq = set(), []
@@ -147,8 +151,9 @@ def jobs_for(shapes, sweep: bool) -> list:
         for n, t in (candidates(shape, rule, cfg, 132) if sweep
                      else [(rule, {k: v for k, v in cfg.items() if k != "STATIC"})]):
             static = n == 1 and maxb * BS <= DM.STATIC_TOKENS
-            jobs.append(("attention_decode_split", dict(T="bf16", BS=BS, D=d, GP=gp, DIRECT=n == 1, STATIC=static,
-                                                        **t)))
+            t = dict(t)
+            kname = "attention_decode_split_qs" if t.pop("QS", False) else "attention_decode_split"
+            jobs.append((kname, dict(T="bf16", BS=BS, D=d, GP=gp, DIRECT=n == 1, STATIC=static, **t)))
             if n > 1:
                 nsp = 1 << max(0, n - 1).bit_length()
                 jobs.append(("attention_decode_combine", dict(T="bf16", D=d, NSP=nsp,
@@ -306,7 +311,7 @@ def main(argv=None) -> int:
     real_load = L.load
 
     def spy(name, **kw):
-        if kw.get("kernel") == "attention_decode_split":
+        if kw.get("kernel") in ("attention_decode_split", "attention_decode_split_qs"):
             seen_split.append(kw)
         return real_load(name, **kw)
     L.load = spy
@@ -357,9 +362,9 @@ def main(argv=None) -> int:
             res, regs, smem = None, None, None
             if kw:
                 mod = real_load("attention_decode", **kw)
-                spec = mod.specs["attention_decode_split"]
+                spec = mod.specs[kw["kernel"]]
                 smem = int(spec.smem_bytes)
-                res, regs = occ(mod.kernel("attention_decode_split"), int(spec.threads), smem)
+                res, regs = occ(mod.kernel(kw["kernel"]), int(spec.threads), smem)
             run = dict(tag=tag, splits=ns, cfg=cfg, ms=ms, err=err, gb_s=gbs(ms), ratio=sdpa / ms, blocks_per_sm=res,
                        regs=regs, smem=smem, defines={k: v for k, v in kw.items() if k not in ("kernel",)})
             print(f"  {tag:<34} PASS err {err:.1e}  {ms:.4f} ms {gbs(ms):5.0f} GB/s {gbs(ms) / copy:6.1%} copy "
@@ -387,7 +392,8 @@ def main(argv=None) -> int:
                 if time.time() > deadline:
                     print(f"  ({len(cands) - j} candidates not timed: the shape's budget is spent)", flush=True)
                     break
-                measure(f"NS={ns} BN={cfg['BN']} W={cfg['WARPS']} S={cfg['STAGES']}", ns, cfg)
+                measure(f"NS={ns} BN={cfg['BN']} W={cfg['WARPS']} S={cfg['STAGES']}" + (" QS" if cfg.get("QS") else ""),
+                        ns, cfg)
         ok = [r for r in row["runs"] if r["tag"] != "wrapper" and not r["tag"].startswith("layout:")]
         if ok:
             best = min(ok, key=lambda r: r["ms"])

@@ -65,3 +65,27 @@ def test_decode_tiles_interp(tile, bs, lens, splits):
         assert not o[0].astype(np.float64).any()                          # an empty sequence gives zeros
     err = np.abs(o.astype(np.float64) - ref).max() / np.abs(ref).max()
     assert err <= 1e-2, err
+
+
+@pytest.mark.parametrize("static,splits", [(True, 1), (False, 1), (False, 2)])   # STATIC is one share only
+def test_decode_q_streamed_interp(static, splits):
+    """attention_decode_split_qs (config QS=True: q read inside the key loop) gives the same attention."""
+    rng = np.random.default_rng(7 + splits)
+    bs, lens, hq, hkv, d = 16, [0, 1, 47, 100], 8, 2, 32
+    need = [-(-n // bs) for n in lens]
+    maxb = max(need) + 1
+    nb = sum(need) + 2
+    kc = rng.standard_normal((nb, bs, hkv, d)).astype(BF16)
+    vc = rng.standard_normal((nb, bs, hkv, d)).astype(BF16)
+    table = rng.integers(-4, 2 * nb, size=(len(lens), maxb)).astype(np.int32)
+    perm, at = rng.permutation(nb), 0
+    for i, n in enumerate(need):
+        table[i, :n] = perm[at:at + n]
+        at += n
+    q = rng.standard_normal((len(lens), hq, d)).astype(BF16)
+    seq = np.asarray(lens, np.int32)
+    o = stdlib.attention_decode(q, kc, vc, table, seq, num_splits=splits,
+                                config=dict(BN=32, WARPS=1, STAGES=2, QS=True, STATIC=static))
+    ref = _ref(q, kc, vc, table, seq, d ** -0.5)
+    assert not o[0].astype(np.float64).any()
+    assert np.abs(o.astype(np.float64) - ref).max() / np.abs(ref).max() <= 1e-2
