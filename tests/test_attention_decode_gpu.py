@@ -164,3 +164,25 @@ def test_decode_warp_tiles_vs_sdpa(tile, d, splits, _warp_tiles_built):
     q = torch.randn((len(lens), g * hkv, d), generator=gen, device="cuda").to(torch.bfloat16)
     o = S.attention_decode(q, k_cache, v_cache, table, lens_t, num_splits=splits, config=tile)
     assert _rel(o, _ref(q, k, v, lens_t)) <= TOL
+
+
+# attention_decode_split_qs (q streamed with K and V) over one-share tables of <= 256 tokens (the STATIC walk the
+# plan gives them) and a split one
+QS_TILES = [dict(BN=128, WARPS=8, STAGES=2), dict(BN=64, WARPS=4, STAGES=2), dict(BN=64, WARPS=4, STAGES=1),
+            dict(BN=32, WARPS=1, STAGES=2)]
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("tile,d", [(t, d) for t in QS_TILES for d in (64, 128, 256)
+                                    if not (t["BN"] == 128 and d == 256)],      # 128 keys x 256: no ring fits
+                         ids=lambda x: "BN{BN}_W{WARPS}_S{STAGES}".format(**x) if isinstance(x, dict) else f"D{x}")
+def test_decode_q_streamed_vs_sdpa(tile, d, splits):
+    hkv, g = 4, 7
+    lens = [0, 1, 31, 129, 200, 17]                      # a table of 14 blocks: 224 tokens
+    gen = torch.Generator(device="cuda").manual_seed(d + splits)
+    k, v, k_cache, v_cache, table, lens_t = _paged(lens, hkv, d, 16, gen)
+    q = torch.randn((len(lens), g * hkv, d), generator=gen, device="cuda").to(torch.bfloat16)
+    out = torch.full_like(q, float("nan"))
+    o = S.attention_decode(q, k_cache, v_cache, table, lens_t, num_splits=splits, config=dict(tile, QS=True), out=out)
+    assert torch.equal(o[0], torch.zeros_like(o[0]))        # the empty sequence: zeros (SDPA's row is NaN)
+    assert _rel(o[1:], _ref(q, k, v, lens_t)[1:]) <= TOL
