@@ -1,7 +1,8 @@
 """attention_decode over bench_shapes.py's decode family: splits x tiles, the combine's cost, occupancy, host time.
 
     python benchmarks/bench_attention_decode.py [--shapes quick|grid|NAME,...] [--budget-s 80] [--jobs 16]
-                                                [--no-sweep] [--diag NAME,...|long] [--json OUT.json] [--list]
+                                                [--no-sweep] [--tiles BNxWxS,...] [--diag NAME,...|long]
+                                                [--json OUT.json] [--list]
 
 For each shape (batch, context, query / KV heads, head size; a paged bf16 cache of 16-token blocks in a shuffled
 order, every sequence `ctx` tokens, as bench_shapes.py builds it) this times, as CUDA-graph replay medians
@@ -146,7 +147,7 @@ def jobs_for(shapes, sweep: bool) -> list:
         b, ctx, hq, hkv, d = shape
         maxb = -(-ctx // BS)
         pl = A.decode_plan(b, hq, hkv, d, maxb, BS)
-        rule, cfg = pl.splits, pl.config
+        rule, cfg = pl.splits, dict(pl.config, QS=pl.qs)
         gp = max(16, 1 << max(0, hq // hkv - 1).bit_length())
         for n, t in (candidates(shape, rule, cfg, 132) if sweep
                      else [(rule, {k: v for k, v in cfg.items() if k != "STATIC"})]):
@@ -264,6 +265,8 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=16, help="compile workers")
     ap.add_argument("--no-sweep", action="store_true", help="only SDPA, the wrapper and the combine")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--tiles", default="",
+                    help="the tiles swept instead of TILES, as BNxWARPSxSTAGES,... (e.g. 64x4x3,64x4x2)")
     ap.add_argument("--diag", default="",
                     help="shapes (comma-separated names, or 'long': those moving >= 64 MB) whose wrapper plan also runs "
                          "over the two other cache layouts (see layouts())")
@@ -275,6 +278,14 @@ def main(argv=None) -> int:
     if bad:
         ap.error(f"--shapes: unknown {bad} (known: {', '.join(SHAPES)})")
     shapes = [SHAPES[n] for n in names]
+    if args.tiles:
+        try:
+            TILES[:] = [dict(zip(("BN", "WARPS", "STAGES"), (int(x) for x in t.split("x"))))
+                        for t in args.tiles.split(",") if t.strip()]
+        except ValueError:
+            ap.error(f"--tiles: expected BNxWARPSxSTAGES,..., got {args.tiles!r}")
+        if not TILES or any(len(t) != 3 for t in TILES):
+            ap.error(f"--tiles: expected BNxWARPSxSTAGES,..., got {args.tiles!r}")
     diag = ({n for n in names if bytes_moved(*SHAPES[n]) >= 64e6} if args.diag == "long"
             else {x.strip() for x in args.diag.split(",") if x.strip()})
     from tilex.stdlib import attention as A
@@ -284,7 +295,7 @@ def main(argv=None) -> int:
             maxb = -(-s[1] // BS)
             pl = A.decode_plan(s[0], s[2], s[3], s[4], maxb, BS)
             cands = candidates(s, pl.splits, pl.config, 132)
-            print(f"{n:<20} {s}  plan {pl.splits} splits {pl.config} ({pl.us:.1f} us, {pl.resident}/SM); "
+            print(f"{n:<20} {s}  plan {pl.splits} splits {pl.config}{' QS' if pl.qs else ''} ({pl.us:.1f} us, {pl.resident}/SM); "
                   f"{len(cands)} candidates; {bytes_moved(*s) / 1e6:.1f} MB")
         print(f"{len(jobs_for(shapes, not args.no_sweep))} kernels to build")
         return 0

@@ -58,6 +58,7 @@ STREAM = {(64, 4, 2): BANDWIDTH, (64, 4, 1): 3.13e12, (128, 8, 2): 3.2e12}
 REGS = {
     (64, 4, 2): {64: 56, 128: 80, 256: 96},
     (64, 4, 1): {64: 71, 128: 127, 256: 254},
+    (64, 4, 3): {64: 56, 128: 72, 256: 96},   # swept by the bench (session 20), not a plan candidate
     (128, 8, 2): {64: 64, 128: 64, 256: 255},
     # one- and two-warp blocks (session 20; bench_attention_decode.py sweeps them, the plan does not choose them yet)
     (32, 1, 2): {64: 95, 128: 163, 256: 239},
@@ -93,9 +94,10 @@ class Shape:
 @dataclass(frozen=True)
 class Plan:
     splits: int
-    config: dict            # BN, WARPS, STAGES, STATIC
+    config: dict            # BN, WARPS, STAGES, STATIC: attention_decode_split's defines
     us: float               # the model's time
     resident: int           # split programs per SM
+    qs: bool = False        # run attention_decode_split_qs (q read inside the key loop) instead
 
 
 def regs(tile: dict, d: int) -> int:
@@ -159,4 +161,5 @@ def choose(sh: Shape, smem_of, sms: int = 132, splits: int | None = None) -> Pla
         raise ValueError(f"attention_decode: no tile of {TILES} builds for D={sh.d}, block size {sh.bs}")
     us, ns, tile, r = best
     static = ns == 1 and sh.width <= STATIC_TOKENS
-    return Plan(ns, dict(tile, STATIC=static), us, r)
+    # a STATIC walk reads q inside its key loop (attention_decode_split_qs): no q round trip ahead of the table's
+    return Plan(ns, dict(tile, STATIC=static), us, r, qs=static)
