@@ -121,31 +121,37 @@ def test_decode_fast_path_replay_matches_full_path():
         monkey.undo()
 
 
-# session 20's one- and two-warp tiles (a warp holds its block's whole softmax state), at odd lengths, as one
-# kernel (one share: DIRECT) and split in 7 (the combine)
-WARP_TILES = [dict(BN=32, WARPS=1, STAGES=3), dict(BN=32, WARPS=1, STAGES=2), dict(BN=16, WARPS=1, STAGES=4),
-              dict(BN=64, WARPS=1, STAGES=2), dict(BN=32, WARPS=2, STAGES=2), dict(BN=64, WARPS=2, STAGES=2)]
+# session 20's variants: a one- and a two-warp tile (a warp holds its block's whole softmax state; swept, not in the
+# plan) at odd lengths, as one kernel (one share: DIRECT) and split in 7 (the combine); and
+# attention_decode_split_qs (q streamed with K and V, the plan's kernel for STATIC walks) over one-share tables of
+# <= 256 tokens and split in 3, with an empty sequence
+WARP_TILES = [dict(BN=32, WARPS=1, STAGES=2), dict(BN=32, WARPS=2, STAGES=2)]
+QS_TILES = [dict(BN=128, WARPS=8, STAGES=2), dict(BN=64, WARPS=4, STAGES=2), dict(BN=64, WARPS=4, STAGES=1),
+            dict(BN=32, WARPS=2, STAGES=2)]
 
 
 def _build(job):
     """Worker: one split kernel's cubin for `arch` into the shared cache (the tests below then load it)."""
     from tilex.stdlib import _launch as L2
 
-    arch = job.pop("arch")
-    L2.load("attention_decode", kernel="attention_decode_split", **job).kernel("attention_decode_split").cubin_for(arch)
+    arch, kernel = job.pop("arch"), job.pop("kernel")
+    L2.load("attention_decode", kernel=kernel, **job).kernel(kernel).cubin_for(arch)
 
 
 @pytest.fixture(scope="module")
-def _warp_tiles_built():
-    """Build the warp tiles' kernels in parallel first (a cold cache would build them one by one); spawned
-    workers, as this process already holds a CUDA context."""
+def _variants_built():
+    """Build the kernels of the two tests below in parallel first (a cold cache would build them one by one);
+    spawned workers, as this process already holds a CUDA context."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     from tilex.runtime.nvrtc import default_arch
 
-    jobs = [dict(T="bf16", BS=16, D=d, GP=16, DIRECT=direct, STATIC=False, arch=default_arch(), **t)
-            for t in WARP_TILES for d in (64, 128, 256) for direct in (True, False)]
+    base = dict(T="bf16", BS=16, GP=16, arch=default_arch())
+    jobs = [dict(base, kernel="attention_decode_split", D=d, DIRECT=n == 1, STATIC=False, **t)
+            for t in WARP_TILES for d in (64, 128) for n in (1, 7)]
+    jobs += [dict(base, kernel="attention_decode_split_qs", D=d, DIRECT=n == 1, STATIC=n == 1, **t)
+             for t in QS_TILES for d in (64, 128) for n in (1, 3)]
     try:
         with ProcessPoolExecutor(16, mp_context=multiprocessing.get_context("spawn")) as ex:
             list(ex.map(_build, jobs))
@@ -154,9 +160,9 @@ def _warp_tiles_built():
 
 
 @pytest.mark.parametrize("splits", [1, 7])
-@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("tile", WARP_TILES, ids=lambda t: "BN{BN}_W{WARPS}_S{STAGES}".format(**t))
-def test_decode_warp_tiles_vs_sdpa(tile, d, splits, _warp_tiles_built):
+def test_decode_warp_tiles_vs_sdpa(tile, d, splits, _variants_built):
     hkv, g = 2, 6
     lens = [1, 31, 333, 17, 1000, 2049]
     gen = torch.Generator(device="cuda").manual_seed(d * 10 + splits)
@@ -166,17 +172,10 @@ def test_decode_warp_tiles_vs_sdpa(tile, d, splits, _warp_tiles_built):
     assert _rel(o, _ref(q, k, v, lens_t)) <= TOL
 
 
-# attention_decode_split_qs (q streamed with K and V) over one-share tables of <= 256 tokens (the STATIC walk the
-# plan gives them) and a split one
-QS_TILES = [dict(BN=128, WARPS=8, STAGES=2), dict(BN=64, WARPS=4, STAGES=2), dict(BN=64, WARPS=4, STAGES=1),
-            dict(BN=32, WARPS=1, STAGES=2)]
-
-
 @pytest.mark.parametrize("splits", [1, 3])
-@pytest.mark.parametrize("tile,d", [(t, d) for t in QS_TILES for d in (64, 128, 256)
-                                    if not (t["BN"] == 128 and d == 256)],      # 128 keys x 256: no ring fits
-                         ids=lambda x: "BN{BN}_W{WARPS}_S{STAGES}".format(**x) if isinstance(x, dict) else f"D{x}")
-def test_decode_q_streamed_vs_sdpa(tile, d, splits):
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("tile", QS_TILES, ids=lambda t: "BN{BN}_W{WARPS}_S{STAGES}".format(**t))
+def test_decode_q_streamed_vs_sdpa(tile, d, splits, _variants_built):
     hkv, g = 4, 7
     lens = [0, 1, 31, 129, 200, 17]                      # a table of 14 blocks: 224 tokens
     gen = torch.Generator(device="cuda").manual_seed(d + splits)
