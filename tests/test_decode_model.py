@@ -76,8 +76,9 @@ def test_residency_from_shared_memory_registers_threads():
 
 @pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
-@pytest.mark.parametrize("tile,d", [(t, d) for t, d in itertools.product(DM.TILES, (64, 128, 256))
-                                    if not (t["BN"] == 128 and d == 256)], ids=str)
+@pytest.mark.parametrize("tile,d", [(dict(BN=bn, WARPS=w, STAGES=st), d) for (bn, w, st), d in
+                                    itertools.product(DM.REGS, (64, 128, 256)) if not (bn == 128 and d == 256)],
+                         ids=str)   # the plan's TILES and the tiles bench_attention_decode sweeps
 def test_register_table_matches_ptxas(tile, d, tmp_path):
     """REGS against ptxas for the kernel the wrapper builds: the same residency (the count itself may move a few)."""
     from tilex.stdlib import _launch as L
@@ -147,3 +148,30 @@ def test_fixed_split_count_chooses_tiles_only():
         q = np.zeros((1, 2, 16), np.float32)
         kc = np.zeros((2, 16, 1, 16), np.float32)
         tilex.stdlib.attention_decode(q, kc, kc, np.zeros((1, 2), np.int32), np.ones(1, np.int32), num_splits=2000)
+
+
+def test_q_streamed_kernel_is_behind_an_off_switch(monkeypatch):
+    """QS_STATIC is off (the _qs kernel was never timed on a GPU): no plan runs it; on, STATIC plans do, and the
+    wrapper then loads attention_decode_split_qs (config QS=True does so whatever the switch)."""
+    import numpy as np
+
+    from tilex.stdlib import _launch as L
+
+    assert DM.QS_STATIC is False
+    for b, ctx, hq, hkv, d in GRID:
+        assert not A.decode_plan(b, hq, hkv, d, -(-ctx // 16), 16).qs
+    A.decode_plan.cache_clear()
+    monkeypatch.setattr(DM, "QS_STATIC", True)
+    try:
+        short, wide = A.decode_plan(1, 32, 8, 128, 8, 16), A.decode_plan(16, 12, 2, 128, 2048, 16)
+        assert short.config["STATIC"] and short.qs and not wide.qs
+        seen, real = [], L.load
+        monkeypatch.setattr(L, "load", lambda name, **kw: (seen.append(kw.get("kernel")), real(name, **kw))[1])
+        rng = np.random.default_rng(3)
+        q = rng.standard_normal((2, 4, 16)).astype(np.float32)
+        kc = rng.standard_normal((4, 16, 2, 16)).astype(np.float32)
+        table, lens = np.array([[0, 1], [2, 3]], np.int32), np.array([20, 7], np.int32)
+        tilex.stdlib.attention_decode(q, kc, kc, table, lens)
+        assert "attention_decode_split_qs" in seen
+    finally:
+        A.decode_plan.cache_clear()

@@ -229,7 +229,8 @@ def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | 
     The context is split into `num_splits` shares processed by separate programs and
     merged by a second kernel (default: `decode_plan`'s model); 1 runs a single kernel.
     `config` overrides the plan's tiles (BN, WARPS, STAGES, STATIC) and QS (True: the kernel
-    that reads q inside its key loop, attention_decode_split_qs; the plan's for STATIC walks).
+    that reads q inside its key loop, attention_decode_split_qs; the plan's for STATIC walks
+    only with decode_model.QS_STATIC on, which it is not: never timed on a GPU).
     """
     dt = L.check_float("q", q, ndim=3)
     for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):

@@ -35,6 +35,9 @@ from dataclasses import dataclass
 
 MAX_SPLITS = 64               # the combine reads its shares as one [NSP, D] tile
 STATIC_TOKENS = 256           # one-share tables at most this wide are walked whole (attention_decode_split's STATIC)
+QS_STATIC = False             # True: such walks run attention_decode_split_qs (q streamed with K and V, so its load
+                              # no longer waits ahead of the first block-table read; predicted ~0.5 us on B1 ctx128,
+                              # never timed on a GPU: off; set it before the first plan, plans are memoized)
 T0_US = 3.6                   # a program's fixed chain (B1 Hq32 Hkv8 ctx128: one 128-key iteration in 4.5 us)
 T_ITER_US = 0.9               # one iteration's compute chain: 64 keys, D <= 128, 4 warps (B1 ctx128: 2 x 64 keys 5.4)
 LATENCY_US = 2.0              # a K/V tile's DRAM latency under load (what a ring of STAGES - 1 tiles hides)
@@ -161,5 +164,5 @@ def choose(sh: Shape, smem_of, sms: int = 132, splits: int | None = None) -> Pla
         raise ValueError(f"attention_decode: no tile of {TILES} builds for D={sh.d}, block size {sh.bs}")
     us, ns, tile, r = best
     static = ns == 1 and sh.width <= STATIC_TOKENS
-    # a STATIC walk reads q inside its key loop (attention_decode_split_qs): no q round trip ahead of the table's
-    return Plan(ns, dict(tile, STATIC=static), us, r, qs=static)
+    # with QS_STATIC, a STATIC walk reads q inside its key loop (attention_decode_split_qs): off until measured
+    return Plan(ns, dict(tile, STATIC=static), us, r, qs=static and QS_STATIC)
