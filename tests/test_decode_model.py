@@ -36,10 +36,11 @@ FITTED = [
     (64, 14, 2, 64, 2048, BF, 4, 0.0258),
 ]
 # (shape, the fastest (splits, tiles) bench_attention_decode measured there): the plan must pick it
+# (session 19's sweep; session 20's, at eea1021, for B16 ctx32k and B1 ctx4k D256: decode_model.MEASURED)
 MEASURED_BEST = [
-    ((16, 12, 2, 128, 32768), 8, BF), ((16, 40, 8, 128, 4096), 2, BF), ((256, 64, 8, 128, 128), 1, S1),
+    ((16, 12, 2, 128, 32768), 16, S1), ((16, 40, 8, 128, 4096), 2, BF), ((256, 64, 8, 128, 128), 1, S1),
     ((1, 32, 8, 128, 128), 1, WIDE), ((16, 40, 8, 128, 1024), 2, BF), ((64, 14, 2, 64, 2048), 4, BF),
-    ((1, 8, 4, 256, 4096), 64, S1),
+    ((1, 8, 4, 256, 4096), 33, BF),
 ]
 
 
@@ -128,6 +129,8 @@ def test_grid_plans_are_sound(b, ctx, hq, hkv, d):
     assert tile in DM.candidates(_shape(b, hq, hkv, d, ctx))
     assert _smem(hq, hkv, d, tile) is not None                     # it builds
     assert pl.config["STATIC"] is (pl.splits == 1 and maxb * 16 <= DM.STATIC_TOKENS)
+    if _shape(b, hq, hkv, d, ctx) in DM.MEASURED:                 # a measured plan, not the model's
+        return
     # no other candidate the model knows is predicted faster
     for t in DM.candidates(_shape(b, hq, hkv, d, ctx)):
         smem = _smem(hq, hkv, d, t)
@@ -175,3 +178,23 @@ def test_q_streamed_kernel_is_behind_an_off_switch(monkeypatch):
         assert "attention_decode_split_qs" in seen
     finally:
         A.decode_plan.cache_clear()
+
+
+def test_measured_plans_are_sound_and_only_for_their_gpu():
+    """decode_model.MEASURED: each plan is one the model could run (a candidate tile that builds, a split count in
+    range) and is taken for its exact shape on a 132-SM GPU only; elsewhere, and for a neighbouring shape, the
+    model decides."""
+    for sh, (ns, tile) in DM.MEASURED.items():
+        assert tile in DM.candidates(sh) and 1 <= ns <= min(DM.MAX_SPLITS, sh.maxb)
+        hq = sh.hkv * sh.g
+        assert _smem(hq, sh.hkv, sh.d, tile) is not None
+        pl = A.decode_plan(sh.b, hq, sh.hkv, sh.d, sh.maxb, sh.bs)
+        assert pl.splits == ns and {k: pl.config[k] for k in tile} == tile
+        other = A.decode_plan(sh.b, hq, sh.hkv, sh.d, sh.maxb, sh.bs, "bf16", 114)
+        model = DM.choose(sh, lambda t: _smem(hq, sh.hkv, sh.d, t), 114)
+        assert (other.splits, other.config) == (model.splits, model.config)
+        wider = A.decode_plan(sh.b, hq, sh.hkv, sh.d, sh.maxb + 1, sh.bs)
+        wsh = DM.Shape(sh.b, sh.hkv, sh.g, sh.d, sh.maxb + 1, sh.bs)
+        assert (wider.splits, wider.config) == (lambda p: (p.splits, p.config))(
+            DM.choose(wsh, lambda t: _smem(hq, sh.hkv, sh.d, t), 132))
+        assert wsh not in DM.MEASURED

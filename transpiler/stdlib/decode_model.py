@@ -1,7 +1,8 @@
 """How attention_decode is laid over the GPU: split count and tiles from a model of the split kernel's programs.
 
 `choose(...)` scores every (tiles, split count) candidate with `estimate` and keeps the fastest (ties: the earlier
-tiles of `TILES`, then fewer shares). Decided from shapes only (the block table's width, never seq_lens), so a plan
+tiles of `TILES`, then fewer shares), except for the exact shapes of `MEASURED` on a 132-SM GPU, whose plans were
+measured faster than the model's choice by more than the model can resolve. Decided from shapes only (the block table's width, never seq_lens), so a plan
 is fixed under CUDA-graph capture (tilex.stdlib.attention.decode_plan memoizes it per shape).
 
 The model of attention_decode_split (grid B * Hkv x NS; a program walks one share of a sequence's keys, BN at a
@@ -147,9 +148,29 @@ def candidates(sh: Shape) -> list[dict]:
     return [t for t in TILES if not (t["BN"] == 128 and sh.d > 128)]
 
 
+# Plans measured faster than the model's choice, for these exact shapes on the H200 (132 SMs): bench_attention_decode.py
+# at eea1021 (session 20, CUDA-graph medians, each checked against SDPA first). The model's precision (~5%) cannot
+# tell these apart; the measurement did (the wrapper's own plan timed twice within 0.3%). Shape -> (splits, tiles).
+MEASURED = {
+    # B16 ctx32768 Hq12/2 D128: 16 shares of in-order 64-key tiles (4 programs an SM) 0.1371 ms, 3917 GB/s, x0.905
+    # SDPA; the model's 8 shares of the 2-stage ring 0.1429-0.1431 (x0.869)
+    Shape(16, 2, 6, 128, 2048, 16): (16, dict(BN=64, WARPS=4, STAGES=1)),
+    # B1 ctx4096 Hq8/4 D256: 33 shares of the 2-stage ring 0.0118 ms (x1.000); the model's 64 in order 0.0122 (x0.968)
+    Shape(1, 4, 2, 256, 256, 16): (33, dict(BN=64, WARPS=4, STAGES=2)),
+}
+MEASURED_SMS = 132
+
+
 def choose(sh: Shape, smem_of, sms: int = 132, splits: int | None = None) -> Plan:
     """The fastest (tiles, splits) by `estimate`; `smem_of(tile)` is the compiled kernel's shared memory (None: that
-    tile does not build). `splits` fixed: only the tiles are chosen."""
+    tile does not build). `splits` fixed: only the tiles are chosen. A shape of `MEASURED` on a GPU of
+    `MEASURED_SMS` SMs takes its measured plan (when its tile builds)."""
+    hit = MEASURED.get(sh) if splits is None and sms == MEASURED_SMS else None
+    if hit is not None and smem_of(hit[1]) is not None:
+        ns, tile = hit
+        us, r = estimate(sh, tile, ns, smem_of(tile), sms)
+        static = ns == 1 and sh.width <= STATIC_TOKENS
+        return Plan(ns, dict(tile, STATIC=static), us, r, qs=static and QS_STATIC)
     best = None
     counts = [splits] if splits is not None else range(1, min(MAX_SPLITS, max(1, sh.maxb)) + 1)
     for tile in candidates(sh):
