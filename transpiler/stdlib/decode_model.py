@@ -149,8 +149,10 @@ def candidates(sh: Shape) -> list[dict]:
 
 
 # Plans measured faster than the model's choice, for these exact shapes on the H200 (132 SMs): bench_attention_decode.py
-# at eea1021 (session 20, CUDA-graph medians, each checked against SDPA first). The model's precision (~5%) cannot
-# tell these apart; the measurement did (the wrapper's own plan timed twice within 0.3%). Shape -> (splits, tiles).
+# at eea1021 (session 20, CUDA-graph medians, each checked against SDPA first; the wrapper's own plan timed twice
+# within 0.3%). The model misjudges both: it rates the first 178.6 us (its in-order rate, STREAM, was fitted to a
+# latency-bound B256 ctx128 call; 4 long programs an SM stream faster) and the second within 2% of its own choice.
+# A refit needs more measurements of in-order tiles over long shares. Shape -> (splits, tiles).
 MEASURED = {
     # B16 ctx32768 Hq12/2 D128: 16 shares of in-order 64-key tiles (4 programs an SM) 0.1371 ms, 3917 GB/s, x0.905
     # SDPA; the model's 8 shares of the 2-stage ring 0.1429-0.1431 (x0.869)
