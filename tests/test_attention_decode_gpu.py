@@ -20,6 +20,7 @@ F = torch.nn.functional
 
 import tilex.stdlib as S  # noqa: E402
 from tilex.stdlib import _launch as L  # noqa: E402
+from tilex.stdlib import decode_model as DM  # noqa: E402
 
 TOL = 1e-2
 
@@ -185,3 +186,17 @@ def test_decode_q_streamed_vs_sdpa(tile, d, splits, _variants_built):
     o = S.attention_decode(q, k_cache, v_cache, table, lens_t, num_splits=splits, config=dict(tile, QS=True), out=out)
     assert torch.equal(o[0], torch.zeros_like(o[0]))        # the empty sequence: zeros (SDPA's row is NaN)
     assert _rel(o[1:], _ref(q, k, v, lens_t)[1:]) <= TOL
+
+
+@pytest.mark.parametrize("entry", sorted(DM.MEASURED.items(), key=str), ids=lambda e: f"Hkv{e[0].hkv}_D{e[0].d}")
+def test_decode_measured_plans_vs_sdpa(entry):
+    """decode_model.MEASURED's plans (their split counts and tiles) at odd lengths near their table width, two
+    sequences."""
+    sh, (ns, tile) = entry
+    n = sh.width
+    lens = [n - 1, n // 2 + 3]
+    gen = torch.Generator(device="cuda").manual_seed(n + ns)
+    k, v, k_cache, v_cache, table, lens_t = _paged(lens, sh.hkv, sh.d, sh.bs, gen)
+    q = torch.randn((2, sh.g * sh.hkv, sh.d), generator=gen, device="cuda").to(torch.bfloat16)
+    o = S.attention_decode(q, k_cache, v_cache, table, lens_t, num_splits=ns, config=tile)
+    assert _rel(o, _ref(q, k, v, lens_t)) <= TOL
