@@ -20,6 +20,7 @@ F = torch.nn.functional
 
 import tilex.stdlib as S  # noqa: E402
 from tilex.stdlib import _launch as L  # noqa: E402
+from tilex.stdlib import decode_model as DM  # noqa: E402
 
 TOL = 1e-2
 
@@ -119,3 +120,83 @@ def test_decode_fast_path_replay_matches_full_path():
             assert _rel(o, _ref(q, k, v, lens_t)) <= TOL
     finally:
         monkey.undo()
+
+
+# session 20's variants: a one- and a two-warp tile (a warp holds its block's whole softmax state; swept, not in the
+# plan) at odd lengths, as one kernel (one share: DIRECT) and split in 7 (the combine); and
+# attention_decode_split_qs (q streamed with K and V, the plan's kernel for STATIC walks) over one-share tables of
+# <= 256 tokens and split in 3, with an empty sequence
+WARP_TILES = [dict(BN=32, WARPS=1, STAGES=2), dict(BN=32, WARPS=2, STAGES=2)]
+QS_TILES = [dict(BN=128, WARPS=8, STAGES=2), dict(BN=64, WARPS=4, STAGES=2), dict(BN=64, WARPS=4, STAGES=1),
+            dict(BN=32, WARPS=2, STAGES=2)]
+
+
+def _build(job):
+    """Worker: one split kernel's cubin for `arch` into the shared cache (the tests below then load it)."""
+    from tilex.stdlib import _launch as L2
+
+    arch, kernel = job.pop("arch"), job.pop("kernel")
+    L2.load("attention_decode", kernel=kernel, **job).kernel(kernel).cubin_for(arch)
+
+
+@pytest.fixture(scope="module")
+def _variants_built():
+    """Build the kernels of the two tests below in parallel first (a cold cache would build them one by one);
+    spawned workers, as this process already holds a CUDA context."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tilex.runtime.nvrtc import default_arch
+
+    base = dict(T="bf16", BS=16, GP=16, arch=default_arch())
+    jobs = [dict(base, kernel="attention_decode_split", D=d, DIRECT=n == 1, STATIC=False, **t)
+            for t in WARP_TILES for d in (64, 128) for n in (1, 7)]
+    jobs += [dict(base, kernel="attention_decode_split_qs", D=d, DIRECT=n == 1, STATIC=n == 1, **t)
+             for t in QS_TILES for d in (64, 128) for n in (1, 3)]
+    try:
+        with ProcessPoolExecutor(16, mp_context=multiprocessing.get_context("spawn")) as ex:
+            list(ex.map(_build, jobs))
+    except Exception:  # noqa: BLE001 - each test builds what is missing itself
+        pass
+
+
+@pytest.mark.parametrize("splits", [1, 7])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("tile", WARP_TILES, ids=lambda t: "BN{BN}_W{WARPS}_S{STAGES}".format(**t))
+def test_decode_warp_tiles_vs_sdpa(tile, d, splits, _variants_built):
+    hkv, g = 2, 6
+    lens = [1, 31, 333, 17, 1000, 2049]
+    gen = torch.Generator(device="cuda").manual_seed(d * 10 + splits)
+    k, v, k_cache, v_cache, table, lens_t = _paged(lens, hkv, d, 16, gen)
+    q = torch.randn((len(lens), g * hkv, d), generator=gen, device="cuda").to(torch.bfloat16)
+    o = S.attention_decode(q, k_cache, v_cache, table, lens_t, num_splits=splits, config=tile)
+    assert _rel(o, _ref(q, k, v, lens_t)) <= TOL
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("tile", QS_TILES, ids=lambda t: "BN{BN}_W{WARPS}_S{STAGES}".format(**t))
+def test_decode_q_streamed_vs_sdpa(tile, d, splits, _variants_built):
+    hkv, g = 4, 7
+    lens = [0, 1, 31, 129, 200, 17]                      # a table of 14 blocks: 224 tokens
+    gen = torch.Generator(device="cuda").manual_seed(d + splits)
+    k, v, k_cache, v_cache, table, lens_t = _paged(lens, hkv, d, 16, gen)
+    q = torch.randn((len(lens), g * hkv, d), generator=gen, device="cuda").to(torch.bfloat16)
+    out = torch.full_like(q, float("nan"))
+    o = S.attention_decode(q, k_cache, v_cache, table, lens_t, num_splits=splits, config=dict(tile, QS=True), out=out)
+    assert torch.equal(o[0], torch.zeros_like(o[0]))        # the empty sequence: zeros (SDPA's row is NaN)
+    assert _rel(o[1:], _ref(q, k, v, lens_t)[1:]) <= TOL
+
+
+@pytest.mark.parametrize("entry", sorted(DM.MEASURED.items(), key=str), ids=lambda e: f"Hkv{e[0].hkv}_D{e[0].d}")
+def test_decode_measured_plans_vs_sdpa(entry):
+    """decode_model.MEASURED's plans (their split counts and tiles) at odd lengths near their table width, two
+    sequences."""
+    sh, (ns, tile) = entry
+    n = sh.width
+    lens = [n - 1, n // 2 + 3]
+    gen = torch.Generator(device="cuda").manual_seed(n + ns)
+    k, v, k_cache, v_cache, table, lens_t = _paged(lens, sh.hkv, sh.d, sh.bs, gen)
+    q = torch.randn((2, sh.g * sh.hkv, sh.d), generator=gen, device="cuda").to(torch.bfloat16)
+    o = S.attention_decode(q, k_cache, v_cache, table, lens_t, num_splits=ns, config=tile)
+    assert _rel(o, _ref(q, k, v, lens_t)) <= TOL

@@ -36,10 +36,11 @@ FITTED = [
     (64, 14, 2, 64, 2048, BF, 4, 0.0258),
 ]
 # (shape, the fastest (splits, tiles) bench_attention_decode measured there): the plan must pick it
+# (session 19's sweep; session 20's, at eea1021, for B16 ctx32k and B1 ctx4k D256: decode_model.MEASURED)
 MEASURED_BEST = [
-    ((16, 12, 2, 128, 32768), 8, BF), ((16, 40, 8, 128, 4096), 2, BF), ((256, 64, 8, 128, 128), 1, S1),
+    ((16, 12, 2, 128, 32768), 16, S1), ((16, 40, 8, 128, 4096), 2, BF), ((256, 64, 8, 128, 128), 1, S1),
     ((1, 32, 8, 128, 128), 1, WIDE), ((16, 40, 8, 128, 1024), 2, BF), ((64, 14, 2, 64, 2048), 4, BF),
-    ((1, 8, 4, 256, 4096), 64, S1),
+    ((1, 8, 4, 256, 4096), 33, BF),
 ]
 
 
@@ -76,8 +77,9 @@ def test_residency_from_shared_memory_registers_threads():
 
 @pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
-@pytest.mark.parametrize("tile,d", [(t, d) for t, d in itertools.product(DM.TILES, (64, 128, 256))
-                                    if not (t["BN"] == 128 and d == 256)], ids=str)
+@pytest.mark.parametrize("tile,d", [(dict(BN=bn, WARPS=w, STAGES=st), d) for (bn, w, st), d in
+                                    itertools.product(DM.REGS, (64, 128, 256)) if not (bn == 128 and d == 256)],
+                         ids=str)   # the plan's TILES and the tiles bench_attention_decode sweeps
 def test_register_table_matches_ptxas(tile, d, tmp_path):
     """REGS against ptxas for the kernel the wrapper builds: the same residency (the count itself may move a few)."""
     from tilex.stdlib import _launch as L
@@ -127,6 +129,8 @@ def test_grid_plans_are_sound(b, ctx, hq, hkv, d):
     assert tile in DM.candidates(_shape(b, hq, hkv, d, ctx))
     assert _smem(hq, hkv, d, tile) is not None                     # it builds
     assert pl.config["STATIC"] is (pl.splits == 1 and maxb * 16 <= DM.STATIC_TOKENS)
+    if _shape(b, hq, hkv, d, ctx) in DM.MEASURED:                 # a measured plan, not the model's
+        return
     # no other candidate the model knows is predicted faster
     for t in DM.candidates(_shape(b, hq, hkv, d, ctx)):
         smem = _smem(hq, hkv, d, t)
@@ -147,3 +151,50 @@ def test_fixed_split_count_chooses_tiles_only():
         q = np.zeros((1, 2, 16), np.float32)
         kc = np.zeros((2, 16, 1, 16), np.float32)
         tilex.stdlib.attention_decode(q, kc, kc, np.zeros((1, 2), np.int32), np.ones(1, np.int32), num_splits=2000)
+
+
+def test_q_streamed_kernel_is_behind_an_off_switch(monkeypatch):
+    """QS_STATIC is off (the _qs kernel was never timed on a GPU): no plan runs it; on, STATIC plans do, and the
+    wrapper then loads attention_decode_split_qs (config QS=True does so whatever the switch)."""
+    import numpy as np
+
+    from tilex.stdlib import _launch as L
+
+    assert DM.QS_STATIC is False
+    for b, ctx, hq, hkv, d in GRID:
+        assert not A.decode_plan(b, hq, hkv, d, -(-ctx // 16), 16).qs
+    A.decode_plan.cache_clear()
+    monkeypatch.setattr(DM, "QS_STATIC", True)
+    try:
+        short, wide = A.decode_plan(1, 32, 8, 128, 8, 16), A.decode_plan(16, 12, 2, 128, 2048, 16)
+        assert short.config["STATIC"] and short.qs and not wide.qs
+        seen, real = [], L.load
+        monkeypatch.setattr(L, "load", lambda name, **kw: (seen.append(kw.get("kernel")), real(name, **kw))[1])
+        rng = np.random.default_rng(3)
+        q = rng.standard_normal((2, 4, 16)).astype(np.float32)
+        kc = rng.standard_normal((4, 16, 2, 16)).astype(np.float32)
+        table, lens = np.array([[0, 1], [2, 3]], np.int32), np.array([20, 7], np.int32)
+        tilex.stdlib.attention_decode(q, kc, kc, table, lens)
+        assert "attention_decode_split_qs" in seen
+    finally:
+        A.decode_plan.cache_clear()
+
+
+def test_measured_plans_are_sound_and_only_for_their_gpu():
+    """decode_model.MEASURED: each plan is one the model could run (a candidate tile that builds, a split count in
+    range) and is taken for its exact shape on a 132-SM GPU only; elsewhere, and for a neighbouring shape, the
+    model decides."""
+    for sh, (ns, tile) in DM.MEASURED.items():
+        assert tile in DM.candidates(sh) and 1 <= ns <= min(DM.MAX_SPLITS, sh.maxb)
+        hq = sh.hkv * sh.g
+        assert _smem(hq, sh.hkv, sh.d, tile) is not None
+        pl = A.decode_plan(sh.b, hq, sh.hkv, sh.d, sh.maxb, sh.bs)
+        assert pl.splits == ns and {k: pl.config[k] for k in tile} == tile
+        other = A.decode_plan(sh.b, hq, sh.hkv, sh.d, sh.maxb, sh.bs, "bf16", 114)
+        model = DM.choose(sh, lambda t: _smem(hq, sh.hkv, sh.d, t), 114)
+        assert (other.splits, other.config) == (model.splits, model.config)
+        wider = A.decode_plan(sh.b, hq, sh.hkv, sh.d, sh.maxb + 1, sh.bs)
+        wsh = DM.Shape(sh.b, sh.hkv, sh.g, sh.d, sh.maxb + 1, sh.bs)
+        assert (wider.splits, wider.config) == (lambda p: (p.splits, p.config))(
+            DM.choose(wsh, lambda t: _smem(hq, sh.hkv, sh.d, t), 132))
+        assert wsh not in DM.MEASURED

@@ -330,9 +330,10 @@ def test_decode_static_walk(bs, lens, static, monkeypatch):
 
 
 def _split_loads(seen):
-    """The launches' loads of attention_decode_split among recorded L.load calls (the plan's shared-memory reads,
-    which pass no STATIC, left out)."""
-    return [kw for kw in seen if kw.get("kernel") == "attention_decode_split" and "STATIC" in kw]
+    """The launches' loads of attention_decode_split (or its q-streamed twin, _qs) among recorded L.load calls (the
+    plan's shared-memory reads, which pass no STATIC, left out)."""
+    return [kw for kw in seen if kw.get("kernel") in ("attention_decode_split", "attention_decode_split_qs")
+            and "STATIC" in kw]
 
 
 def test_decode_wrapper_launches_the_plan(monkeypatch):

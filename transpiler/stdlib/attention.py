@@ -228,6 +228,9 @@ def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | 
 
     The context is split into `num_splits` shares processed by separate programs and
     merged by a second kernel (default: `decode_plan`'s model); 1 runs a single kernel.
+    `config` overrides the plan's tiles (BN, WARPS, STAGES, STATIC) and QS (True: the kernel
+    that reads q inside its key loop, attention_decode_split_qs; the plan's for STATIC walks
+    only with decode_model.QS_STATIC on, which it is not: never timed on a GPU).
     """
     dt = L.check_float("q", q, ndim=3)
     for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -268,12 +271,14 @@ def attention_decode(q, k_cache, v_cache, block_table, seq_lens, scale: float | 
     # block-table read does not wait for seq_lens (one dependent round trip fewer on a latency-bound call)
     cfg = dict(pl.config, **(config or {}))
     direct = ns == 1
-    split = L.load("attention_decode", kernel="attention_decode_split", T=dt, BS=bs, D=d,
+    # QS (the plan's, or config's): the kernel that reads q inside its key loop (streamed with K and V; short walks)
+    kname = "attention_decode_split_qs" if cfg.pop("QS", pl.qs) else "attention_decode_split"
+    split = L.load("attention_decode", kernel=kname, T=dt, BS=bs, D=d,
                    GP=max(16, L.next_pow2(g)), DIRECT=direct, **cfg)  # >= 16 rows: mma.sync products
     n_o = b * hq * ns * d  # the shares' outputs and log-sum-exps in one workspace (one allocation)
     ws = L.empty(q, (n_o + b * hq * ns,), "f32")
     o_part, lse_part = L.reshape(ws[:n_o], (b, hkv, g, ns, d)), L.reshape(ws[n_o:], (b, hkv, g, ns))
-    L.run(split, "attention_decode_split", q4, L.contiguous(k_cache), L.contiguous(v_cache), table, lens,
+    L.run(split, kname, q4, L.contiguous(k_cache), L.contiguous(v_cache), table, lens,
           o_part, lse_part, L.reshape(o, (b, hkv, g, d)), scale=_scale(scale, d))
     if not direct:
         nsp = L.next_pow2(ns)

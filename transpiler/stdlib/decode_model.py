@@ -1,7 +1,8 @@
 """How attention_decode is laid over the GPU: split count and tiles from a model of the split kernel's programs.
 
 `choose(...)` scores every (tiles, split count) candidate with `estimate` and keeps the fastest (ties: the earlier
-tiles of `TILES`, then fewer shares). Decided from shapes only (the block table's width, never seq_lens), so a plan
+tiles of `TILES`, then fewer shares), except for the exact shapes of `MEASURED` on a 132-SM GPU, whose plans were
+measured faster than the model's choice by more than the model can resolve. Decided from shapes only (the block table's width, never seq_lens), so a plan
 is fixed under CUDA-graph capture (tilex.stdlib.attention.decode_plan memoizes it per shape).
 
 The model of attention_decode_split (grid B * Hkv x NS; a program walks one share of a sequence's keys, BN at a
@@ -35,6 +36,9 @@ from dataclasses import dataclass
 
 MAX_SPLITS = 64               # the combine reads its shares as one [NSP, D] tile
 STATIC_TOKENS = 256           # one-share tables at most this wide are walked whole (attention_decode_split's STATIC)
+QS_STATIC = False             # True: such walks run attention_decode_split_qs (q streamed with K and V, so its load
+                              # no longer waits ahead of the first block-table read; predicted ~0.5 us on B1 ctx128,
+                              # never timed on a GPU: off; set it before the first plan, plans are memoized)
 T0_US = 3.6                   # a program's fixed chain (B1 Hq32 Hkv8 ctx128: one 128-key iteration in 4.5 us)
 T_ITER_US = 0.9               # one iteration's compute chain: 64 keys, D <= 128, 4 warps (B1 ctx128: 2 x 64 keys 5.4)
 LATENCY_US = 2.0              # a K/V tile's DRAM latency under load (what a ring of STAGES - 1 tiles hides)
@@ -58,7 +62,15 @@ STREAM = {(64, 4, 2): BANDWIDTH, (64, 4, 1): 3.13e12, (128, 8, 2): 3.2e12}
 REGS = {
     (64, 4, 2): {64: 56, 128: 80, 256: 96},
     (64, 4, 1): {64: 71, 128: 127, 256: 254},
+    (64, 4, 3): {64: 56, 128: 72, 256: 96},   # swept by the bench (session 20), not a plan candidate
     (128, 8, 2): {64: 64, 128: 64, 256: 255},
+    # one- and two-warp blocks (session 20; bench_attention_decode.py sweeps them, the plan does not choose them yet)
+    (32, 1, 2): {64: 95, 128: 163, 256: 239},
+    (32, 1, 3): {64: 123, 128: 159, 256: 236},
+    (16, 1, 4): {64: 95, 128: 124, 256: 204},
+    (64, 1, 2): {64: 128, 128: 168, 256: 253},
+    (32, 2, 2): {64: 72, 128: 124, 256: 128},
+    (64, 2, 2): {64: 80, 128: 96, 256: 162},
 }
 
 
@@ -86,9 +98,10 @@ class Shape:
 @dataclass(frozen=True)
 class Plan:
     splits: int
-    config: dict            # BN, WARPS, STAGES, STATIC
+    config: dict            # BN, WARPS, STAGES, STATIC: attention_decode_split's defines
     us: float               # the model's time
     resident: int           # split programs per SM
+    qs: bool = False        # run attention_decode_split_qs (q read inside the key loop) instead
 
 
 def regs(tile: dict, d: int) -> int:
@@ -135,9 +148,31 @@ def candidates(sh: Shape) -> list[dict]:
     return [t for t in TILES if not (t["BN"] == 128 and sh.d > 128)]
 
 
+# Plans measured faster than the model's choice, for these exact shapes on the H200 (132 SMs): bench_attention_decode.py
+# at eea1021 (session 20, CUDA-graph medians, each checked against SDPA first; the wrapper's own plan timed twice
+# within 0.3%). The model misjudges both: it rates the first 178.6 us (its in-order rate, STREAM, was fitted to a
+# latency-bound B256 ctx128 call; 4 long programs an SM stream faster) and the second within 2% of its own choice.
+# A refit needs more measurements of in-order tiles over long shares. Shape -> (splits, tiles).
+MEASURED = {
+    # B16 ctx32768 Hq12/2 D128: 16 shares of in-order 64-key tiles (4 programs an SM) 0.1371 ms, 3917 GB/s, x0.905
+    # SDPA; the model's 8 shares of the 2-stage ring 0.1429-0.1431 (x0.869)
+    Shape(16, 2, 6, 128, 2048, 16): (16, dict(BN=64, WARPS=4, STAGES=1)),
+    # B1 ctx4096 Hq8/4 D256: 33 shares of the 2-stage ring 0.0118 ms (x1.000); the model's 64 in order 0.0122 (x0.968)
+    Shape(1, 4, 2, 256, 256, 16): (33, dict(BN=64, WARPS=4, STAGES=2)),
+}
+MEASURED_SMS = 132
+
+
 def choose(sh: Shape, smem_of, sms: int = 132, splits: int | None = None) -> Plan:
     """The fastest (tiles, splits) by `estimate`; `smem_of(tile)` is the compiled kernel's shared memory (None: that
-    tile does not build). `splits` fixed: only the tiles are chosen."""
+    tile does not build). `splits` fixed: only the tiles are chosen. A shape of `MEASURED` on a GPU of
+    `MEASURED_SMS` SMs takes its measured plan (when its tile builds)."""
+    hit = MEASURED.get(sh) if splits is None and sms == MEASURED_SMS else None
+    if hit is not None and smem_of(hit[1]) is not None:
+        ns, tile = hit
+        us, r = estimate(sh, tile, ns, smem_of(tile), sms)
+        static = ns == 1 and sh.width <= STATIC_TOKENS
+        return Plan(ns, dict(tile, STATIC=static), us, r, qs=static and QS_STATIC)
     best = None
     counts = [splits] if splits is not None else range(1, min(MAX_SPLITS, max(1, sh.maxb)) + 1)
     for tile in candidates(sh):
@@ -152,4 +187,5 @@ def choose(sh: Shape, smem_of, sms: int = 132, splits: int | None = None) -> Pla
         raise ValueError(f"attention_decode: no tile of {TILES} builds for D={sh.d}, block size {sh.bs}")
     us, ns, tile, r = best
     static = ns == 1 and sh.width <= STATIC_TOKENS
-    return Plan(ns, dict(tile, STATIC=static), us, r)
+    # with QS_STATIC, a STATIC walk reads q inside its key loop (attention_decode_split_qs): off until measured
+    return Plan(ns, dict(tile, STATIC=static), us, r, qs=static and QS_STATIC)
