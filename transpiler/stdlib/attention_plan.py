@@ -135,6 +135,21 @@ def whole_resident(cfg: dict, d: int) -> int:
     return resident(smem, regs, 32 * warps)
 
 
+def stream_config(s: int, d: int) -> dict:
+    """The stream kernel's tiling: query and key blocks of BM = 64 rows (one warpgroup), two stages of Q, K and V
+    (96 KB at D = 128: two programs an SM)."""
+    return dict(BM=64, WARPS=4, STAGES=2)
+
+
+def stream_resident(cfg: dict, d: int) -> int:
+    """Programs of the stream kernel an SM holds: its ring (STAGES x the q, k and v tiles of BM rows) and
+    registers (the [BM, D] accumulator and [BM, BM] scores over 32 x WARPS threads)."""
+    bm, warps, stages = cfg["BM"], cfg.get("WARPS", cfg["BM"] // 16), cfg.get("STAGES", 2)
+    smem = stages * 2 * d * 3 * bm + 2048
+    regs = (bm * d + bm * bm) // (32 * warps) + 32
+    return resident(smem, regs, 32 * warps)
+
+
 def _whole(sh: Shape, cfg: dict, sms: int) -> dict:
     """Persistent programs over the B * Hq tiles, the next tile's Q, K, V in flight while this one computes: a tile
     costs the larger of its chain (WHOLE_TILE_US: the dependent wait -> QK^T -> softmax -> PV -> store -> barrier of
