@@ -3,13 +3,12 @@ each one flat pipeline loop over (head, query block, key block) steps with Q, K 
 wrapper's launch configuration (prefill_launch_config).
 
 CPU tier: the interpreter against float64 NumPy (one token, odd S, S a multiple of the block, GQA, both layouts,
-causal and not, fewer programs than heads, f16/f32), the causal step order (triangular root) against a plain
-enumeration, the wrapper's checks, the generated CUDA (three TMA maps, wgmma on the ring, no register load of q),
+causal and not, fewer programs than units and more, f16/f32), the units' step order (every block walked whole,
+in order), the wrapper's checks, the generated CUDA (three TMA maps, wgmma on the ring, no register load of q),
 an nvcc build without spills. GPU tests: tests/test_attention_prefill_stream_gpu.py.
 """
 from __future__ import annotations
 
-import math
 import shutil
 import subprocess
 from pathlib import Path
@@ -63,7 +62,8 @@ CASES = [
     (2, 4, 1, 13, 32, dict(BM=16, PROGRAMS=3)),      # G = 4, S < BM, 8 heads over 3 programs
     (1, 6, 2, 48, 32, dict(BM=16, PROGRAMS=4)),      # S a multiple of BM (3 blocks: the odd middle block)
     (3, 2, 2, 37, 16, dict(BM=16, PROGRAMS=2)),      # S past a block boundary, 3 heads a program
-    (1, 2, 1, 150, 16, dict(BM=16, PROGRAMS=1)),     # 10 blocks: 55 causal steps a head, one program for both
+    (1, 2, 1, 150, 16, dict(BM=16, PROGRAMS=1)),     # 10 blocks: 5 units of 11 steps a head, one program
+    (2, 2, 2, 40, 16, dict(BM=16, PROGRAMS=40)),     # more programs than units: the rest are idle
     (1, 2, 1, 77, 64, None),                         # the default tiling (64 rows), S = 77
 ]
 
@@ -103,33 +103,45 @@ def test_stream_kernel_is_the_flash_kernels_result():
     assert np.max(np.abs(a - f)) <= 1e-5
 
 
-def _steps(nb: int) -> list:
-    """The kernel's causal step order, as written in it: r -> (j, n) by the f32 triangular root."""
+def _units(nb: int, causal: bool) -> list:
+    """The kernel's units of a head as written in it: unit p -> its steps (j, n), c = 0 .. U - 1."""
+    u, npairs = (nb + 1, (nb + 1) // 2) if causal else (nb, nb)
     out = []
-    for r in range(nb * (nb + 1) // 2):
-        j = int((math.sqrt(np.float32(8 * r + 1)) - 1.0) * 0.5 + 0.004)
-        jf = int(np.float32((np.sqrt(np.float32(8 * r + 1)) - np.float32(1.0)) * np.float32(0.5) + np.float32(0.004)))
-        assert j == jf
-        out.append((j, r - j * (j + 1) // 2))
+    for p in range(npairs):
+        steps = []
+        for c in range(u):
+            second = causal and c > p
+            steps.append((nb - 1 - p if second else p, c - p - 1 if second else c))
+        out.append(steps)
     return out
 
 
-@pytest.mark.parametrize("nb", [1, 2, 3, 7, 64, A.STREAM_MAX_BLOCKS])
-def test_causal_steps_walk_every_block_once_in_order(nb):
-    """Up to STREAM_MAX_BLOCKS query blocks, the triangular root gives query block j its key blocks 0..j, each
-    once, consecutively (the softmax restarts at n = 0 and the block is stored at n = j)."""
-    steps = _steps(nb)
-    assert steps == [(j, n) for j in range(nb) for n in range(j + 1)]
+@pytest.mark.parametrize("nb", [1, 2, 3, 7, 16, 65])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_units_walk_each_block_whole_and_in_order(nb, causal):
+    """Every unit has U steps; each query block j's steps are its key blocks 0 .. j (causal) or 0 .. NB - 1, in
+    order and consecutive (the softmax restarts at n = 0, the block is stored at its last); every block is
+    walked once, the middle block of an odd NB (causal) twice, one walk after the other."""
+    walks = []
+    for steps in _units(nb, causal):
+        assert len(steps) == (nb + 1 if causal else nb)
+        for j, n in steps:
+            if n == 0:
+                walks.append((j, []))
+            assert walks[-1][0] == j
+            walks[-1][1].append(n)
+    for j, ns in walks:
+        assert ns == list(range(j + 1 if causal else nb))
+    blocks = sorted(j for j, _ in walks)
+    twice = [(nb - 1) // 2] if causal and nb % 2 else []
+    assert blocks == sorted(list(range(nb)) + twice)
 
 
 def test_stream_refuses_what_it_cannot_take():
     rng = np.random.default_rng(0)
-    s = A.STREAM_MAX_BLOCKS * 16 + 1
-    q = _rand(rng, (1, 1, s, 16), "f32")
-    with pytest.raises(ValueError, match=r"KERNEL='stream' \(causal\) takes S <= 128 x BM \(2048\), got S=2049"):
-        stdlib.attention_prefill(q, q, q, causal=True, config=dict(KERNEL="stream", BM=16))
+    q = _rand(rng, (1, 1, 8, 16), "f32")
     with pytest.raises(ValueError, match="KERNEL must be one of"):
-        stdlib.attention_prefill(q[:, :, :8], q[:, :, :8], q[:, :, :8], config=dict(KERNEL="streams"))
+        stdlib.attention_prefill(q, q, q, config=dict(KERNEL="streams"))
 
 
 def test_launch_config():

@@ -92,7 +92,7 @@ def test_stream_kernel_f16_does_not_write_past_its_output():
 
 def test_stream_kernel_long_sequence_vs_sdpa():
     """S = 4097 (65 blocks of 64, the last one of one row), causal, against SDPA's flash backend (float64 is too
-    big here): the triangular step order at a large block count."""
+    big here): 33 units of 66 steps a head."""
     gen = torch.Generator(device="cuda").manual_seed(3)
     q = torch.randn(1, 4, 4097, 128, generator=gen, device="cuda").to(torch.bfloat16)
     k, v = (torch.randn(1, 2, 4097, 128, generator=gen, device="cuda").to(torch.bfloat16) for _ in range(2))

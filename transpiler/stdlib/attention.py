@@ -15,7 +15,6 @@ from .attention_plan import choose, prefill_config, short_config, stream_config,
 
 HEAD_DIMS = (16, 32, 64, 128, 256)   # power-of-two head sizes (64 and 128 are the tuned ones)
 MAX_SPLITS = 64
-STREAM_MAX_BLOCKS = 128  # attention_prefill_stream (causal): query blocks of a head its triangular root is exact for
 MIN_SHARE_TOKENS = 32  # two 16-token blocks
 SINGLE_SHARE_TOKENS = 128  # contexts this short are not split
 STATIC_TOKENS = 256  # one-share tables at most this wide are walked whole (attention_decode_split's STATIC)
@@ -102,7 +101,8 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     KV head in one tile), "short" (S <= BN, layout="bhsd": a persistent kernel whose scores are one
     tensor-core main loop), "whole" (S <= BM and BN: persistent, one tile per head holding the whole sequence,
     its Q, K and V streamed one tile ahead) or "stream" (persistent, any S: each program one flat loop over
-    (head, query block, key block) steps, Q, K and V streamed one step ahead; sm_90a).
+    (query block, key block) steps of its units (pairs of query blocks of a head), Q, K and V streamed one step
+    ahead; sm_90a).
     """
     if layout not in ("bhsd", "bshd"):
         raise ValueError(M.bad_layout(layout))
@@ -148,9 +148,6 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
         if kind == "stream":  # persistent: one flat loop of (head, query block, key block) steps a program
             if L.kind_of(q) != "numpy" and _arch() != "sm_90a":  # its q, k, v ring is sized for TMA + wgmma
                 raise ValueError(f"config: KERNEL='stream' runs on sm_90a only (TMA + wgmma), this GPU is {_arch()}")
-            if causal and -(-s // cfg["BM"]) > STREAM_MAX_BLOCKS:  # its f32 triangular root is exact up to there
-                raise ValueError(f"config: KERNEL='stream' (causal) takes S <= {STREAM_MAX_BLOCKS} x BM "
-                                 f"({STREAM_MAX_BLOCKS * cfg['BM']}), got S={s}")
         q4 = _aligned16(L.contiguous(q)) if kind in ("whole", "stream") else L.contiguous(q)  # TMA reads q too
         q4, k4, v4, o4 = q4, _aligned16(L.contiguous(k)), _aligned16(L.contiguous(v)), o
         if not tokens:  # [B, H, S, D] is [B * H, S, 1, D] token-major: one head per batch row
