@@ -41,8 +41,7 @@ def candidates(s: int, d: int) -> list:
         out.append(("f128x32", dict(KERNEL="flash", BM=128, BN=32, WARPS=8)))
     if s <= 128 and d <= 128:
         out.append(("whole", dict(KERNEL="whole")))
-    if -(-s // 64) <= 128:
-        out.append(("stream64", dict(KERNEL="stream")))
+    out.append(("stream64", dict(KERNEL="stream")))
     if d <= 128:
         out.append(("stream128", dict(KERNEL="stream", BM=128, WARPS=8)))
     return out
