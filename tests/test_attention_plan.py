@@ -76,7 +76,7 @@ def test_choice_follows_the_model():
     flash = P.prefill_cost("flash", P.prefill_config(128, 128), sh)
     assert flash["us"] < short["us"]
     text = P.explain(sh)
-    assert text.count("\n") == 2 and "* flash" in text and text.count("(not enabled)") == 2
+    assert text.count("\n") == 3 and "* flash" in text and text.count("(not enabled)") == 3  # gqa, short, stream
 
 
 def test_an_enabled_kernel_is_chosen_where_cheaper(monkeypatch):

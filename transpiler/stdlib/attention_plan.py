@@ -47,6 +47,11 @@ WHOLE_FILL_US = 4.0           # the whole-sequence kernel's first tile load and 
 # its chain per tile, (BM, D) -> us, with the programs an SM holds at that tiling (1 at 128/128, else 2-4); H200,
 # session 19, (CUDA-graph median - WHOLE_FILL_US) / tiles per program at the 8 shapes of the module docstring
 WHOLE_TILE_US = {(128, 128): 7.2, (128, 64): 9.2, (64, 128): 7.1, (64, 64): 5.9}
+# the stream kernel: one step's chain (us, by BM, at D <= 128) and a query block's store; NOT FITTED yet (guesses
+# from the whole kernel's 64-row tile, 7.1 us with its store at two programs an SM): the kernel is not enabled
+STREAM_STEP_US = {64: 4.0, 128: 6.0}
+STREAM_STORE_US = 1.5
+STREAM_FILL_US = 4.0
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,25 @@ def whole_resident(cfg: dict, d: int) -> int:
     return resident(smem, regs, 32 * warps)
 
 
+def _stream(sh: Shape, cfg: dict, sms: int) -> dict:
+    """Persistent programs over units of U equal steps (attention_prefill_stream.tile): a program walks
+    ceil(units / programs) units; a step costs the larger of its dependent chain (STREAM_STEP_US at D = 128, scaled
+    by D / 128 past it, with `resident` programs an SM) and its products at the SM's tensor rate shared by the
+    resident programs; each query block adds its store (STREAM_STORE_US)."""
+    bm = cfg["BM"]
+    r = stream_resident(cfg, sh.d)
+    nb = -(-sh.s // bm)
+    u, per_head = (nb + 1, (nb + 1) // 2) if sh.causal else (nb, nb)
+    units = sh.b * sh.hq * per_head
+    programs = min(cfg.get("PROGRAMS", sms * r), sms * r, units)
+    blocks = 2 if sh.causal else 1                   # query blocks a unit stores
+    step = max(STREAM_STEP_US.get(bm, STREAM_STEP_US[64]) * max(1.0, sh.d / 128),
+               r * 4 * bm * bm * sh.d / SM_TENSOR_FLOPS * 1e6)
+    unit_us = u * step + blocks * STREAM_STORE_US * sh.d / 128
+    us = STREAM_FILL_US + -(-units // programs) * unit_us
+    return dict(us=max(us, sh.bytes() / BANDWIDTH * 1e6), programs=programs, resident=r, step_us=step, units=units)
+
+
 def stream_config(s: int, d: int) -> dict:
     """The stream kernel's tiling: query and key blocks of BM = 64 rows (one warpgroup), two stages of Q, K and V
     (96 KB at D = 128: two programs an SM)."""
@@ -185,6 +209,10 @@ def candidates(sh: Shape, sms: int = 132, arch: str = "sm_90a") -> list:
     if arch == "sm_90a" and sh.s <= 64 and 64 <= sh.d <= 128 and sh.dtype != "f32":
         cfg = whole_config(sh.s, sh.d)
         out.append(("whole", dict(cfg, PROGRAMS=sms * whole_resident(cfg, sh.d))))
+    # stream (attention_prefill_stream.tile): any S, D 64-256, 2-byte dtypes, sm_90a (TMA + wgmma)
+    if arch == "sm_90a" and 64 <= sh.d <= 256 and sh.dtype != "f32":
+        cfg = stream_config(sh.s, sh.d)
+        out.append(("stream", dict(cfg, PROGRAMS=sms * stream_resident(cfg, sh.d))))
     return out
 
 
@@ -195,7 +223,7 @@ def candidates(sh: Shape, sms: int = 132, arch: str = "sm_90a") -> list:
 # 0.187). Neither is enabled.
 # whole (attention_prefill_whole.tile, session 19, H200): 1.18-1.26x flash at the five S <= 64 shapes timed (its
 # 64-row tiling, the only one candidates() offers), 0.88-0.93x at S = 100-128 (the 128-row tiling: config only).
-ENABLED = {"flash": True, "short": False, "gqa": False, "whole": True}
+ENABLED = {"flash": True, "short": False, "gqa": False, "whole": True, "stream": False}
 # enabled kernels measured faster than the others at every shape timed where they are candidates: taken there
 PREFERRED = ("whole",)
 
@@ -206,6 +234,8 @@ def prefill_cost(kernel: str, cfg: dict, sh: Shape, sms: int = 132) -> dict:
         return _short(sh, cfg, sms)
     if kernel == "whole":
         return _whole(sh, cfg, sms)
+    if kernel == "stream":
+        return _stream(sh, cfg, sms)
     return _flash_like(sh, cfg, sms, packed=kernel == "gqa")
 
 
