@@ -1,7 +1,8 @@
 """Attention: dense prefill (FlashAttention-style) and paged decode (flash-decoding).
 
-Kernels: stdlib_kernels/attention_prefill.tile (and, by config, attention_prefill_gqa.tile and
-attention_prefill_short.tile; attention_plan.py chooses among them from a cost model) and
+Kernels: stdlib_kernels/attention_prefill.tile (and attention_prefill_gqa.tile, attention_prefill_short.tile,
+attention_prefill_whole.tile and attention_prefill_stream.tile; attention_plan.py chooses among the enabled ones
+from a cost model, `config` names any) and
 stdlib_kernels/attention_decode.tile; the strategy is described in docs/stdlib_attention.md.
 """
 from __future__ import annotations

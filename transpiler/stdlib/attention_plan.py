@@ -1,8 +1,10 @@
 """Which attention_prefill kernel and tiling a shape gets: a cost model of each candidate's programs.
 
 Candidates are kernels with a tiling: "flash" (attention_prefill.tile, one query head per program), "gqa"
-(attention_prefill_gqa.tile, the query heads of a KV head in one tile) and "short" (attention_prefill_short.tile,
-persistent, S <= BN, head-major bf16/f16 only (f32 has no wgmma), sm_90a). `prefill_cost` predicts a candidate's time from the shape alone:
+(attention_prefill_gqa.tile, the query heads of a KV head in one tile), "short" (attention_prefill_short.tile,
+persistent, S <= BN, head-major bf16/f16 only (f32 has no wgmma), sm_90a), "whole" (attention_prefill_whole.tile,
+S <= 64 as a candidate) and "stream" (attention_prefill_stream.tile, persistent units of (query block, key block)
+steps, any S, D 64-256, bf16/f16, sm_90a; not enabled until measured). `prefill_cost` predicts a candidate's time from the shape alone:
 
 * flash / gqa: programs of BM rows; an SM holds `resident` of them (shared memory: Q + STAGES K/V tiles;
   registers: the f32 accumulator and scores); each program costs a fixed chain (launch, Q load, first K/V,
@@ -11,6 +13,8 @@ persistent, S <= BN, head-major bf16/f16 only (f32 has no wgmma), sm_90a). `pref
   time is max(sum of the programs' times / slots, the longest program). Never below the bytes at bandwidth.
 * short: about one program per SM walks its ceil(tiles / programs) tiles; each tile costs its products (QK^T by
   wgmma, P@V by mma.sync) and the exposed V load and store, plus one ring fill.
+* stream: persistent programs walk ceil(units / programs) units of U equal steps (causal: a pair of query blocks,
+  NB + 1 steps); a step costs its chain or its products at the shared tensor rate, a block its store.
 * whole: S <= 128, persistent programs (as many as fit, `whole_resident`) walk the B * Hq tiles of a whole head
   each; Q, K and V of the next tile stream in while this one computes, so a tile costs max(its dependent chain,
   its DRAM bytes at the program's bandwidth share), plus one fill. The chain is a table per tiling fitted to eight
