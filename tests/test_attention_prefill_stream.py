@@ -105,13 +105,18 @@ def test_stream_kernel_is_the_flash_kernels_result():
 
 def _units(nb: int, causal: bool) -> list:
     """The kernel's units of a head as written in it: unit p -> its steps (j, n), c = 0 .. U - 1."""
-    u, npairs = (nb + 1, (nb + 1) // 2) if causal else (nb, nb)
+    e = nb - nb % 2
+    u, npairs = (e + 1, (nb + 1) // 2) if causal else (nb, nb)
     out = []
     for p in range(npairs):
         steps = []
         for c in range(u):
-            second = causal and c > p
-            steps.append((nb - 1 - p if second else p, c - p - 1 if second else c))
+            if not causal:
+                steps.append((p, c))
+            elif p == e // 2:
+                steps.append((nb - 1, c))
+            else:
+                steps.append((e - 1 - p, c - p - 1) if c > p else (p, c))
         out.append(steps)
     return out
 
@@ -119,12 +124,12 @@ def _units(nb: int, causal: bool) -> list:
 @pytest.mark.parametrize("nb", [1, 2, 3, 7, 16, 65])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
 def test_units_walk_each_block_whole_and_in_order(nb, causal):
-    """Every unit has U steps; each query block j's steps are its key blocks 0 .. j (causal) or 0 .. NB - 1, in
-    order and consecutive (the softmax restarts at n = 0, the block is stored at its last); every block is
-    walked once, the middle block of an odd NB (causal) twice, one walk after the other."""
+    """Every unit has U steps (causal: NB + 1 for even NB, NB for odd); each query block j's steps are its key
+    blocks 0 .. j (causal) or 0 .. NB - 1, in order and consecutive (the softmax restarts at n = 0, the block is
+    stored at its last); every block is walked exactly once: no step is wasted."""
     walks = []
     for steps in _units(nb, causal):
-        assert len(steps) == (nb + 1 if causal else nb)
+        assert len(steps) == ((nb + 1 - nb % 2) if causal else nb)
         for j, n in steps:
             if n == 0:
                 walks.append((j, []))
@@ -132,9 +137,7 @@ def test_units_walk_each_block_whole_and_in_order(nb, causal):
             walks[-1][1].append(n)
     for j, ns in walks:
         assert ns == list(range(j + 1 if causal else nb))
-    blocks = sorted(j for j, _ in walks)
-    twice = [(nb - 1) // 2] if causal and nb % 2 else []
-    assert blocks == sorted(list(range(nb)) + twice)
+    assert sorted(j for j, _ in walks) == list(range(nb))
 
 
 def test_stream_refuses_what_it_cannot_take():

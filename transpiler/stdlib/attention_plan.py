@@ -14,7 +14,7 @@ steps, any S, D 64-256, bf16/f16, sm_90a; not enabled until measured). `prefill_
 * short: about one program per SM walks its ceil(tiles / programs) tiles; each tile costs its products (QK^T by
   wgmma, P@V by mma.sync) and the exposed V load and store, plus one ring fill.
 * stream: persistent programs walk ceil(units / programs) units of U equal steps (causal: a pair of query blocks,
-  NB + 1 steps); a step costs its chain or its products at the shared tensor rate, a block its store.
+  NB + 1 steps, or NB for odd NB); a step costs its chain or its products at the shared tensor rate, a block its store.
 * whole: S <= 128, persistent programs (as many as fit, `whole_resident`) walk the B * Hq tiles of a whole head
   each; Q, K and V of the next tile stream in while this one computes, so a tile costs max(its dependent chain,
   its DRAM bytes at the program's bandwidth share), plus one fill. The chain is a table per tiling fitted to eight
@@ -152,10 +152,10 @@ def _stream(sh: Shape, cfg: dict, sms: int) -> dict:
     bm = cfg["BM"]
     r = stream_resident(cfg, sh.d)
     nb = -(-sh.s // bm)
-    u, per_head = (nb + 1, (nb + 1) // 2) if sh.causal else (nb, nb)
+    u, per_head = (nb - nb % 2 + 1, (nb + 1) // 2) if sh.causal else (nb, nb)
     units = sh.b * sh.hq * per_head
     programs = min(cfg.get("PROGRAMS", sms * r), sms * r, units)
-    blocks = 2 if sh.causal else 1                   # query blocks a unit stores
+    blocks = 2 if sh.causal and nb > 1 else 1        # query blocks a unit stores
     step = max(STREAM_STEP_US.get(bm, STREAM_STEP_US[64]) * max(1.0, sh.d / 128),
                r * 4 * bm * bm * sh.d / SM_TENSOR_FLOPS * 1e6)
     unit_us = u * step + blocks * STREAM_STORE_US * sh.d / 128
