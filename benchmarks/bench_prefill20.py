@@ -1,6 +1,6 @@
 """Prefill attention candidates against SDPA at issue 17's losing shapes (session 20), in one process.
 
-    python3 benchmarks/bench_prefill20.py [--budget-s 135] [--only I,J,...] [--json PATH]
+    python3 benchmarks/bench_prefill20.py [--budget-s 135] [--only I,J,...] [--tilings] [--json PATH]
 
 Shapes (B, Hq, Hkv, S, D, causal, bf16, head-major): the five of the brief (B128 S128 D128, B4 S4096 D128, B16 S1000
 D128, B32 S512 D256, B1 S4096 D256) and B1 S16384 D128, B8 S2048 D64. Candidates at each shape: the library's
@@ -10,7 +10,8 @@ kernel (`stream64`: BM = 64, 4 warps; `stream128`: BM = 128, 8 warps). Every ker
 processes (NVRTC is CPU-bound), each candidate is checked against SDPA's output (max |diff| / max |ref| <= 2e-2;
 a failing one is reported, not timed), then timed: medians of CUDA-graph replays (bench_attention.bench_graph),
 SDPA flash, cuDNN and memory-efficient in the same process (KV heads expanded outside the timing). ratio = best
-SDPA / candidate. Causal FLOPs 2 B Hq S^2 D (half of 4 B Hq S^2 D). JSON to PATH or $OUT/bench_prefill20.json.
+SDPA / candidate. --tilings: TILING_SHAPES (short S at D 128, D 64 at S 128-16384), the default against each
+flash tiling (a tiling equal to the default is not timed twice). Causal FLOPs 2 B Hq S^2 D (half of 4 B Hq S^2 D). JSON to PATH or $OUT/bench_prefill20.json.
 """
 from __future__ import annotations
 
@@ -29,12 +30,20 @@ SHAPES = [  # B, Hq, Hkv, S, D (causal)
     (128, 32, 8, 128, 128), (16, 28, 4, 1000, 128), (32, 8, 4, 512, 256), (4, 40, 8, 4096, 128),
     (1, 8, 4, 4096, 256), (8, 14, 2, 2048, 64), (1, 32, 8, 16384, 128),
 ]
+TILING_SHAPES = [  # --tilings: where the flash tiling rules (attention_plan.prefill_config) change, and around
+    (64, 28, 4, 100, 128), (128, 32, 8, 128, 128), (64, 32, 8, 256, 128), (32, 32, 8, 512, 128),
+    (128, 32, 8, 128, 64), (32, 32, 8, 512, 64), (4, 32, 8, 4096, 64), (1, 16, 2, 16384, 64),
+]
+TILINGS = [("f128x64", dict(KERNEL="flash", BM=128, BN=64, WARPS=8)), ("f64x32", dict(KERNEL="flash", BM=64, BN=32, WARPS=4)),
+           ("f64x64", dict(KERNEL="flash", BM=64, BN=64, WARPS=4))]
 DIV_TILE = str(HERE / "prefill20_div.tile")
 DIV_CFG = dict(BM=128, BN=64, WARPS=8)
 
 
-def candidates(s: int, d: int) -> list:
+def candidates(s: int, d: int, tilings: bool = False) -> list:
     """(label, config) at a shape; config None is the library default, "div" the pre-7bc35b8 flash kernel."""
+    if tilings:
+        return [("tilex", None)] + TILINGS
     out = [("tilex", None), ("flash", dict(KERNEL="flash")), ("div", "div")]  # flash: dropped where it is the default
     out += [("f64x64", dict(KERNEL="flash", BM=64, BN=64, WARPS=4)), ("f64x32", dict(KERNEL="flash", BM=64, BN=32, WARPS=4))]
     if d == 256:
@@ -47,13 +56,13 @@ def candidates(s: int, d: int) -> list:
     return out
 
 
-def jobs(sms: int) -> list:
+def jobs(sms: int, shapes: list, tilings: bool = False) -> list:
     """Every (kind, kernel name, defines) the timing phase loads, once each."""
     from tilex.stdlib.attention import PREFILL_KERNELS, prefill_launch_config
 
     out, seen = [], set()
-    for b, hq, hkv, s, d in SHAPES:
-        for _, cfg in candidates(s, d):
+    for b, hq, hkv, s, d in shapes:
+        for _, cfg in candidates(s, d, tilings):
             if cfg == "div":
                 job = ("div", "attention_prefill_div", dict(T="bf16", D=d, CAUSAL=True, **DIV_CFG))
             else:
@@ -89,6 +98,7 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=135.0, help="stop timing new candidates after this")
     ap.add_argument("--only", help="comma-separated shape indices")
     ap.add_argument("--jobs", type=int, default=14)
+    ap.add_argument("--tilings", action="store_true", help="TILING_SHAPES: the default against the flash tilings")
     ap.add_argument("--json")
     args = ap.parse_args()
     t0 = time.time()
@@ -101,14 +111,15 @@ def main() -> int:
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"{torch.cuda.get_device_name()}  {sms} SMs  torch {torch.__version__}", flush=True)
-    todo = jobs(sms)
+    pool = TILING_SHAPES if args.tilings else SHAPES
+    shapes = pool if not args.only else [pool[int(i)] for i in args.only.split(",")]
+    todo = jobs(sms, shapes, args.tilings)
     with ProcessPoolExecutor(args.jobs) as ex:
         errs = [e for e in ex.map(_compile, todo) if e]
     print(f"compiled {len(todo)} kernels in {time.time() - t0:.0f} s", flush=True)
     for e in errs:
         print("  compile failed:", e, flush=True)
     div_mods = {}
-    shapes = SHAPES if not args.only else [SHAPES[int(i)] for i in args.only.split(",")]
     rows, ok = [], True
     for b, hq, hkv, s, d in shapes:
         g = torch.Generator(device="cuda").manual_seed(s + d)
@@ -138,10 +149,10 @@ def main() -> int:
         default = prefill_launch_config(b, hq, hkv, s, d, True, "bhsd", "bf16", None, sms, "sm_90a")
         row["default"] = [default[0], {k: v for k, v in default[1].items() if k != "KERNEL"}]
         line[0] += f"  | default {default[0]} {row['default'][1]}"
-        for label, cfg in candidates(s, d):
-            if label == "flash" and default == prefill_launch_config(b, hq, hkv, s, d, True, "bhsd", "bf16", cfg, sms,
-                                                                     "sm_90a"):
-                continue
+        for label, cfg in candidates(s, d, args.tilings):
+            if label != "tilex" and cfg != "div" and default == prefill_launch_config(
+                    b, hq, hkv, s, d, True, "bhsd", "bf16", cfg, sms, "sm_90a"):
+                continue  # the default's own tiling: timed once, as `tilex`
             if time.time() - t0 > args.budget_s:
                 line.append(f"{label} (budget)")
                 continue

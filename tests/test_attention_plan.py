@@ -22,10 +22,10 @@ def _fresh_choices():
     P.reset()
 
 
-MEASURED_FLASH = {
-    (128, 32, 8, 128, 128): 0.205, (4, 12, 2, 4096, 128): 0.424, (16, 28, 4, 1000, 128): 0.357,
-    (2, 64, 8, 8192, 128): 4.234, (32, 8, 4, 512, 256): 0.182, (1, 8, 4, 4096, 256): 0.143,
-    (8, 14, 2, 2048, 64): 0.188, (4, 40, 8, 4096, 128): 1.473,
+MEASURED_FLASH = {  # session 20 (bench_prefill20.py at 79f46bd), the tiling prefill_config gives each
+    (128, 32, 8, 128, 128): 0.1691, (16, 28, 4, 1000, 128): 0.3286, (32, 8, 4, 512, 256): 0.1592,
+    (4, 40, 8, 4096, 128): 1.4190, (1, 8, 4, 4096, 256): 0.1340, (8, 14, 2, 2048, 64): 0.1658,
+    (1, 32, 8, 16384, 128): 4.0491,
 }
 
 
@@ -76,7 +76,7 @@ def test_choice_follows_the_model():
     flash = P.prefill_cost("flash", P.prefill_config(128, 128), sh)
     assert flash["us"] < short["us"]
     text = P.explain(sh)
-    assert text.count("\n") == 3 and "* flash" in text and text.count("(not enabled)") == 3  # gqa, short, stream
+    assert text.count("\n") == 2 and "* flash" in text and text.count("(not enabled)") == 2
 
 
 def test_an_enabled_kernel_is_chosen_where_cheaper(monkeypatch):

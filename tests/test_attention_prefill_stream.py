@@ -159,7 +159,7 @@ def test_launch_config():
     kind, cfg = A.prefill_launch_config(4, 40, 8, 4096, 128, True, "bhsd", "bf16", None, 132, "sm_90a")
     want = P.choose(4, 40, 8, 4096, 128, True, "bhsd", "bf16", 132, "sm_90a")
     assert kind == want[0] and cfg == dict(want[1], KERNEL=want[0])
-    assert P.stream_resident(P.stream_config(128, 128), 128) == 2   # 2 x 48 KB stages, 166 registers x 128
+    assert P.stream_resident(P.stream_config(128, 128), 128) == 2   # 2 x 48 KB stages, 159 registers x 128
     assert P.stream_resident(P.stream_config(128, 64), 64) == 4
     assert P.stream_resident(P.stream_config(128, 256), 256) == 1
 
@@ -206,24 +206,11 @@ def test_stream_kernel_builds_with_nvcc(defines, tmp_path):
     assert "0 bytes spill stores" in r.stderr
 
 
-# ---- the cost model
+# ---- the choice
 
 
-def test_stream_in_the_candidates_and_its_model():
-    """A candidate on sm_90a for 2-byte dtypes at D 64-256 (any S), with PROGRAMS = SMs x resident; not enabled until
-    measured, so never chosen; its cost counts whole units a program (equal steps) and stays above the DRAM floor."""
-    kinds = dict(P.candidates(P.Shape(128, 32, 8, 128, 128)))
-    assert kinds["stream"] == dict(BM=64, WARPS=4, STAGES=2, PROGRAMS=264)
-    assert dict(P.candidates(P.Shape(8, 14, 2, 2048, 64)))["stream"]["PROGRAMS"] == 528
-    for sh, arch in ((P.Shape(1, 8, 8, 64, 32), "sm_90a"), (P.Shape(1, 8, 8, 64, 128, dtype="f32"), "sm_90a"),
-                     (P.Shape(1, 8, 8, 64, 128), "sm_80")):
-        assert "stream" not in dict(P.candidates(sh, arch=arch))
-    sh = P.Shape(16, 28, 4, 1000, 128)
-    c = P.prefill_cost("stream", kinds["stream"], sh)
-    assert c["units"] == 16 * 28 * 8 and c["programs"] == 264
-    assert c["us"] >= sh.bytes() / P.BANDWIDTH * 1e6
-    full = P.prefill_cost("stream", kinds["stream"], P.Shape(16, 28, 4, 1000, 128, causal=False))
-    assert full["units"] == 16 * 28 * 16 and full["us"] > c["us"]
-    if not P.ENABLED["stream"]:
-        for s in (128, 1000, 4096):
-            assert P.choose_prefill(P.Shape(4, 32, 8, s, 128))[0] != "stream"
+def test_stream_is_config_only():
+    """Measured slower than flash at every shape timed (session 20): not a candidate of the default choice."""
+    for sh in (P.Shape(128, 32, 8, 128, 128), P.Shape(8, 14, 2, 2048, 64), P.Shape(1, 8, 4, 4096, 256)):
+        assert "stream" not in dict(P.candidates(sh))
+        assert P.choose_prefill(sh)[0] != "stream"

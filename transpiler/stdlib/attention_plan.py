@@ -3,8 +3,8 @@
 Candidates are kernels with a tiling: "flash" (attention_prefill.tile, one query head per program), "gqa"
 (attention_prefill_gqa.tile, the query heads of a KV head in one tile), "short" (attention_prefill_short.tile,
 persistent, S <= BN, head-major bf16/f16 only (f32 has no wgmma), sm_90a), "whole" (attention_prefill_whole.tile,
-S <= 64 as a candidate) and "stream" (attention_prefill_stream.tile, persistent units of (query block, key block)
-steps, any S, D 64-256, bf16/f16, sm_90a; not enabled until measured). `prefill_cost` predicts a candidate's time from the shape alone:
+S <= 64 as a candidate); "stream" (attention_prefill_stream.tile) is config-only (measured slower everywhere).
+`prefill_cost` predicts a candidate's time from the shape alone:
 
 * flash / gqa: programs of BM rows; an SM holds `resident` of them (shared memory: Q + STAGES K/V tiles;
   registers: the f32 accumulator and scores); each program costs a fixed chain (launch, Q load, first K/V,
@@ -13,8 +13,6 @@ steps, any S, D 64-256, bf16/f16, sm_90a; not enabled until measured). `prefill_
   time is max(sum of the programs' times / slots, the longest program). Never below the bytes at bandwidth.
 * short: about one program per SM walks its ceil(tiles / programs) tiles; each tile costs its products (QK^T by
   wgmma, P@V by mma.sync) and the exposed V load and store, plus one ring fill.
-* stream: persistent programs walk ceil(units / programs) units of U equal steps (causal: a pair of query blocks,
-  NB + 1 steps, or NB for odd NB); a step costs its chain or its products at the shared tensor rate, a block its store.
 * whole: S <= 128, persistent programs (as many as fit, `whole_resident`) walk the B * Hq tiles of a whole head
   each; Q, K and V of the next tile stream in while this one computes, so a tile costs max(its dependent chain,
   its DRAM bytes at the program's bandwidth share), plus one fill. The chain is a table per tiling fitted to eight
@@ -26,10 +24,13 @@ steps, any S, D 64-256, bf16/f16, sm_90a; not enabled until measured). `prefill_
   at those small S <= 64 grids (12.6-25.3 us predicted where 21.9-32.7 were measured), so the choice does not rank
   the two there: a kernel of PREFERRED that is a candidate is taken (whole: 5 of 5 shapes faster, 1.18-1.26x).
 
-Fitted to H200 CUDA-graph medians of the flash kernel (benchmarks/RESULTS.md, session 16; bench_shapes at
-dc00841): B128 S128 Hq32 D128 0.205 ms (model 0.205), B4 S4096 Hq12 0.424 (0.424), B16 S1000 Hq28 0.357 (0.363),
-B2 S8192 Hq64 4.23 (4.22), B32 S512 D256 0.182 (0.184), B1 S4096 Hq8 D256 0.143 (0.152), B8 S2048 Hq14 D64
-0.188 (0.174). The short kernel's per-tile cost is fitted to its two measurements (B128 S128 Hq32 Hkv8: 0.259 ms
+Fitted to H200 CUDA-graph medians of the flash kernel at 128 x 64 tiles with the reciprocal epilogue (session 20,
+benchmarks/bench_prefill20.py at 79f46bd): B128 S128 Hq32 D128 0.1794 ms (model 0.178), B16 S1000 Hq28 0.3286
+(0.342), B32 S512 D256 0.1592 (0.148), B4 S4096 Hq40 1.419 (1.39), B1 S4096 Hq8 D256 0.1340 (0.143), B8 S2048 Hq14
+D64 0.1833 (0.172), B1 S16384 Hq32 4.049 (4.01). The model ranks the flash tilings only to about 15% (64 x 32 and
+64 x 64 within -15..+20% of their seven measurements), less than the gaps between them, so prefill_config picks
+the tiling by measured rule, not by the model.
+The short kernel's per-tile cost is fitted to its two measurements (B128 S128 Hq32 Hkv8: 0.259 ms
 over 31 tiles a program; B64 S100 Hq28 Hkv4: 0.1005 over 12): 8.4 us a tile, where its products alone would take
 1.8 (the epilogue's V load, register-to-shared staging, barriers and store are the rest).
 """
@@ -41,7 +42,7 @@ from dataclasses import dataclass
 SM_SMEM = 227 * 1024          # shared memory one block may use on an SM (H100/H200)
 SM_REGS = 65536
 BANDWIDTH = 4.0e12            # bytes/s the kernels stream at (H200 copy ~4.2e12)
-CHAIN_US = (4.6, 9.3 - 4.6)   # flash program's fixed chain: a + b * D / 128 (us)
+CHAIN_US = (5.8, 1.8)         # flash program's fixed chain: a + b * D / 128 (us; session 20, reciprocal epilogue)
 STEP_FLOOR_US = 1.1           # one key step's latency when the SM is not the limit
 SM_TENSOR_FLOPS = 4.3e12      # one SM's rate through the synchronous QK^T -> softmax -> PV step
 SHORT_MMA_FLOPS = (7.0e12, 3.5e12)  # the short kernel's QK^T (wgmma main loop) and P@V (mma.sync) rates per SM
@@ -51,11 +52,6 @@ WHOLE_FILL_US = 4.0           # the whole-sequence kernel's first tile load and 
 # its chain per tile, (BM, D) -> us, with the programs an SM holds at that tiling (1 at 128/128, else 2-4); H200,
 # session 19, (CUDA-graph median - WHOLE_FILL_US) / tiles per program at the 8 shapes of the module docstring
 WHOLE_TILE_US = {(128, 128): 7.2, (128, 64): 9.2, (64, 128): 7.1, (64, 64): 5.9}
-# the stream kernel: one step's chain (us, by BM, at D <= 128) and a query block's store; NOT FITTED yet (guesses
-# from the whole kernel's 64-row tile, 7.1 us with its store at two programs an SM): the kernel is not enabled
-STREAM_STEP_US = {64: 4.0, 128: 6.0}
-STREAM_STORE_US = 1.5
-STREAM_FILL_US = 4.0
 
 
 @dataclass(frozen=True)
@@ -121,11 +117,19 @@ def _short(sh: Shape, cfg: dict, sms: int) -> dict:
 
 def prefill_config(d: int, s: int) -> dict:
     """The flash kernel's tiling for head size d and sequence length s (an H200's shared memory; the wrapper
-    steps down where the target has less)."""
-    # D = 256 as D = 128 (H200, sweep_attention.py, 2026-12-01): B1 Hq8 Hkv4 S4096 0.638 -> 0.143 ms (1.15x cuDNN),
-    # B32 S512 0.449 -> 0.181 against the former BM=64 BN=32 (which was chosen when 128x64 spilled)
-    bm = 128 if s > 64 else 64
-    return dict(BM=bm, BN=64, WARPS=8 if bm == 128 else 4)
+    steps down where the target has less): measured rules (H200, session 20, bench_prefill20.py at 79f46bd, ms
+    against 128 x 64 / 8 warps):
+    * S <= 64: 64 x 64, 4 warps (one 64-row block holds the sequence).
+    * D = 64: 64 x 64, 4 warps: B8 S2048 Hq14 0.1658 against 0.1833 (0.996x cuDNN; session 16's sweep: 0.180 vs
+      0.188).
+    * D = 128, S <= 128: 64 x 32, 4 warps (48 KB, four blocks an SM): B128 S128 Hq32 0.1691 against 0.1794
+      (session 16: 0.196 vs 0.204); at S = 1000-16384 it loses by 17-31%.
+    * otherwise 128 x 64, 8 warps (D = 256 too: B1 S4096 0.134, B32 S512 0.159 against 64 x 32's 0.170, 0.167)."""
+    if s <= 64 or d == 64:
+        return dict(BM=64, BN=64, WARPS=4)
+    if d == 128 and s <= 128:
+        return dict(BM=64, BN=32, WARPS=4)
+    return dict(BM=128, BN=64, WARPS=8)
 
 
 def whole_config(s: int, d: int) -> dict:
@@ -142,25 +146,6 @@ def whole_resident(cfg: dict, d: int) -> int:
     smem = stages * 2 * d * (bm + 2 * bn) + 2048
     regs = (bm * d + bm * bn) // (32 * warps) + 32
     return resident(smem, regs, 32 * warps)
-
-
-def _stream(sh: Shape, cfg: dict, sms: int) -> dict:
-    """Persistent programs over units of U equal steps (attention_prefill_stream.tile): a program walks
-    ceil(units / programs) units; a step costs the larger of its dependent chain (STREAM_STEP_US at D = 128, scaled
-    by D / 128 past it, with `resident` programs an SM) and its products at the SM's tensor rate shared by the
-    resident programs; each query block adds its store (STREAM_STORE_US)."""
-    bm = cfg["BM"]
-    r = stream_resident(cfg, sh.d)
-    nb = -(-sh.s // bm)
-    u, per_head = (nb - nb % 2 + 1, (nb + 1) // 2) if sh.causal else (nb, nb)
-    units = sh.b * sh.hq * per_head
-    programs = min(cfg.get("PROGRAMS", sms * r), sms * r, units)
-    blocks = 2 if sh.causal and nb > 1 else 1        # query blocks a unit stores
-    step = max(STREAM_STEP_US.get(bm, STREAM_STEP_US[64]) * max(1.0, sh.d / 128),
-               r * 4 * bm * bm * sh.d / SM_TENSOR_FLOPS * 1e6)
-    unit_us = u * step + blocks * STREAM_STORE_US * sh.d / 128
-    us = STREAM_FILL_US + -(-units // programs) * unit_us
-    return dict(us=max(us, sh.bytes() / BANDWIDTH * 1e6), programs=programs, resident=r, step_us=step, units=units)
 
 
 def stream_config(s: int, d: int) -> dict:
@@ -213,10 +198,8 @@ def candidates(sh: Shape, sms: int = 132, arch: str = "sm_90a") -> list:
     if arch == "sm_90a" and sh.s <= 64 and 64 <= sh.d <= 128 and sh.dtype != "f32":
         cfg = whole_config(sh.s, sh.d)
         out.append(("whole", dict(cfg, PROGRAMS=sms * whole_resident(cfg, sh.d))))
-    # stream (attention_prefill_stream.tile): any S, D 64-256, 2-byte dtypes, sm_90a (TMA + wgmma)
-    if arch == "sm_90a" and 64 <= sh.d <= 256 and sh.dtype != "f32":
-        cfg = stream_config(sh.s, sh.d)
-        out.append(("stream", dict(cfg, PROGRAMS=sms * stream_resident(cfg, sh.d))))
+    # stream (attention_prefill_stream.tile) is not a candidate: measured 2-170x slower than flash at all seven
+    # shapes timed (session 20; see its header): config=dict(KERNEL="stream") only
     return out
 
 
@@ -227,7 +210,7 @@ def candidates(sh: Shape, sms: int = 132, arch: str = "sm_90a") -> list:
 # 0.187). Neither is enabled.
 # whole (attention_prefill_whole.tile, session 19, H200): 1.18-1.26x flash at the five S <= 64 shapes timed (its
 # 64-row tiling, the only one candidates() offers), 0.88-0.93x at S = 100-128 (the 128-row tiling: config only).
-ENABLED = {"flash": True, "short": False, "gqa": False, "whole": True, "stream": False}
+ENABLED = {"flash": True, "short": False, "gqa": False, "whole": True}
 # enabled kernels measured faster than the others at every shape timed where they are candidates: taken there
 PREFERRED = ("whole",)
 
@@ -238,8 +221,6 @@ def prefill_cost(kernel: str, cfg: dict, sh: Shape, sms: int = 132) -> dict:
         return _short(sh, cfg, sms)
     if kernel == "whole":
         return _whole(sh, cfg, sms)
-    if kernel == "stream":
-        return _stream(sh, cfg, sms)
     return _flash_like(sh, cfg, sms, packed=kernel == "gqa")
 
 
