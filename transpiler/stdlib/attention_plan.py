@@ -120,12 +120,13 @@ def prefill_config(d: int, s: int) -> dict:
     steps down where the target has less): measured rules (H200, session 20, bench_prefill20.py at 79f46bd, ms
     against 128 x 64 / 8 warps):
     * S <= 64: 64 x 64, 4 warps (one 64-row block holds the sequence).
-    * D = 64: 64 x 64, 4 warps: B8 S2048 Hq14 0.1658 against 0.1833 (0.996x cuDNN; session 16's sweep: 0.180 vs
-      0.188).
+    * D = 64, S <= 2048: 64 x 64, 4 warps: B8 S2048 Hq14 0.1658 against 0.1833 (0.996x cuDNN; session 16's sweep:
+      0.180 vs 0.188). Longer D = 64 sequences were not timed (at D = 128 the 64-row tiles lose at S >= 1000), so
+      they keep 128 x 64.
     * D = 128, S <= 128: 64 x 32, 4 warps (48 KB, four blocks an SM): B128 S128 Hq32 0.1691 against 0.1794
       (session 16: 0.196 vs 0.204); at S = 1000-16384 it loses by 17-31%.
     * otherwise 128 x 64, 8 warps (D = 256 too: B1 S4096 0.134, B32 S512 0.159 against 64 x 32's 0.170, 0.167)."""
-    if s <= 64 or d == 64:
+    if s <= 64 or (d == 64 and s <= 2048):
         return dict(BM=64, BN=64, WARPS=4)
     if d == 128 and s <= 128:
         return dict(BM=64, BN=32, WARPS=4)
