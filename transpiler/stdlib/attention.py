@@ -1,7 +1,8 @@
 """Attention: dense prefill (FlashAttention-style) and paged decode (flash-decoding).
 
-Kernels: stdlib_kernels/attention_prefill.tile (and, by config, attention_prefill_gqa.tile and
-attention_prefill_short.tile; attention_plan.py chooses among them from a cost model) and
+Kernels: stdlib_kernels/attention_prefill.tile (and attention_prefill_gqa.tile, attention_prefill_short.tile,
+attention_prefill_whole.tile and attention_prefill_stream.tile; attention_plan.py chooses among the enabled ones
+from a cost model, `config` names any) and
 stdlib_kernels/attention_decode.tile; the strategy is described in docs/stdlib_attention.md.
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ import math
 
 from . import _launch as L
 from . import messages as M
-from .attention_plan import choose, prefill_config, short_config, whole_config, whole_resident
+from .attention_plan import choose, prefill_config, short_config, stream_config, stream_resident, whole_config, whole_resident
 
 HEAD_DIMS = (16, 32, 64, 128, 256)   # power-of-two head sizes (64 and 128 are the tuned ones)
 MAX_SPLITS = 64
@@ -34,7 +35,7 @@ def _scale(scale, d: int) -> float:
 
 # the prefill kernels: config["KERNEL"] -> the .tile file (and kernel) that computes it
 PREFILL_KERNELS = {"flash": "attention_prefill", "gqa": "attention_prefill_gqa", "short": "attention_prefill_short",
-                   "whole": "attention_prefill_whole"}
+                   "whole": "attention_prefill_whole", "stream": "attention_prefill_stream"}
 
 # smaller tiles of each kernel, tried in order when the target's shared memory (e.g. sm_86/89: 99 KB) cannot hold
 # the chosen ones
@@ -43,6 +44,7 @@ _PREFILL_SMALLER = {
     "gqa": (dict(BM=64, BN=64, WARPS=4), dict(BM=64, BN=32, WARPS=4), dict(BM=32, BN=32, WARPS=2)),
     "short": (dict(BM=64, STAGES=1),),
     "whole": (),  # its tiles hold the whole sequence: no smaller tiling
+    "stream": (),  # no smaller tiling measured
 }
 
 
@@ -98,8 +100,10 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     overrides them, for benchmarks: compile-time parameters (BM, BN, WARPS, STAGES, ...) of the kernel it names,
     KERNEL="flash" (one query head per program; the default when config names none), "gqa" (the query heads of a
     KV head in one tile), "short" (S <= BN, layout="bhsd": a persistent kernel whose scores are one
-    tensor-core main loop) or "whole" (S <= BM and BN: persistent, one tile per head holding the whole sequence,
-    its Q, K and V streamed one tile ahead).
+    tensor-core main loop), "whole" (S <= BM and BN: persistent, one tile per head holding the whole sequence,
+    its Q, K and V streamed one tile ahead) or "stream" (persistent, any S: each program one flat loop over
+    (query block, key block) steps of its units (pairs of query blocks of a head), Q, K and V streamed one step
+    ahead; sm_90a).
     """
     if layout not in ("bhsd", "bshd"):
         raise ValueError(M.bad_layout(layout))
@@ -125,20 +129,13 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
     o = _out(out, q, tuple(int(n) for n in q.shape), dt)
     if b * hq * s == 0:
         return o
-    if config is None:  # the model's choice (attention_plan.py)
-        kind, cfg, _ = choose(b, hq, hkv, s, d, bool(causal), layout, dt, L.sm_count(q), _arch())
-        cfg = dict(cfg, KERNEL=kind)
-    else:
-        kind = config.get("KERNEL", "flash")
-        base = {"short": lambda: short_config(s, d), "whole": lambda: whole_config(s, d)}.get(kind, lambda: prefill_config(d, s))
-        cfg = dict(base(), **config)
+    kind, cfg = prefill_launch_config(b, hq, hkv, s, d, bool(causal), layout, dt, config, L.sm_count(q), _arch())
     if kind == "short":  # per KV head: q, o [B * Hkv, G * S, D], k, v [B * Hkv, S, D] (TMA reads q and k)
         if tokens or s > cfg["BN"] or not 64 <= d <= 128:
             raise ValueError(f"config: KERNEL='short' takes layout='bhsd', S <= BN ({cfg['BN']}) and D 64 or 128, "
                              f"got layout={layout!r}, S={s}, D={d}")
         if L.kind_of(q) != "numpy" and _arch() != "sm_90a":  # its cp.async main loop gave NaN (sweep canary)
             raise ValueError(f"config: KERNEL='short' runs on sm_90a only (TMA + wgmma), this GPU is {_arch()}")
-        cfg.setdefault("PROGRAMS", L.sm_count(q))
         g = hq // hkv
         q4, k4, v4, o4 = (L.reshape(x, (b * hkv, n, d)) for x, n in
                           ((_aligned16(L.contiguous(q)), g * s), (_aligned16(L.contiguous(k)), s),
@@ -149,16 +146,42 @@ def attention_prefill(q, k, v, causal: bool = True, scale: float | None = None, 
                 raise ValueError(f"config: KERNEL='whole' takes S <= BM and S <= BN ({cfg['BM']}, {cfg['BN']}), got S={s}")
             if L.kind_of(q) != "numpy" and _arch() != "sm_90a":  # q beside a padded K/V ring: over sm_80's smem
                 raise ValueError(f"config: KERNEL='whole' runs on sm_90a only (TMA + wgmma), this GPU is {_arch()}")
-            cfg.setdefault("PROGRAMS", L.sm_count(q) * whole_resident(cfg, d))
-        q4 = _aligned16(L.contiguous(q)) if kind == "whole" else L.contiguous(q)  # whole: TMA reads q too
+        if kind == "stream":  # persistent: one flat loop of (head, query block, key block) steps a program
+            if L.kind_of(q) != "numpy" and _arch() != "sm_90a":  # its q, k, v ring is sized for TMA + wgmma
+                raise ValueError(f"config: KERNEL='stream' runs on sm_90a only (TMA + wgmma), this GPU is {_arch()}")
+        q4 = _aligned16(L.contiguous(q)) if kind in ("whole", "stream") else L.contiguous(q)  # TMA reads q too
         q4, k4, v4, o4 = q4, _aligned16(L.contiguous(k)), _aligned16(L.contiguous(v)), o
         if not tokens:  # [B, H, S, D] is [B * H, S, 1, D] token-major: one head per batch row
             q4, k4, v4, o4 = (L.reshape(x, (int(x.shape[0]) * int(x.shape[1]), s, 1, d)) for x in (q4, k4, v4, o4))
-        if kind == "gqa":  # the query heads of one KV head in one tile (a compile-time G)
-            cfg["G"] = hq // hkv
     name, mod = _prefill_module(cfg, config or {}, T=dt, D=d, CAUSAL=bool(causal))
     L.run(mod, name, q4, k4, v4, o4, scale=_scale(scale, d))
     return o
+
+
+def prefill_launch_config(b: int, hq: int, hkv: int, s: int, d: int, causal: bool, layout: str, dt: str,
+                          config: dict | None, sms: int, arch: str) -> tuple:
+    """(kernel kind, compile-time parameters) attention_prefill launches for a shape: the model's choice
+    (attention_plan.choose) when `config` is None, else the kernel `config` names (KERNEL, default "flash") at its
+    base tiling with `config` over it; persistent kernels get PROGRAMS (SMs x programs an SM holds) unless given,
+    gqa its G. The parameters returned are the kernel's defines (KERNEL included: _prefill_module pops it), so a
+    benchmark can build the exact kernels a call will load (precompiling them in other processes)."""
+    if config is None:  # the model's choice (attention_plan.py)
+        kind, cfg, _ = choose(b, hq, hkv, s, d, bool(causal), layout, dt, sms, arch)
+        cfg = dict(cfg, KERNEL=kind)
+    else:
+        kind = config.get("KERNEL", "flash")
+        base = {"short": lambda: short_config(s, d), "whole": lambda: whole_config(s, d),
+                "stream": lambda: stream_config(s, d)}.get(kind, lambda: prefill_config(d, s))
+        cfg = dict(base(), **config)
+    if kind == "short":
+        cfg.setdefault("PROGRAMS", sms)
+    elif kind == "whole":
+        cfg.setdefault("PROGRAMS", sms * whole_resident(cfg, d))
+    elif kind == "stream":
+        cfg.setdefault("PROGRAMS", sms * stream_resident(cfg, d))
+    elif kind == "gqa":  # the query heads of one KV head in one tile (a compile-time G)
+        cfg["G"] = hq // hkv
+    return kind, cfg
 
 
 def _arch() -> str:

@@ -1,8 +1,10 @@
 """Which attention_prefill kernel and tiling a shape gets: a cost model of each candidate's programs.
 
 Candidates are kernels with a tiling: "flash" (attention_prefill.tile, one query head per program), "gqa"
-(attention_prefill_gqa.tile, the query heads of a KV head in one tile) and "short" (attention_prefill_short.tile,
-persistent, S <= BN, head-major bf16/f16 only (f32 has no wgmma), sm_90a). `prefill_cost` predicts a candidate's time from the shape alone:
+(attention_prefill_gqa.tile, the query heads of a KV head in one tile), "short" (attention_prefill_short.tile,
+persistent, S <= BN, head-major bf16/f16 only (f32 has no wgmma), sm_90a), "whole" (attention_prefill_whole.tile,
+S <= 64 as a candidate); "stream" (attention_prefill_stream.tile) is config-only (measured slower everywhere).
+`prefill_cost` predicts a candidate's time from the shape alone:
 
 * flash / gqa: programs of BM rows; an SM holds `resident` of them (shared memory: Q + STAGES K/V tiles;
   registers: the f32 accumulator and scores); each program costs a fixed chain (launch, Q load, first K/V,
@@ -22,10 +24,13 @@ persistent, S <= BN, head-major bf16/f16 only (f32 has no wgmma), sm_90a). `pref
   at those small S <= 64 grids (12.6-25.3 us predicted where 21.9-32.7 were measured), so the choice does not rank
   the two there: a kernel of PREFERRED that is a candidate is taken (whole: 5 of 5 shapes faster, 1.18-1.26x).
 
-Fitted to H200 CUDA-graph medians of the flash kernel (benchmarks/RESULTS.md, session 16; bench_shapes at
-dc00841): B128 S128 Hq32 D128 0.205 ms (model 0.205), B4 S4096 Hq12 0.424 (0.424), B16 S1000 Hq28 0.357 (0.363),
-B2 S8192 Hq64 4.23 (4.22), B32 S512 D256 0.182 (0.184), B1 S4096 Hq8 D256 0.143 (0.152), B8 S2048 Hq14 D64
-0.188 (0.174). The short kernel's per-tile cost is fitted to its two measurements (B128 S128 Hq32 Hkv8: 0.259 ms
+Fitted to H200 CUDA-graph medians of the flash kernel at 128 x 64 tiles with the reciprocal epilogue (session 20,
+benchmarks/bench_prefill20.py at 79f46bd): B128 S128 Hq32 D128 0.1794 ms (model 0.178), B16 S1000 Hq28 0.3286
+(0.342), B32 S512 D256 0.1592 (0.148), B4 S4096 Hq40 1.419 (1.39), B1 S4096 Hq8 D256 0.1340 (0.143), B8 S2048 Hq14
+D64 0.1833 (0.172), B1 S16384 Hq32 4.049 (4.01). The model ranks the flash tilings only to about 15% (64 x 32 and
+64 x 64 within -15..+20% of their seven measurements), less than the gaps between them, so prefill_config picks
+the tiling by measured rule, not by the model.
+The short kernel's per-tile cost is fitted to its two measurements (B128 S128 Hq32 Hkv8: 0.259 ms
 over 31 tiles a program; B64 S100 Hq28 Hkv4: 0.1005 over 12): 8.4 us a tile, where its products alone would take
 1.8 (the epilogue's V load, register-to-shared staging, barriers and store are the rest).
 """
@@ -37,7 +42,7 @@ from dataclasses import dataclass
 SM_SMEM = 227 * 1024          # shared memory one block may use on an SM (H100/H200)
 SM_REGS = 65536
 BANDWIDTH = 4.0e12            # bytes/s the kernels stream at (H200 copy ~4.2e12)
-CHAIN_US = (4.6, 9.3 - 4.6)   # flash program's fixed chain: a + b * D / 128 (us)
+CHAIN_US = (5.8, 1.8)         # flash program's fixed chain: a + b * D / 128 (us; session 20, reciprocal epilogue)
 STEP_FLOOR_US = 1.1           # one key step's latency when the SM is not the limit
 SM_TENSOR_FLOPS = 4.3e12      # one SM's rate through the synchronous QK^T -> softmax -> PV step
 SHORT_MMA_FLOPS = (7.0e12, 3.5e12)  # the short kernel's QK^T (wgmma main loop) and P@V (mma.sync) rates per SM
@@ -112,11 +117,20 @@ def _short(sh: Shape, cfg: dict, sms: int) -> dict:
 
 def prefill_config(d: int, s: int) -> dict:
     """The flash kernel's tiling for head size d and sequence length s (an H200's shared memory; the wrapper
-    steps down where the target has less)."""
-    # D = 256 as D = 128 (H200, sweep_attention.py, 2026-12-01): B1 Hq8 Hkv4 S4096 0.638 -> 0.143 ms (1.15x cuDNN),
-    # B32 S512 0.449 -> 0.181 against the former BM=64 BN=32 (which was chosen when 128x64 spilled)
-    bm = 128 if s > 64 else 64
-    return dict(BM=bm, BN=64, WARPS=8 if bm == 128 else 4)
+    steps down where the target has less): measured rules (H200, session 20, bench_prefill20.py at 79f46bd, ms
+    against 128 x 64 / 8 warps):
+    * S <= 64: 64 x 64, 4 warps (one 64-row block holds the sequence).
+    * D = 64, S <= 2048: 64 x 64, 4 warps: B8 S2048 Hq14 0.1658 against 0.1833 (0.996x cuDNN; session 16's sweep:
+      0.180 vs 0.188). Longer D = 64 sequences were not timed (at D = 128 the 64-row tiles lose at S >= 1000), so
+      they keep 128 x 64.
+    * D = 128, S <= 128: 64 x 32, 4 warps (48 KB, four blocks an SM): B128 S128 Hq32 0.1691 against 0.1794
+      (session 16: 0.196 vs 0.204); at S = 1000-16384 it loses by 17-31%.
+    * otherwise 128 x 64, 8 warps (D = 256 too: B1 S4096 0.134, B32 S512 0.159 against 64 x 32's 0.170, 0.167)."""
+    if s <= 64 or (d == 64 and s <= 2048):
+        return dict(BM=64, BN=64, WARPS=4)
+    if d == 128 and s <= 128:
+        return dict(BM=64, BN=32, WARPS=4)
+    return dict(BM=128, BN=64, WARPS=8)
 
 
 def whole_config(s: int, d: int) -> dict:
@@ -132,6 +146,21 @@ def whole_resident(cfg: dict, d: int) -> int:
     bm, bn, warps, stages = cfg["BM"], cfg["BN"], cfg.get("WARPS", cfg["BM"] // 16), cfg.get("STAGES", 2)
     smem = stages * 2 * d * (bm + 2 * bn) + 2048
     regs = (bm * d + bm * bn) // (32 * warps) + 32
+    return resident(smem, regs, 32 * warps)
+
+
+def stream_config(s: int, d: int) -> dict:
+    """The stream kernel's tiling: query and key blocks of BM = 64 rows (one warpgroup), two stages of Q, K and V
+    (96 KB at D = 128: two programs an SM)."""
+    return dict(BM=64, WARPS=4, STAGES=2)
+
+
+def stream_resident(cfg: dict, d: int) -> int:
+    """Programs of the stream kernel an SM holds: its ring (STAGES x the q, k and v tiles of BM rows) and
+    registers (the [BM, D] accumulator and [BM, BM] scores over 32 x WARPS threads)."""
+    bm, warps, stages = cfg["BM"], cfg.get("WARPS", cfg["BM"] // 16), cfg.get("STAGES", 2)
+    smem = stages * 2 * d * 3 * bm + 2048
+    regs = (bm * d + bm * bm) // (32 * warps) + 32
     return resident(smem, regs, 32 * warps)
 
 
@@ -170,6 +199,8 @@ def candidates(sh: Shape, sms: int = 132, arch: str = "sm_90a") -> list:
     if arch == "sm_90a" and sh.s <= 64 and 64 <= sh.d <= 128 and sh.dtype != "f32":
         cfg = whole_config(sh.s, sh.d)
         out.append(("whole", dict(cfg, PROGRAMS=sms * whole_resident(cfg, sh.d))))
+    # stream (attention_prefill_stream.tile) is not a candidate: measured 2-170x slower than flash at all seven
+    # shapes timed (session 20; see its header): config=dict(KERNEL="stream") only
     return out
 
 
