@@ -139,8 +139,9 @@ def transpose_outer_products(graph: torch.fx.Graph) -> int:
     """Rewrite transpose(bmm(a, b), 1, 2) of an outer product (HF's rotary table: `(inv_freq[None, :, None] @
     positions[:, None, :]).transpose(1, 2)`) as bmm(b.transpose(1, 2), a.transpose(1, 2)): the same products
     (bit for bit), written in the transposed layout, so the rotary cat reads its `freqs` contiguous instead of
-    copying it first (a generated kernel reads a last dim that is not contiguous only after a copy). A transpose
-    that is a graph output is left alone (its strides are the caller's). Returns how many were rewritten."""
+    copying it first (a generated kernel reads a last dim that is not contiguous only after a copy). Only a
+    transpose whose every reader is a cat is rewritten: a transpose that reaches a graph output, directly or
+    through views, keeps the strides the caller sees. Returns how many were rewritten."""
     done = 0
     aten = torch.ops.aten
     for node in list(graph.nodes):
@@ -152,8 +153,9 @@ def transpose_outer_products(graph: torch.fx.Graph) -> int:
                and tensor_meta(src.args[0]) is not None
                and [str(d) for d in tensor_meta(src).shape] == [str(d) for d in tensor_meta(src.args[0]).shape]):
             src = src.args[0]   # matmul's view of its bmm back to the same shape
-        if not (isinstance(src, Node) and is_outer_product(src)) or any(u.op == "output" for u in node.users):
-            continue
+        if not (isinstance(src, Node) and is_outer_product(src)) or \
+                any(u.target is not aten.cat.default for u in node.users):
+            continue  # only where every reader is a cat (HF's rotary): a view reaching the output keeps its strides
         if sorted(int(d) % 3 for d in node.args[1:]) != [1, 2]:
             continue
         a, b = src.args

@@ -55,7 +55,8 @@ def run_generated(step, env: dict, launched: set | None = None, arena=None) -> i
             v = env[node]
             if isinstance(v, torch.Tensor):  # a 0-d CPU tensor: a host read, no copy to the device
                 v = v.item()
-            scalars[pname] = float(v) if dt == "f32" else int(v)
+            # an i32 parameter (next to an int32 tensor) wraps as torch's int32 arithmetic does with a Python int
+            scalars[pname] = float(v) if dt == "f32" else (int(v) + 2**31) % 2**32 - 2**31 if dt == "i32" else int(v)
     arrays = [(t if prep == 0 else t.contiguous() if prep == 1 else t.to(device)).as_strided(size, stride)
               for t, (prep, size, stride) in zip(ins, views)]
     for node, oshape, dtype, flat, final in outs:
