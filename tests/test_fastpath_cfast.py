@@ -459,3 +459,52 @@ def test_the_c_launcher_passes_what_the_ctypes_call_passes(mod, tmp_path, monkey
             assert isinstance(driver.launcher(), kind), flag
     finally:
         driver.launcher.cache_clear()
+
+
+@pytest.mark.parametrize("registered, called", [(0.0, -0.0), (-0.0, 0.0), (True, 1), (1, True), (1, 1.0),
+                                                (1.0, 1), (False, 0)])
+def test_scalar_keys_keep_sign_and_type(mod, drv, registered, called):
+    """An option registered as one value is not replayed for another that compares equal in Python but packs
+    (or means) something else: -0.0 against 0.0, a bool against an int, an int against a float."""
+    import time
+
+    state, launches, _ = drv
+    state["sizes"] = [8, 8, 4, 4]
+    calls = []
+    fc = mod.FastCall(lambda *a, **k: calls.append((a, k)) or "slow", namespace())
+    x = Ten((2, 4))
+    assert fc.register((x, registered), 2, None, make_entry(time.monotonic(), [simple_launch()]))
+    assert isinstance(fc(Ten((2, 4)), registered), Ten) and not calls  # the registered one replays
+    assert fc(Ten((2, 4)), called) == "slow" and len(calls) == 1 and len(launches) == 1
+
+
+def test_tma_maps_of_a_call_are_its_own_when_an_encoder_reenters(mod, drv):
+    """Encoding a changed map calls Python, where another thread (here: a nested call) may replay the same entry
+    and re-encode the maps for its own tensor: the first call still launches with the maps of its own tensor
+    (the reviewer's race: the shared cache was copied into the call's parameters only after every encode)."""
+    import time
+
+    state, launches, _ = drv
+    state["sizes"] = [8, 8, 4, 4, 128, 128]
+    z, nested = Ten((2, 4)), []
+    fc = mod.FastCall(lambda *a, **k: "slow", namespace())
+
+    def enc0(ptr):
+        return ptr.to_bytes(8, "little") * 16
+
+    def enc1(ptr):
+        if not nested:  # once: the other call replays the entry while this one is between its two maps
+            nested.append("running")
+            nested.append(fc(z, 1e-6))
+        return ptr.to_bytes(8, "little") * 16
+
+    x = Ten((2, 4))
+    launch = simple_launch(maps=[(4, 0, 16, enc0, x.data_ptr() + 16), (5, 0, 32, enc1, x.data_ptr() + 32)])
+    assert fc.register((x, 1e-6), 2, None, make_entry(time.monotonic(), [launch]))
+    y = Ten((2, 4))
+    fc(y, 1e-6)
+    assert nested and len(launches) == 2
+    inner, outer = launches
+    assert inner["params"][4] == (z.data_ptr() + 16).to_bytes(8, "little") * 16
+    assert outer["params"][4] == (y.data_ptr() + 16).to_bytes(8, "little") * 16
+    assert outer["params"][5] == (y.data_ptr() + 32).to_bytes(8, "little") * 16

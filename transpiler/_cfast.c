@@ -11,8 +11,9 @@ refusing the first launch) calls the Python wrapper (`slow`) with the same argum
 clear error of the full path stays.
 
 Only the CPython C API is used. The CUDA driver is opened with dlopen at first use (`load_driver`); tests inject
-stand-in functions (`set_driver`). The GIL is held throughout, so the driver call and the buffers it reads are
-not shared with another thread: each launch packs its parameters into a buffer on this call's stack.
+stand-in functions (`set_driver`). Each launch packs its parameters into a buffer on this call's stack; the
+GIL is released only around the driver's launch call. The entry's cached TMA maps are shared between calls:
+see replay for how a map is copied without a Python call between its check and its use.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -469,34 +470,46 @@ static PyObject *replay(Entry *e, Layout *L, PyObject *const *args, int *miss) {
             Launch *l = &e->launches[k];
             _Alignas(16) unsigned char buf[MAX_BLOB];
             void *params[MAX_PARAMS];
-            for (int m = 0; m < l->nmaps; m++) { /* re-encode a TMA map whose address changed (Python) */
-                MapPatch *mp = &l->maps[m];
-                uintptr_t ptr = L->addrs[mp->src] + (uintptr_t)mp->off;
-                if (ptr != mp->ptr) {
-                    PyObject *a = PyLong_FromUnsignedLongLong((unsigned long long)ptr);
-                    PyObject *b = a != NULL ? PyObject_CallOneArg(mp->encode, a) : NULL;
-                    Py_XDECREF(a);
-                    if (b == NULL) goto done;
-                    if (!PyBytes_Check(b) || PyBytes_GET_SIZE(b) != TMA_BYTES) {
-                        Py_DECREF(b);
-                        PyErr_SetString(PyExc_TypeError, "tilex._cfast: a TMA encoder returned no 128 bytes");
-                        goto done;
-                    }
-                    memcpy(mp->bytes, PyBytes_AS_STRING(b), TMA_BYTES);
-                    mp->ptr = ptr;
-                    Py_DECREF(b);
-                }
-            }
             memcpy(buf, l->blob, (size_t)l->blob_size);
             for (int p = 0; p < l->npatch; p++) {
                 Patch *pt = &l->patches[p];
                 uint64_t v = (uint64_t)(L->addrs[pt->src] + (uintptr_t)pt->off);
                 memcpy(buf + l->offsets[pt->slot], &v, sizeof v);
             }
-            for (int m = 0; m < l->nmaps; m++) memcpy(buf + l->offsets[l->maps[m].slot], l->maps[m].bytes, TMA_BYTES);
+            /* TMA maps: each goes into this call's buffer as soon as it is known. The cache (mp->bytes, mp->ptr)
+               is shared by every call of the entry, and encoding a changed map calls Python, where the GIL may
+               pass to another thread replaying this entry: between the check of mp->ptr and the copy of
+               mp->bytes there is no Python call, and a new encoding is copied from its own bytes object
+               before the cache is updated (both without a Python call in between). */
+            for (int m = 0; m < l->nmaps; m++) {
+                MapPatch *mp = &l->maps[m];
+                unsigned char *dst = buf + l->offsets[mp->slot];
+                uintptr_t ptr = L->addrs[mp->src] + (uintptr_t)mp->off;
+                if (ptr == mp->ptr) {
+                    memcpy(dst, mp->bytes, TMA_BYTES);
+                    continue;
+                }
+                PyObject *a = PyLong_FromUnsignedLongLong((unsigned long long)ptr);
+                PyObject *b = a != NULL ? PyObject_CallOneArg(mp->encode, a) : NULL;
+                Py_XDECREF(a);
+                if (b == NULL) goto done;
+                if (!PyBytes_Check(b) || PyBytes_GET_SIZE(b) != TMA_BYTES) {
+                    Py_DECREF(b);
+                    PyErr_SetString(PyExc_TypeError, "tilex._cfast: a TMA encoder returned no 128 bytes");
+                    goto done;
+                }
+                memcpy(dst, PyBytes_AS_STRING(b), TMA_BYTES);
+                memcpy(mp->bytes, PyBytes_AS_STRING(b), TMA_BYTES);
+                mp->ptr = ptr;
+                Py_DECREF(b);
+            }
             for (int p = 0; p < l->nparams; p++) params[p] = buf + l->offsets[p];
             LaunchConfig cfg = {l->grid[0], l->grid[1], l->grid[2], l->block, 1, 1, l->smem, handle, NULL, 0};
-            int err = g_launch(&cfg, l->function, params, NULL);
+            int err;
+            Py_BEGIN_ALLOW_THREADS /* a full launch queue blocks here: other threads run meanwhile (the
+                                      buffers are this call's stack; the entry is referenced by the caller) */
+            err = g_launch(&cfg, l->function, params, NULL);
+            Py_END_ALLOW_THREADS
             if (err != 0) {
                 if (k == 0) { /* nothing ran: the full path launches through CuPy and says what is wrong */
                     *miss = 1;
@@ -917,7 +930,11 @@ static PyObject *launcher_vectorcall(PyObject *self_, PyObject *const *args, siz
         PyErr_SetString(PyExc_TypeError, "Launcher: extra must be None");
         return NULL;
     }
-    return PyLong_FromLong(self->fn((const LaunchConfig *)cfg, f, (void **)params, NULL));
+    int err;
+    Py_BEGIN_ALLOW_THREADS /* the caller's ctypes objects hold config and parameters alive */
+    err = self->fn((const LaunchConfig *)cfg, f, (void **)params, NULL);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(err);
 }
 
 static PyObject *launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw) {

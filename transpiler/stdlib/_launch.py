@@ -172,7 +172,7 @@ _CFAST_LAUNCHER = _driver_module.launcher
 RECHECK_S = 1.0
 MAX_ENTRIES = 512  # per wrapper; the memo is cleared when it is full
 _KEY_SCALARS = frozenset({bool, int, float, str, type(None)})
-STATS = {"hit": 0, "record": 0, "full": 0}  # fast-path counters (tests, benchmarks)
+STATS = {"hit": 0, "record": 0, "full": 0, "c_unregistered": 0}  # fast-path counters (tests, benchmarks)
 _monotonic = time.monotonic
 
 
@@ -462,11 +462,21 @@ def fastpath(fn):
     fast: list = []  # the FastCall wrapping `call` (set below when the C path is loaded)
 
     def remember(key, entry, args, kwargs) -> None:
-        """Hand a new entry to the C path (a layout it cannot replay stays on the Python path)."""
-        if not fast or not CFAST or not cfast.ready():
-            return
-        flat = args if not kwargs else (*args, *kwargs.values())
-        fast[0].register(flat, len(args), tuple(kwargs) if kwargs else None, cfast.entry_data(entry))
+        """Hand a new entry to the C path (a layout it cannot replay stays on the Python path). The C side reads
+        the layout from the arguments now, after the call: registered only if it is still the one recorded (a
+        wrapper that changed an argument's metadata in place stays on the Python path). A failure to register
+        never fails the call that was recorded: that layout then replays in Python (counted: c_unregistered)."""
+        try:
+            if not fast or not CFAST or not cfast.ready():
+                return
+            again = _call_key(args, kwargs)
+            if again is None or again[0] != key:
+                STATS["c_unregistered"] += 1
+                return
+            flat = args if not kwargs else (*args, *kwargs.values())
+            fast[0].register(flat, len(args), tuple(kwargs) if kwargs else None, cfast.entry_data(entry))
+        except Exception:  # noqa: BLE001 - the Python entry stays; the call's result is already made
+            STATS["c_unregistered"] += 1
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
