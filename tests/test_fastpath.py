@@ -408,7 +408,7 @@ def test_engine_forward_is_all_fast_path(fp, monkeypatch):
         n0 = len(fp.driver.launches)
         logits = model.forward(make(), kc, vc, prefill=prefill)
         delta = {k: L.STATS[k] - before[k] for k in before}
-        assert delta == {"hit": calls, "record": 0, "full": 0}, delta
+        assert delta == {"hit": calls, "record": 0, "full": 0, "c_unregistered": 0}, delta
         assert len(fp.driver.launches) > n0 and tuple(logits.shape)[-1] == cfg.vocab_size
 
 
