@@ -276,8 +276,17 @@ def row_candidates(fam: str, m: int, n: int, sms: int) -> list:
                     for st in (2, 3):
                         out.append((f"{tag} {b}/SM S{st}", fam,
                                     dict(base, MIN_BLOCKS=b, PROGRAMS=sms * b, STAGES=st)))
+                # persistent programs whose next step's rows are loaded into registers during this step
+                # (PREFETCH: no shared-memory ring), b resident blocks per SM (the launch bound), where some
+                # program has a second step to prefetch
+                for b in (1, 2, 3, 4, 6, 8, 12, 16):
+                    if not 512 <= threads * b <= 2048 or steps <= sms * b:
+                        continue
+                    out.append((f"{tag} {b}/SM pf", fam,
+                                dict(base, MIN_BLOCKS=b, PROGRAMS=sms * b, STAGES=1, PREFETCH=True)))
     if fam == "layer_norm" and m >= 4096:  # w and b read again each step instead of held (layer_norm.tile)
-        out += [(label + " reload", kernel, dict(d, HOLD=False)) for label, kernel, d in list(out)]
+        out += [(label + " reload", kernel, dict(d, HOLD=False)) for label, kernel, d in list(out)
+                if not d.get("PREFETCH")]  # (the PREFETCH path holds w and b)
     if n >= 4096 and m <= 4096:  # the chunked path (a row in BLOCK-wide steps, read twice) at 1..4096 rows
         for chunk in (1024, 2048, 4096):
             for warps in (4, 8):
@@ -380,7 +389,8 @@ def lean(cands: list) -> list:
         if "BLOCK" in d and "R" in d:
             per = d["BLOCK"] * d["R"] // (32 * d["WARPS"])
             threads = 32 * d["WARPS"] * d.get("MIN_BLOCKS", 0)
-            if per not in (8, 16, 32) or (d.get("MIN_BLOCKS") and threads not in (1024, 2048)):
+            if per not in (8, 16, 32) or (d.get("MIN_BLOCKS") and threads not in (1024, 2048)
+                                          and not d.get("PREFETCH")):
                 continue
             if d.get("HOLD") is False and not label.endswith("all S1 reload"):
                 continue
