@@ -9,7 +9,8 @@ each checked against PyTorch and timed with torch eager and torch.compile in the
 --misses times issue 17's losing shapes (`MISSES`: the norms, gated activations, rope and embedding at 1-100
 tokens, where they ran at 0.69-0.95x torch.compile in bench_shapes.py, layer_norm at 32768 x 3584 / 896, 49-63%
 of copy, and a few shapes that win today as guards) over every candidate configuration of their kernels
-(`miss_candidates`: warps, stages, a program per step or a persistent grid, rows per step, the pieces path;
+(`miss_candidates`: warps, stages, a program per step or a persistent grid, rows per step, the pieces path,
+persistent grids that load the next step's rows into registers during this one (PREFETCH, both paths);
 the gated kernels' and embedding's column block, rows and warps; rope's heads per block and warps for `rope`
 and for `rope_heads`, the heads spread over programs). Kernels are built first in --jobs spawned worker
 processes (NVRTC is CPU-bound; the cubins land in the cache this process reads); then, case by case until
@@ -317,6 +318,11 @@ def row_candidates(fam: str, m: int, n: int, sms: int) -> list:
                 for b in (2, 4):
                     if 32 * warps * b <= 2048:
                         out.append((f"{tag} {b}/SM S2", fam + "_k2", dict(base, PROGRAMS=sms * b, STAGES=2)))
+            if fam != "fused_add_rms_norm":  # the next row's pieces into registers (PREFETCH), b blocks per SM
+                for b in (2, 3, 4, 6, 8, 12, 16):
+                    if 256 <= 32 * warps * b <= 2048 and m > sms * b:
+                        out.append((f"{tag} {b}/SM pf", fam + "_k2",
+                                    dict(base, MIN_BLOCKS=b, PROGRAMS=sms * b, STAGES=1, PREFETCH=True)))
     return out
 
 
