@@ -246,6 +246,52 @@ def test_norms_at_decoder_sizes(dt, m, n, grid, monkeypatch):
     assert rel(S.layer_norm(x + 3.0, None, None, 1e-5), ref_ln(f64(x) + 3.0, np.ones(1), np.zeros(1), 1e-5)) <= TOL[dt]
 
 
+# PREFETCH (the persistent path that loads a program's next step into registers during this one): odd row
+# counts, programs that take 1, 2 and 3+ steps, the last prefetch past M (masked), R > 1 with a partial last step
+PREFETCH_CASES = [(7, 96, 128, 2, 3), (9, 128, 128, 1, 2), (1, 100, 128, 4, 5), (13, 64, 64, 2, 1), (5, 200, 256, 1, 5)]
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+@pytest.mark.parametrize("m,n,block,r,progs", PREFETCH_CASES)
+def test_prefetch_path_vs_numpy(dt, m, n, block, r, progs):
+    rng = np.random.default_rng(m * 31 + n)
+    x, res = rnd(rng, (m, n), dt), rnd(rng, (m, n), dt)
+    w, b = rnd(rng, (n,), dt), rnd(rng, (n,), dt)
+    cfg = dict(T=dt, BLOCK=block, R=r, ONE_PASS=True, WARPS=1, MIN_BLOCKS=0, PROGRAMS=progs, STAGES=1, PREFETCH=True)
+    y = L.empty(x, (m, n))
+    L.run(L.load("rms_norm", kernel="rms_norm", **cfg), "rms_norm", x, w, y, eps=1e-6)
+    assert rel(y, ref_rms(x, w, 1e-6)) <= TOL[dt]
+    y, h = L.empty(x, (m, n)), L.empty(x, (m, n))
+    L.run(L.load("fused_add_rms_norm", kernel="fused_add_rms_norm", **cfg), "fused_add_rms_norm", x, res, w, y, h,
+          eps=1e-6)
+    h_ref = (f64(x) + f64(res)).astype(NP[dt])
+    assert np.array_equal(f64(h), f64(h_ref))
+    assert rel(y, ref_rms(h_ref, w, 1e-6)) <= TOL[dt]
+    x3 = (f64(x) + 3.0).astype(NP[dt])  # a mean far from 0: the masked columns must not enter the variance
+    y = L.empty(x, (m, n))
+    L.run(L.load("layer_norm", kernel="layer_norm", EXACT=block == n, **cfg), "layer_norm", x3, w, b, y, eps=1e-5)
+    assert rel(y, ref_ln(x3, w, b, 1e-5)) <= TOL[dt]
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+@pytest.mark.parametrize("m,w,p1,p2,progs", [(5, 16, 2, 1, 2), (3, 8, 4, 1, 5), (7, 16, 4, 2, 3), (4, 32, 8, 1, 1)])
+def test_pieces_prefetch_vs_numpy(dt, m, w, p1, p2, progs):
+    k = p1 + p2
+    n = w * k
+    rng = np.random.default_rng(m * 17 + n)
+    x = (f64(rnd(rng, (m, n), dt)) + 2.0).astype(NP[dt])
+    wt, b = rnd(rng, (n,), dt), rnd(rng, (n,), dt)
+    cfg = dict(T=dt, W=w, P1=p1, P2=p2, WARPS=1, MIN_BLOCKS=0, PROGRAMS=progs, STAGES=1, PREFETCH=True)
+    y = L.empty(x, (m, n))
+    L.run(L.load("rms_norm", kernel="rms_norm_k2", **cfg), "rms_norm_k2", x.reshape(m * k, w), wt.reshape(k, w),
+          y.reshape(m * k, w), eps=1e-6)
+    assert rel(y, ref_rms(x, wt, 1e-6)) <= TOL[dt]
+    y = L.empty(x, (m, n))
+    L.run(L.load("layer_norm", kernel="layer_norm_k2", **cfg), "layer_norm_k2", x.reshape(m * k, w),
+          wt.reshape(k, w), b.reshape(k, w), y.reshape(m * k, w), eps=1e-5)
+    assert rel(y, ref_ln(x, wt, b, 1e-5)) <= TOL[dt]
+
+
 def test_pieces_at_four_elements_a_thread_stream_on_one_sm():
     """(7, 2304) and (5, 4608) above, on one SM, run layer_norm_k2 at W / 4 threads through the persistent ring."""
     assert rows.plan("layer_norm", 2304, 7, sms=1) == ("layer_norm_k2", dict(
