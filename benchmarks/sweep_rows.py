@@ -373,6 +373,16 @@ def embedding_candidates(m: int, d: int) -> list:
                 per = block // (32 * warps)
                 if 4 <= per <= 32:
                     out.append((f"B{block} R{rows} W{warps}", "embedding", dict(BLOCK=block, ROWS=rows, WARPS=warps)))
+                # embedding_tile: the ROWS rows as one gather (every row's loads in flight together)
+                if rows > 1 and 8 <= per * rows <= 32:
+                    out.append((f"tile B{block} R{rows} W{warps}", "embedding_tile",
+                                dict(BLOCK=block, ROWS=rows, WARPS=warps)))
+        for rows in (8,):
+            for warps in (4, 8):
+                per = block * rows // (32 * warps)
+                if m >= 1024 and 8 <= per <= 32:
+                    out.append((f"tile B{block} R{rows} W{warps}", "embedding_tile",
+                                dict(BLOCK=block, ROWS=rows, WARPS=warps)))
     return out
 
 

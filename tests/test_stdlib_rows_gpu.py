@@ -273,3 +273,21 @@ def test_pieces_prefetch_vs_torch(dt, m, w, p1, p2, warps, blocks):
     L.run(L.load("layer_norm", kernel="layer_norm_k2", **cfg), "layer_norm_k2", x.view(m * k, w), wt.view(k, w),
           b.view(k, w), y.view(m * k, w), eps=1e-5)
     assert rel(y, F.layer_norm(x64, (n,), wt.double(), b.double(), 1e-5)) <= TOL[dt]
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f32"])
+@pytest.mark.parametrize("s,v,d,block,r,warps", [(4097, 32000, 4096, 2048, 4, 8), (1001, 151936, 896, 1024, 2, 4),
+                                                 (3, 1000, 4864, 512, 8, 4), (2048, 128256, 2048, 256, 8, 8)])
+def test_embedding_tile_vs_torch(dt, s, v, d, block, r, warps):
+    """embedding_tile (ROWS tokens a program as one gather) against F.embedding, a few ids out of range -> zeros."""
+    g = torch.Generator(device="cuda").manual_seed(s)
+    ids = torch.randint(0, v, (s,), device="cuda", generator=g)
+    ids[::97] = v + 5
+    ids[1::101] = -2
+    table = randn((v, d), dt, seed=d)
+    y = torch.full((s, d), float("nan"), device="cuda", dtype=TD[dt])
+    L.run(L.load("embedding", kernel="embedding_tile", T=dt, I="i64", BLOCK=block, ROWS=r, WARPS=warps),
+          "embedding_tile", ids, table, y)
+    ok = (ids >= 0) & (ids < v)
+    ref = torch.where(ok[:, None], F.embedding(ids.clamp(0, v - 1), table), torch.zeros((), dtype=TD[dt], device="cuda"))
+    assert torch.equal(y, ref)
