@@ -87,7 +87,7 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
         L.run(mod, "fused_add_rms_norm_inplace", x2, r2, w, eps=L.check_number("eps", eps))
         return x, residual
     name, cfg = model.plan("fused_add_rms_norm", n, m, DType(dt).itemsize, L.sm_count(x2))
-    if cfg["STAGES"] == 1 and name == "fused_add_rms_norm" and dt == "bf16":
+    if cfg["STAGES"] == 1 and name == "fused_add_rms_norm" and dt == "bf16" and not cfg.get("PREFETCH"):
         # one-pass rows straight into registers (rows.py): x's and residual's loads in flight together.
         # sweep_rows.py on an H200 (2026-11-30, bf16 16384x4096): 0.1313 ms (97% of copy; torch.compile
         # 0.1357) against 0.143-0.146 for the persistent ring configs. bf16 without a register cap (64
@@ -95,6 +95,7 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
         # keep row_config's MIN_BLOCKS: uncapped, f32 takes 70-73 registers (3 CTAs per SM at 8 warps, 1
         # at 16) and f16 spills at BLOCK 8192
         cfg["MIN_BLOCKS"] = 0
+    # (a PREFETCH grid keeps the model's MIN_BLOCKS: its PROGRAMS are that many resident blocks per SM)
     y = L.empty(x2, (m, n))
     r_out = L.empty(x2, (m, n))
     mod = L.load("fused_add_rms_norm", kernel=name, T=dt, **cfg)
