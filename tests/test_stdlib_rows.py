@@ -361,6 +361,24 @@ def test_pieces_kernels_are_the_ones_run(monkeypatch):
                     "rms_norm", "rms_norm", "layer_norm"]
 
 
+def test_prefetch_only_for_bf16(monkeypatch):
+    """The wrappers launch PREFETCH grids for bf16 only (f16 / f32 spilled under their launch bounds, rows.plan)."""
+    monkeypatch.setattr(L, "sm_count", lambda x: 1)
+    seen = []
+    real = L.load
+    monkeypatch.setattr(L, "load", lambda name, **d: (seen.append((name, d.get("T"), d.get("PREFETCH"))),
+                                                      real(name, **d))[1])
+    rng = np.random.default_rng(3)
+    for dt in ("bf16", "f32", "f16"):
+        x = rnd(rng, (24, 2048), dt)  # 24 rows on one SM: 3 steps a program of 8 resident blocks
+        S.rms_norm(x)
+        S.layer_norm(x)
+        S.fused_add_rms_norm(x, x)
+        S.rms_norm(rnd(rng, (24, 1536), dt))  # the pieces path
+    assert all(bool(pf) == (t == "bf16") for _, t, pf in seen), seen
+    assert sum(1 for _, t, pf in seen if pf) == 4
+
+
 def test_pieces_inplace_fused_add_matches():
     rng = np.random.default_rng(9)
     x, r, w = rnd(rng, (3, 5120), "bf16"), rnd(rng, (3, 5120), "bf16"), rnd(rng, (5120,), "bf16")
@@ -478,6 +496,8 @@ def _wide_dtype_pieces():
     f16, which took the most registers in ptxas)."""
     out = {}
     for _, (file, kernel, cfg) in _chosen():
+        if cfg.get("PREFETCH"):  # bf16 only: f16 and f32 keep the ring (rows.plan(prefetch=False))
+            continue
         k = cfg["P1"] + cfg["P2"] if kernel.endswith("_k2") else 0
         if k == 9 or (k == 5 and cfg["W"] == 1024):
             key = "-".join(f"{p}{v}" for p, v in cfg.items() if p != "PROGRAMS")  # PROGRAMS: host side only

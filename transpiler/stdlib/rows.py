@@ -213,11 +213,13 @@ def row_config(n: int, m: int, sms: int = 132, one_pass_max: int = ONE_PASS_MAX,
                 STAGES=stages)
 
 
-def plan(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Target = H100) -> tuple[str, dict]:
+def plan(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Target = H100,
+         prefetch: bool = True) -> tuple[str, dict]:
     """(kernel name, compile-time parameters) for `kernel` (a TRAITS key) over [m, n] rows of
     `itemsize`-byte elements on `sms` SMs. The name is `kernel` (power-of-two or chunked path) or
     `kernel + "_k2"` (pieces path: the caller views its [m, n] tensors as [m * K, W] and its [n]
-    vectors as [K, W], K = P1 + P2)."""
+    vectors as [K, W], K = P1 + P2). `prefetch=False` keeps the ring and the program-per-step grids (the
+    wrappers' choice for f16 and f32: their PREFETCH grids spilled 28-216 bytes under the launch bound, ptxas)."""
     t = TRAITS[kernel]
     pc = pieces(n, kernel) if m >= sms else None  # under a wave of rows idle lanes cost no bandwidth
     if pc is None:
@@ -226,7 +228,7 @@ def plan(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Ta
         if cfg["ONE_PASS"] and steps <= cfg["PROGRAMS"]:  # a step per program at most
             warps = max(1, min(FEW_THREADS // 32, cfg["BLOCK"] * cfg["R"] // (32 * FEW_ELEMS)))
             cfg.update(STAGES=1, PROGRAMS=1 << 30, WARPS=warps, MIN_BLOCKS=0)  # as measured: no register cap
-        elif cfg["ONE_PASS"] and (pf := _prefetch(t, cfg, m, sms)) is not None:
+        elif cfg["ONE_PASS"] and prefetch and (pf := _prefetch(t, cfg, m, sms)) is not None:
             cfg = pf
         elif cfg["ONE_PASS"] and t.registers:
             cfg.update(STAGES=1, PROGRAMS=1 << 30)
@@ -248,9 +250,9 @@ def plan(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Ta
                                     STAGES=1)
     held = -(-int(t.prefetch_pieces * e * k) // 8) * 8  # registers a thread of the PREFETCH path holds (ptxas rounds to 8)
     pf = max(1, min(tgt.blocks, PIECES_THREADS // threads, tgt.registers // max(1, threads * held)))
-    if t.prefetch_pieces and m > sms * pf:  # a program has a second row to prefetch
-        # no register cap (MIN_BLOCKS 0): f16 takes more registers than the bf16 estimate and spilled under one
-        # (layer_norm_k2 2304 at 6 blocks: 60 bytes); bf16 fits the estimate's blocks uncapped (the nvcc test)
+    if prefetch and t.prefetch_pieces and m > sms * pf:  # a program has a second row to prefetch
+        # no register cap (MIN_BLOCKS 0): bf16 fits the estimate's blocks uncapped (the nvcc test); under a cap
+        # ptxas sometimes spilled instead (f16 layer_norm_k2 2304 at 6 blocks: 60 bytes)
         return kernel + "_k2", dict(W=w, P1=p1, P2=p2, WARPS=threads // 32, MIN_BLOCKS=0, PROGRAMS=sms * pf,
                                     STAGES=1, PREFETCH=True)
     stages = _deepen(t.stages, blocks, step, tgt, threads, regs, tgt.threads, t.max_stages)
@@ -278,9 +280,10 @@ def _prefetch(t: Traits, cfg: dict, m: int, sms: int) -> dict | None:
                 STAGES=1, PREFETCH=True)
 
 
-def explain(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Target = H100) -> str:
+def explain(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Target = H100,
+            prefetch: bool = True) -> str:
     """One line: the configuration `plan` picks and the numbers it came from."""
-    name, cfg = plan(kernel, n, m, itemsize, sms, tgt)
+    name, cfg = plan(kernel, n, m, itemsize, sms, tgt, prefetch)
     t = TRAITS[kernel]
     if name.endswith("_k2"):
         threads, elems = 32 * cfg["WARPS"], n // (32 * cfg["WARPS"])
