@@ -4,7 +4,8 @@ PyTorch and a float64 reference on fresh random data.
 The pieces path (rms_norm_k2, fused_add_rms_norm_k2 and its in-place kernel, layer_norm_k2) at
 5120, 1536, 2304, 2560, 3072, 4608 with odd token counts; the power-of-two path at 896 and 3584;
 softmax/argmax/sample split over 1 and 16 rows of 152064 (argmax ties in different segments: the
-lowest index, as torch); silu_and_mul and embedding at column blocks narrower than 2048. Outputs are
+lowest index, as torch); silu_and_mul and embedding at column blocks narrower than 2048; the PREFETCH paths
+(power-of-two and pieces, bf16/f16/f32) and embedding_tile at odd sizes. Outputs are
 poisoned first (_launch.POISON). Tolerance: max |out - ref| / max |ref| <= TOL[dtype]; torch's own
 result within 3x that of the reference.
 
