@@ -9,7 +9,8 @@ each checked against PyTorch and timed with torch eager and torch.compile in the
 --misses times issue 17's losing shapes (`MISSES`: the norms, gated activations, rope and embedding at 1-100
 tokens, where they ran at 0.69-0.95x torch.compile in bench_shapes.py, layer_norm at 32768 x 3584 / 896, 49-63%
 of copy, and a few shapes that win today as guards) over every candidate configuration of their kernels
-(`miss_candidates`: warps, stages, a program per step or a persistent grid, rows per step, the pieces path;
+(`miss_candidates`: warps, stages, a program per step or a persistent grid, rows per step, the pieces path,
+persistent grids that load the next step's rows into registers during this one (PREFETCH, both paths);
 the gated kernels' and embedding's column block, rows and warps; rope's heads per block and warps for `rope`
 and for `rope_heads`, the heads spread over programs). Kernels are built first in --jobs spawned worker
 processes (NVRTC is CPU-bound; the cubins land in the cache this process reads); then, case by case until
@@ -276,8 +277,17 @@ def row_candidates(fam: str, m: int, n: int, sms: int) -> list:
                     for st in (2, 3):
                         out.append((f"{tag} {b}/SM S{st}", fam,
                                     dict(base, MIN_BLOCKS=b, PROGRAMS=sms * b, STAGES=st)))
+                # persistent programs whose next step's rows are loaded into registers during this step
+                # (PREFETCH: no shared-memory ring), b resident blocks per SM (the launch bound), where some
+                # program has a second step to prefetch
+                for b in (1, 2, 3, 4, 6, 8, 12, 16):
+                    if not 512 <= threads * b <= 2048 or steps <= sms * b:
+                        continue
+                    out.append((f"{tag} {b}/SM pf", fam,
+                                dict(base, MIN_BLOCKS=b, PROGRAMS=sms * b, STAGES=1, PREFETCH=True)))
     if fam == "layer_norm" and m >= 4096:  # w and b read again each step instead of held (layer_norm.tile)
-        out += [(label + " reload", kernel, dict(d, HOLD=False)) for label, kernel, d in list(out)]
+        out += [(label + " reload", kernel, dict(d, HOLD=False)) for label, kernel, d in list(out)
+                if not d.get("PREFETCH")]  # (the PREFETCH path holds w and b)
     if n >= 4096 and m <= 4096:  # the chunked path (a row in BLOCK-wide steps, read twice) at 1..4096 rows
         for chunk in (1024, 2048, 4096):
             for warps in (4, 8):
@@ -308,6 +318,11 @@ def row_candidates(fam: str, m: int, n: int, sms: int) -> list:
                 for b in (2, 4):
                     if 32 * warps * b <= 2048:
                         out.append((f"{tag} {b}/SM S2", fam + "_k2", dict(base, PROGRAMS=sms * b, STAGES=2)))
+            if fam != "fused_add_rms_norm":  # the next row's pieces into registers (PREFETCH), b blocks per SM
+                for b in (2, 3, 4, 6, 8, 12, 16):
+                    if 256 <= 32 * warps * b <= 2048 and m > sms * b:
+                        out.append((f"{tag} {b}/SM pf", fam + "_k2",
+                                    dict(base, MIN_BLOCKS=b, PROGRAMS=sms * b, STAGES=1, PREFETCH=True)))
     return out
 
 
@@ -358,6 +373,16 @@ def embedding_candidates(m: int, d: int) -> list:
                 per = block // (32 * warps)
                 if 4 <= per <= 32:
                     out.append((f"B{block} R{rows} W{warps}", "embedding", dict(BLOCK=block, ROWS=rows, WARPS=warps)))
+                # embedding_tile: the ROWS rows as one gather (every row's loads in flight together)
+                if rows > 1 and 8 <= per * rows <= 32:
+                    out.append((f"tile B{block} R{rows} W{warps}", "embedding_tile",
+                                dict(BLOCK=block, ROWS=rows, WARPS=warps)))
+        for rows in (8,):
+            for warps in (4, 8):
+                per = block * rows // (32 * warps)
+                if m >= 1024 and 8 <= per <= 32:
+                    out.append((f"tile B{block} R{rows} W{warps}", "embedding_tile",
+                                dict(BLOCK=block, ROWS=rows, WARPS=warps)))
     return out
 
 
@@ -380,7 +405,8 @@ def lean(cands: list) -> list:
         if "BLOCK" in d and "R" in d:
             per = d["BLOCK"] * d["R"] // (32 * d["WARPS"])
             threads = 32 * d["WARPS"] * d.get("MIN_BLOCKS", 0)
-            if per not in (8, 16, 32) or (d.get("MIN_BLOCKS") and threads not in (1024, 2048)):
+            if per not in (8, 16, 32) or (d.get("MIN_BLOCKS") and threads not in (1024, 2048)
+                                          and not d.get("PREFETCH")):
                 continue
             if d.get("HOLD") is False and not label.endswith("all S1 reload"):
                 continue

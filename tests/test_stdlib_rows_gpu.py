@@ -4,7 +4,8 @@ PyTorch and a float64 reference on fresh random data.
 The pieces path (rms_norm_k2, fused_add_rms_norm_k2 and its in-place kernel, layer_norm_k2) at
 5120, 1536, 2304, 2560, 3072, 4608 with odd token counts; the power-of-two path at 896 and 3584;
 softmax/argmax/sample split over 1 and 16 rows of 152064 (argmax ties in different segments: the
-lowest index, as torch); silu_and_mul and embedding at column blocks narrower than 2048. Outputs are
+lowest index, as torch); silu_and_mul and embedding at column blocks narrower than 2048; the PREFETCH paths
+(power-of-two and pieces, bf16/f16/f32) and embedding_tile at odd sizes. Outputs are
 poisoned first (_launch.POISON). Tolerance: max |out - ref| / max |ref| <= TOL[dtype]; torch's own
 result within 3x that of the reference.
 
@@ -217,3 +218,77 @@ def test_layer_norm_reloaded_weights_vs_torch(dt, m, n, block, r, warps, blocks,
     mu = x64.mean(-1, keepdim=True)
     ref = (x64 - mu) * torch.rsqrt(((x64 - mu) ** 2).mean(-1, keepdim=True) + 1e-5) * w.double() + b.double()
     assert rel(y, ref) <= TOL[dt]
+
+
+PREFETCH_GPU = [  # (m, n, BLOCK, R, WARPS, blocks per SM): odd row counts, programs of 1..many steps, R > 1
+    (1023, 8192, 8192, 1, 16, 2), (1025, 8192, 8192, 1, 32, 1), (3001, 896, 1024, 2, 4, 8), (133, 896, 1024, 4, 8, 4),
+    (4097, 2048, 2048, 1, 8, 4), (999, 2304, 4096, 1, 8, 2), (17, 3584, 4096, 1, 16, 1), (2000, 100, 128, 4, 1, 16)]
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("m,n,block,r,warps,blocks", PREFETCH_GPU)
+def test_prefetch_path_vs_torch(dt, m, n, block, r, warps, blocks):
+    """The PREFETCH path of rms_norm, fused_add_rms_norm and layer_norm (persistent programs, the next step's rows
+    loaded into registers during this one) against a float64 reference and torch."""
+    x = randn((m, n), dt, seed=m + n)
+    res = randn((m, n), dt, seed=m + n + 1)
+    w, b = randn((n,), dt, seed=5), randn((n,), dt, seed=6)
+    cfg = dict(T=dt, BLOCK=block, R=r, ONE_PASS=True, WARPS=warps, MIN_BLOCKS=blocks, PROGRAMS=132 * blocks,
+               STAGES=1, PREFETCH=True)
+    y = torch.full_like(x, float("nan"))
+    L.run(L.load("rms_norm", kernel="rms_norm", **cfg), "rms_norm", x, w, y, eps=1e-6)
+    x64 = x.double()
+    ref = x64 * torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + 1e-6) * w.double()
+    assert rel(y, ref) <= TOL[dt]
+    assert rel(F.rms_norm(x, (n,), w, 1e-6), ref) <= 3 * TOL[dt]
+    y, h = torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))
+    L.run(L.load("fused_add_rms_norm", kernel="fused_add_rms_norm", **cfg), "fused_add_rms_norm", x, res, w, y, h,
+          eps=1e-6)
+    assert torch.equal(h, x + res)
+    h64 = h.double()
+    assert rel(y, h64 * torch.rsqrt((h64 * h64).mean(-1, keepdim=True) + 1e-6) * w.double()) <= TOL[dt]
+    x3 = x + 3.0  # a mean far from 0: masked columns must stay out of the variance
+    y = torch.full_like(x, float("nan"))
+    L.run(L.load("layer_norm", kernel="layer_norm", EXACT=block == n, **cfg), "layer_norm", x3, w, b, y, eps=1e-5)
+    ref = F.layer_norm(x3.double(), (n,), w.double(), b.double(), 1e-5)
+    assert rel(y, ref) <= TOL[dt]
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f32"])
+@pytest.mark.parametrize("m,w,p1,p2,warps,blocks", [(4099, 1024, 4, 1, 4, 4), (1001, 256, 8, 1, 2, 6),
+                                                    (333, 512, 2, 1, 2, 8), (150, 1024, 2, 1, 4, 1)])
+def test_pieces_prefetch_vs_torch(dt, m, w, p1, p2, warps, blocks):
+    """rms_norm_k2 and layer_norm_k2 with PREFETCH (the next row's two pieces in registers)."""
+    k = p1 + p2
+    n = w * k
+    x = randn((m, n), dt, seed=m + n) + 1.0
+    wt, b = randn((n,), dt, seed=5), randn((n,), dt, seed=6)
+    cfg = dict(T=dt, W=w, P1=p1, P2=p2, WARPS=warps, MIN_BLOCKS=blocks, PROGRAMS=132 * blocks, STAGES=1,
+               PREFETCH=True)
+    y = torch.full_like(x, float("nan"))
+    L.run(L.load("rms_norm", kernel="rms_norm_k2", **cfg), "rms_norm_k2", x.view(m * k, w), wt.view(k, w),
+          y.view(m * k, w), eps=1e-6)
+    x64 = x.double()
+    assert rel(y, x64 * torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + 1e-6) * wt.double()) <= TOL[dt]
+    y = torch.full_like(x, float("nan"))
+    L.run(L.load("layer_norm", kernel="layer_norm_k2", **cfg), "layer_norm_k2", x.view(m * k, w), wt.view(k, w),
+          b.view(k, w), y.view(m * k, w), eps=1e-5)
+    assert rel(y, F.layer_norm(x64, (n,), wt.double(), b.double(), 1e-5)) <= TOL[dt]
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f32"])
+@pytest.mark.parametrize("s,v,d,block,r,warps", [(4097, 32000, 4096, 2048, 4, 8), (1001, 151936, 896, 1024, 2, 4),
+                                                 (3, 1000, 4864, 512, 8, 4), (2048, 128256, 2048, 256, 8, 8)])
+def test_embedding_tile_vs_torch(dt, s, v, d, block, r, warps):
+    """embedding_tile (ROWS tokens a program as one gather) against F.embedding, a few ids out of range -> zeros."""
+    g = torch.Generator(device="cuda").manual_seed(s)
+    ids = torch.randint(0, v, (s,), device="cuda", generator=g)
+    ids[::97] = v + 5
+    ids[1::101] = -2
+    table = randn((v, d), dt, seed=d)
+    y = torch.full((s, d), float("nan"), device="cuda", dtype=TD[dt])
+    L.run(L.load("embedding", kernel="embedding_tile", T=dt, I="i64", BLOCK=block, ROWS=r, WARPS=warps),
+          "embedding_tile", ids, table, y)
+    ok = (ids >= 0) & (ids < v)
+    ref = torch.where(ok[:, None], F.embedding(ids.clamp(0, v - 1), table), torch.zeros((), dtype=TD[dt], device="cuda"))
+    assert torch.equal(y, ref)

@@ -23,7 +23,7 @@ def embedding(ids, table):
     v, d = (int(n) for n in table.shape)
     y = L.empty(table, (s, d))
     if s and d:
-        cfg = model.column_config(d, s, L.sm_count(table), rows_in_warps=False)
+        cfg = model.column_config(d, s, L.sm_count(table), rows_in_warps=False, many_elems=model.MANY_ELEMS)
         mod = L.load("embedding", T=dt, I=idt, **cfg)
         L.run(mod, "embedding", L.reshape(ids_c, (s,)), table, y)
     return L.reshape(y, tuple(ids.shape) + (d,))

@@ -40,7 +40,7 @@ def rms_norm(x, weight=None, eps: float = 1e-6):
     x2, dt, m, n = _rows("x", x)
     w = _vector("weight", weight, n, dt, x2, 1.0)
     y = L.empty(x2, (m, n))
-    name, cfg = model.plan("rms_norm", n, m, DType(dt).itemsize, L.sm_count(x2))
+    name, cfg = model.plan("rms_norm", n, m, DType(dt).itemsize, L.sm_count(x2), prefetch=dt == "bf16")
     mod = L.load("rms_norm", kernel=name, T=dt, **cfg)
     L.run(mod, name, *_pieces_view(name, cfg, m, n, x2, w, y), eps=L.check_number("eps", eps))
     return L.reshape(y, tuple(x.shape))
@@ -73,7 +73,7 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
     if inplace:
         if not _is_contig(x) or not _is_contig(residual):
             raise ValueError(M.FUSED_ADD_INPLACE_CONTIGUOUS)
-        name, cfg = model.plan("fused_add_rms_norm", n, m, DType(dt).itemsize, L.sm_count(x2))
+        name, cfg = model.plan("fused_add_rms_norm", n, m, DType(dt).itemsize, L.sm_count(x2), prefetch=False)
         if name.endswith("_k2"):  # a row per program, as below, in two power-of-two pieces (rows.py)
             cfg = {k: cfg[k] for k in ("W", "P1", "P2", "WARPS")}
             name = "fused_add_rms_norm_inplace_k2"
@@ -86,8 +86,8 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
         mod = L.load("fused_add_rms_norm", kernel="fused_add_rms_norm_inplace", T=dt, **cfg)
         L.run(mod, "fused_add_rms_norm_inplace", x2, r2, w, eps=L.check_number("eps", eps))
         return x, residual
-    name, cfg = model.plan("fused_add_rms_norm", n, m, DType(dt).itemsize, L.sm_count(x2))
-    if cfg["STAGES"] == 1 and name == "fused_add_rms_norm" and dt == "bf16":
+    name, cfg = model.plan("fused_add_rms_norm", n, m, DType(dt).itemsize, L.sm_count(x2), prefetch=dt == "bf16")
+    if cfg["STAGES"] == 1 and name == "fused_add_rms_norm" and dt == "bf16" and not cfg.get("PREFETCH"):
         # one-pass rows straight into registers (rows.py): x's and residual's loads in flight together.
         # sweep_rows.py on an H200 (2026-11-30, bf16 16384x4096): 0.1313 ms (97% of copy; torch.compile
         # 0.1357) against 0.143-0.146 for the persistent ring configs. bf16 without a register cap (64
@@ -95,6 +95,7 @@ def fused_add_rms_norm(x, residual, weight=None, eps: float = 1e-6, inplace: boo
         # keep row_config's MIN_BLOCKS: uncapped, f32 takes 70-73 registers (3 CTAs per SM at 8 warps, 1
         # at 16) and f16 spills at BLOCK 8192
         cfg["MIN_BLOCKS"] = 0
+    # (a PREFETCH grid keeps the model's MIN_BLOCKS: its PROGRAMS are that many resident blocks per SM)
     y = L.empty(x2, (m, n))
     r_out = L.empty(x2, (m, n))
     mod = L.load("fused_add_rms_norm", kernel=name, T=dt, **cfg)
@@ -118,7 +119,7 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
     w = _vector("weight", weight, n, dt, x2, 1.0)
     b = _vector("bias", bias, n, dt, x2, 0.0)
     y = L.empty(x2, (m, n))
-    name, cfg = model.plan("layer_norm", n, m, DType(dt).itemsize, L.sm_count(x2))
+    name, cfg = model.plan("layer_norm", n, m, DType(dt).itemsize, L.sm_count(x2), prefetch=dt == "bf16")
     if not name.endswith("_k2"):  # (rows.TRAITS caps layer_norm's ring at 2 stages: 3 spilled at BLOCK 4096 and 16384)
         cfg["EXACT"] = cfg["ONE_PASS"] and cfg["BLOCK"] == n  # rows exactly BLOCK wide need no column mask
     mod = L.load("layer_norm", kernel=name, T=dt, **cfg)

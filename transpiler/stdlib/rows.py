@@ -33,7 +33,16 @@ The model, in the order it decides:
    thread past 4096: 1024 threads would cap registers at 64, and layer_norm spilled), and rows fewer than
    the SMs keep the power-of-two tile (its idle lanes cost no bandwidth there; the pieces path's
    two tiles measured slower).
-5. **Bytes in flight per SM.** The ring is `STAGES` deep, at least the kernel's measured default,
+5. **PREFETCH instead of the ring.** Where a program of the persistent grid has a second step, rms_norm and
+   layer_norm (and fused_add_rms_norm where its program-per-step grid would take 1-4 waves:
+   `Traits.prefetch_waves`) run persistent programs that load the next step's rows into registers while
+   this step reduces and stores (`PREFETCH=True`, `STAGES=1`): PF_THREADS (1024) threads per SM at 16
+   elements a thread, `MIN_BLOCKS` = the blocks that makes (layer_norm's rows of BLOCK <= 1024: 8
+   elements a thread, SHORT_THREADS); on the pieces path PIECES_THREADS per SM, fewer where the
+   registers of a thread's two rows (`Traits.prefetch_pieces` a held element) would not fit. The ring's
+   shared-memory hop costs 25-46 thread-instructions per element (sass_loops.py) against a budget of ~32
+   for a bf16 stream at 4.2 TB/s; PREFETCH costs 10-17 (measured figures at PF_THREADS).
+6. **Bytes in flight per SM.** Where the ring remains, it is `STAGES` deep, at least the kernel's measured default,
    deepened (up to the kernel's `max_stages`, past which ptxas spilled) until resident blocks x
    (STAGES - 1) steps ahead x the bytes a step reads reaches IN_FLIGHT (32 KB: rms_norm at 4096 and 8192, 0.85-0.87 of copy, has 32 KB;
    at 5120 with BLOCK 8192 it had 20 KB and reached 0.49-0.57).
@@ -83,23 +92,49 @@ class Traits:
     pieces: bool  # has a `<name>_k2` kernel
     max_stages: int = 4  # deepest ring the model may choose (deeper ones spilled in ptxas)
     registers: bool = False  # one-pass rows go straight into registers: a program per step, no ring
+    # PREFETCH (persistent programs that load their next step's rows into registers during this step) replaces
+    # the ring wherever a program has a second step, and the program-per-step grid of a `registers` kernel
+    # where that grid would take more than one and at most `prefetch_waves` waves (0: never)
+    prefetch_waves: float = float("inf")
+    prefetch_short: bool = False  # rows of BLOCK <= 1024: 8 elements a thread, SHORT_THREADS per SM (layer_norm)
+    prefetch_pieces: float = 0.0  # > 0: the pieces path prefetches too, at this many registers per element held
 
 
 # ptxas 13.0, sm_90a, bf16, no register cap (rows.py tests rebuild these): rms_norm_k2 K=3/5/9 at
 # 72/120/208 registers, fused_add_rms_norm_k2 (STAGES=1) 61/114/164, layer_norm_k2 115/196/255+spills
 TRAITS = {
-    "rms_norm": Traits(reads=1, threads_per_sm=1024, stages=2, regs_per_elem=3.0, pieces=True),
-    # one-pass rows in registers: 97% of copy at 16384x4096 where the persistent ring reached 88% (RESULTS.md s15)
+    "rms_norm": Traits(reads=1, threads_per_sm=1024, stages=2, regs_per_elem=3.0, pieces=True, prefetch_pieces=3.1),
+    # one-pass rows in registers: 97% of copy at 16384x4096 where the persistent ring reached 88% (RESULTS.md s15);
+    # PREFETCH where that grid is 1-4 waves (1024x8192 18.47 vs 20.38 us, 4096x2048 17.67 vs 18.12; at 16384x4096,
+    # 31 waves, 141.0 vs 132.5)
     "fused_add_rms_norm": Traits(reads=2, threads_per_sm=1024, stages=2, regs_per_elem=3.0, pieces=True,
-                                 registers=True),
+                                 registers=True, prefetch_waves=4.0),
     # layer_norm at BLOCK 4096 spills 36 bytes at 4 stages where 3 spill 24 (test_stdlib_rows.py)
     # sweep_rows.py --misses on an H200 (2026-12-02, after the kernel's instruction cut: 1/N once, an FFMA column
     # mask): 1024 threads per SM beat 768 at every row length timed: 32768x896 8/SM S3 43.4 us vs 6/SM S3
     # 50.5; 8192x3584 4/SM S2 38.8 vs 3/SM S3 40.7; 16384x8192 2/SM S2 145.7 vs 1/SM S3 150.9 (compile 145.6).
     # 2 stages at most: at 4 blocks of 256 threads (a 64-register cap) BLOCK 4096 spills 20 bytes at 3 (ptxas), and
     # 3 stages gained 1.6% where they fit (896: 43.4 vs 44.2 us)
-    "layer_norm": Traits(reads=1, threads_per_sm=1024, stages=2, regs_per_elem=5.0, pieces=True, max_stages=2),
+    "layer_norm": Traits(reads=1, threads_per_sm=1024, stages=2, regs_per_elem=5.0, pieces=True, max_stages=2,
+                         prefetch_short=True, prefetch_pieces=4.5),
 }
+
+# PREFETCH grids. sweep_rows.py --misses on an H200 (2026-12-02, bf16, CUDA-graph medians; the ring / the library
+# before -> PREFETCH at PF_THREADS, us): rms_norm 1024x8192 8.27 -> 6.65 (512 threads x 2; compile 6.93), 4096x2048
+# 6.88 -> 6.15 (128 x 8; best 6.05); layer_norm 1024x8192 10.11 -> 8.47 (512 x 2; best 7.90 at 256 x 2), 32768x3584
+# 149.7 -> 135.4 (256 x 4, the best); fused_add_rms_norm 1024x8192 20.38 -> 18.47 (512 x 2, the best; compile
+# 17.64). Past the register file's share (more blocks under a register cap) they collapsed: rms_norm 1024x8192 at
+# 4 x 512 threads 26.7, layer_norm 32768x3584 at 8 x 256 332.3.
+PF_THREADS = 1024  # threads per SM, 16 elements a thread (row_config's threads and R): 56-94 registers (ptxas)
+# layer_norm 32768x896: 8 elements a thread, 128 threads x 12 33.73 us; 16 a thread (R 2, 128 x 8) 36.29; the ring
+# 44.16; torch.compile 30.39
+SHORT_THREADS = 1536
+# The pieces path: PIECES_THREADS threads per SM, fewer where the registers of a thread's elements (the row's and
+# the next row's, `Traits.prefetch_pieces` registers per element held: ptxas, bf16, rms_norm_k2 24 / 40 elements
+# at 80 / 121, layer_norm_k2 36 at 162) would not fit (a cap spilled: K = 9 at 128 registers, 32-272 bytes).
+# layer_norm_k2 16384x2304 = 256 x (8 + 1), 64 threads: 6 per SM 42.12 us, 8 (32 bytes of spills) 42.33, 4 47.09,
+# 12 80.40; the ring (5 per SM) 47.31. rms_norm_k2: not measured, the same rule
+PIECES_THREADS = 512
 REGS_MAX = 232  # a pieces configuration needing more (255 is ptxas's limit) would spill
 
 
@@ -178,18 +213,23 @@ def row_config(n: int, m: int, sms: int = 132, one_pass_max: int = ONE_PASS_MAX,
                 STAGES=stages)
 
 
-def plan(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Target = H100) -> tuple[str, dict]:
+def plan(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Target = H100,
+         prefetch: bool = True) -> tuple[str, dict]:
     """(kernel name, compile-time parameters) for `kernel` (a TRAITS key) over [m, n] rows of
     `itemsize`-byte elements on `sms` SMs. The name is `kernel` (power-of-two or chunked path) or
     `kernel + "_k2"` (pieces path: the caller views its [m, n] tensors as [m * K, W] and its [n]
-    vectors as [K, W], K = P1 + P2)."""
+    vectors as [K, W], K = P1 + P2). `prefetch=False` keeps the ring and the program-per-step grids (the
+    wrappers' choice for f16 and f32: their PREFETCH grids spilled 28-216 bytes under the launch bound, ptxas)."""
     t = TRAITS[kernel]
     pc = pieces(n, kernel) if m >= sms else None  # under a wave of rows idle lanes cost no bandwidth
     if pc is None:
         cfg = row_config(n, m, sms, threads_per_sm=t.threads_per_sm, stages=t.stages)
-        if cfg["ONE_PASS"] and -(-m // cfg["R"]) <= cfg["PROGRAMS"]:  # a step per program at most
+        steps = -(-m // cfg["R"])
+        if cfg["ONE_PASS"] and steps <= cfg["PROGRAMS"]:  # a step per program at most
             warps = max(1, min(FEW_THREADS // 32, cfg["BLOCK"] * cfg["R"] // (32 * FEW_ELEMS)))
             cfg.update(STAGES=1, PROGRAMS=1 << 30, WARPS=warps, MIN_BLOCKS=0)  # as measured: no register cap
+        elif cfg["ONE_PASS"] and prefetch and (pf := _prefetch(t, cfg, m, sms)) is not None:
+            cfg = pf
         elif cfg["ONE_PASS"] and t.registers:
             cfg.update(STAGES=1, PROGRAMS=1 << 30)
         elif cfg["ONE_PASS"]:
@@ -208,14 +248,42 @@ def plan(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Ta
     if t.registers or m <= sms * blocks:
         return kernel + "_k2", dict(W=w, P1=p1, P2=p2, WARPS=threads // 32, MIN_BLOCKS=0, PROGRAMS=1 << 30,
                                     STAGES=1)
+    held = -(-int(t.prefetch_pieces * e * k) // 8) * 8  # registers a thread of the PREFETCH path holds (ptxas rounds to 8)
+    pf = max(1, min(tgt.blocks, PIECES_THREADS // threads, tgt.registers // max(1, threads * held)))
+    if prefetch and t.prefetch_pieces and m > sms * pf:  # a program has a second row to prefetch
+        # no register cap (MIN_BLOCKS 0): bf16 fits the estimate's blocks uncapped (the nvcc test); under a cap
+        # ptxas sometimes spilled instead (f16 layer_norm_k2 2304 at 6 blocks: 60 bytes)
+        return kernel + "_k2", dict(W=w, P1=p1, P2=p2, WARPS=threads // 32, MIN_BLOCKS=0, PROGRAMS=sms * pf,
+                                    STAGES=1, PREFETCH=True)
     stages = _deepen(t.stages, blocks, step, tgt, threads, regs, tgt.threads, t.max_stages)
     return kernel + "_k2", dict(W=w, P1=p1, P2=p2, WARPS=threads // 32, MIN_BLOCKS=0, PROGRAMS=sms * blocks,
                                 STAGES=stages)
 
 
-def explain(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Target = H100) -> str:
+def _prefetch(t: Traits, cfg: dict, m: int, sms: int) -> dict | None:
+    """The PREFETCH configuration of a one-pass row kernel (see PF_THREADS), or None where the kernel keeps the
+    ring or its program-per-step grid: `cfg` is row_config's."""
+    block, rows = cfg["BLOCK"], cfg["R"]
+    per, budget = ELEMS_PER_THREAD, PF_THREADS
+    if t.prefetch_short and block <= 1024:
+        rows, per, budget = 1, FEW_ELEMS, SHORT_THREADS
+    threads = max(32, min(1024, block * rows // per))
+    blocks = max(1, min(32, budget // threads))
+    steps = -(-m // rows)
+    if steps <= sms * blocks:  # no program would have a second step to prefetch
+        return None
+    if t.registers:  # instead of a grid of a program per step: only where that grid is a few waves
+        s1 = max(1, min(32, t.threads_per_sm // (32 * cfg["WARPS"])))
+        if -(-m // cfg["R"]) > t.prefetch_waves * sms * s1:
+            return None
+    return dict(BLOCK=block, R=rows, ONE_PASS=True, WARPS=threads // 32, MIN_BLOCKS=blocks, PROGRAMS=sms * blocks,
+                STAGES=1, PREFETCH=True)
+
+
+def explain(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt: Target = H100,
+            prefetch: bool = True) -> str:
     """One line: the configuration `plan` picks and the numbers it came from."""
-    name, cfg = plan(kernel, n, m, itemsize, sms, tgt)
+    name, cfg = plan(kernel, n, m, itemsize, sms, tgt, prefetch)
     t = TRAITS[kernel]
     if name.endswith("_k2"):
         threads, elems = 32 * cfg["WARPS"], n // (32 * cfg["WARPS"])
@@ -230,7 +298,11 @@ def explain(kernel: str, n: int, m: int, itemsize: int = 2, sms: int = 132, tgt:
         step = cfg["R"] * min(n, cfg["BLOCK"]) * itemsize * t.reads
         tile = (f"BLOCK {cfg['BLOCK']} x R {cfg['R']}, {1 - n / cfg['BLOCK']:.0%} idle" if cfg["ONE_PASS"]
                 else f"chunks of {cfg['BLOCK']}")
-    if cfg["STAGES"] == 1:  # straight into registers: every resident block's step is in flight
+    if cfg.get("PREFETCH"):  # every resident block's next step is in flight during this one
+        blocks = cfg["PROGRAMS"] // sms
+        ahead, how = blocks * step, "persistent, the next step prefetched into registers"
+        grid = f"{cfg['PROGRAMS']} programs"
+    elif cfg["STAGES"] == 1:  # straight into registers: every resident block's step is in flight
         ahead, how = blocks * step, "a program per step, loads into registers"
         grid = f"{-(-m // cfg.get('R', 1))} programs"
     else:
@@ -288,20 +360,29 @@ COLUMN_WAVES = 4  # rows per program are only added while a grid of >= this many
 NARROW_MIN = 512
 
 
-def column_config(d: int, m: int, sms: int = 132, rows_in_warps: bool = True) -> dict:
+# embedding over many tokens: 16 elements (two 16-byte vectors) a thread where the grid keeps COLUMN_WAVES programs
+# per SM. sweep_rows.py --misses on an H200 (2026-12-02), T=4096 D=4096: BLOCK 2048 at 16 a thread 17.35 us, at 8
+# (the rule before) 18.96; BLOCK 1024 at 16 17.05 (torch.compile 18.02). T=100 D=2048 (200 programs): 8 a thread
+# 1.47-1.48 us, 16 1.50-1.53
+MANY_ELEMS = 16
+
+
+def column_config(d: int, m: int, sms: int = 132, rows_in_warps: bool = True, many_elems: int = 8) -> dict:
     """BLOCK, ROWS, WARPS of a kernel that cuts [m, d] rows into column blocks (silu_and_mul and
     gelu_and_mul: `rows_in_warps`, a program's ROWS rows spread over its warps; embedding: a row at a
     time, the warps cover one BLOCK). BLOCK is `column_block(d)`, halved (down to NARROW_MIN) while the grid
     has fewer programs than SMs; ROWS doubles (to 8 at most, while a
     program's step stays <= 2048 elements of each input) only while the grid keeps COLUMN_WAVES programs per
     SM, so no SM goes idle for the sake of fewer, longer programs; 8 elements (one 16-byte vector) a thread,
-    at most 8 warps."""
+    `many_elems` where the grid keeps COLUMN_WAVES programs per SM (embedding: MANY_ELEMS), at most 8 warps."""
     block = column_block(d)
     while block > NARROW_MIN and m * -(-d // block) < sms:  # fewer programs than SMs: narrower blocks, more SMs
         block //= 2
     rows = 1
     while rows < 8 and block * rows * 2 <= 2048 and m >= rows * 2 * COLUMN_WAVES * sms:
         rows *= 2
-    warps = max(1, min(8, block * (rows if rows_in_warps else 1) // 256))
+    many = -(-m // rows) * -(-d // block) >= COLUMN_WAVES * sms
+    elems = many_elems if many else 8
+    warps = max(1, min(8, block * (rows if rows_in_warps else 1) // (32 * elems)))
     return dict(BLOCK=block, ROWS=rows, WARPS=warps)
 
