@@ -78,7 +78,12 @@ def _configure(mod):
     from .diagnostics import LaunchError
     from .runtime.arrays import _TORCH_TYPES
 
+    from .runtime import driver
+
     mod.configure(LaunchError, _TORCH_TYPES)
+    if hasattr(mod, "Launcher") and not driver.C_LAUNCHER:  # TILEX_CFAST_LAUNCHER=1's launcher (runtime/driver.py)
+        driver.C_LAUNCHER.append(mod.Launcher)
+        driver.launcher.cache_clear()
     return mod
 
 

@@ -32,7 +32,7 @@ import torch
 from . import kernels
 from .cachegen import _pow2, _rows, masked_attention, masked_attention_source, rows_view
 from .ops import DTYPES
-from .patterns_attention import MASKED_AT
+from .masks import MASKED_AT
 
 MAX_TABLE_BYTES = 64 << 20   # the key table is B * T * Hkv * L int32s: a longer query than that (a prefill of
 #                              thousands of tokens into the cache) stays on masked_attention

@@ -10,6 +10,7 @@ import torch
 from torch.fx import Node
 
 from .fusion import tensor_meta
+from .masks import MASKED_AT
 from .match import VIEW_OPS, Match, _float, _is, _stdlib, aten
 
 _SDPA = {aten._scaled_dot_product_flash_attention_for_cpu.default: ("cpu_flash", 3),
@@ -18,10 +19,6 @@ _SDPA = {aten._scaled_dot_product_flash_attention_for_cpu.default: ("cpu_flash",
          aten._scaled_dot_product_cudnn_attention.default: ("cudnn", 4)}
 
 
-# An additive mask value at or below this removes its key exactly: with the diagonal allowed (a causal row), the
-# row maximum is a finite score, and exp(score + v - max) underflows to 0 in f32 for any |score| < 1e29. HF builds
-# its additive masks with torch.finfo(dtype).min (-3.4e38 in bf16/f32, -65504 in f16: f16's is not below it).
-MASKED_AT = -1e30
 
 
 def _is_causal_mask(mask, sq: int, sk: int) -> bool:

@@ -41,8 +41,8 @@ def launcher() -> Callable[..., int] | None:
     No argtypes (their conversion costs more than the call): the caller passes config as a ctypes.pointer to
     a LaunchConfig, f as a ctypes.c_void_p, kernelParams as a ctypes array of void* (passed by address) and
     extra as None. The pointer and the arrays are made once per plan, so a launch converts nothing. With
-    TILEX_CFAST_LAUNCHER=1 and the C extension (tilex.cfast) it is `_cfast.Launcher(LIBRARY)`, taking the same
-    arguments (it holds the GIL through the driver call; ctypes releases it)."""
+    TILEX_CFAST_LAUNCHER=1 and the C extension loaded (tilex.cfast: the stdlib loads it) it is
+    `_cfast.Launcher(LIBRARY)`, taking the same arguments (it releases the GIL around the driver call, as ctypes)."""
     if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     try:
@@ -51,14 +51,13 @@ def launcher() -> Callable[..., int] | None:
     except (OSError, AttributeError):  # no driver, or one older than CUDA 12.0
         return None
     fn.restype = ctypes.c_int
-    if os.environ.get(C_ENV, "0").strip().lower() in ("0", "false", "no", "off", ""):
+    if os.environ.get(C_ENV, "0").strip().lower() in ("0", "false", "no", "off", "") or not C_LAUNCHER:
         return fn
-    from .. import cfast
+    try:
+        return C_LAUNCHER[0](LIBRARY)
+    except (OSError, AttributeError):  # opened by ctypes above, so not expected: keep the ctypes function
+        return fn
 
-    mod = cfast.module()
-    if mod is not None:
-        try:
-            return mod.Launcher(LIBRARY)
-        except (OSError, AttributeError):  # opened by ctypes above, so not expected: keep the ctypes function
-            pass
-    return fn
+
+C_LAUNCHER: list = []  # [_cfast.Launcher], put here by tilex.cfast when its extension loads (this module does not
+#                        import cfast: the runtime stays below it), which also clears launcher()'s cache

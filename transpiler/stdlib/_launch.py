@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 import threading
 import time
 
@@ -17,6 +16,7 @@ from ._arrays import (FLOATS, _kind1, _np_dtype, _torch_dtype, _torch_dtypes, ch
                       check_number, check_rank, check_same_dtype, check_shape, dtype_name, kind_of, next_pow2,
                       reshape, row_config, sm_count)
 from ._kernels import _load, changed_dtypes, kernel_path, load, source  # noqa: F401
+from ._replay import _NoReplay, _builder, _extent, _inputs_of
 from ..runtime.arrays import _TORCH_TYPES, describe_array, is_array, is_torch_tensor  # noqa: F401
 
 
@@ -276,14 +276,6 @@ class _Recording:
         self.launches.append((plan, sig[1], values))
 
 
-def _extent(t) -> int:
-    """Bytes from a tensor's address to one past its last element (0 when it has none)."""
-    shape, stride = tuple(t.shape), tuple(t.stride())
-    if any(int(n) == 0 for n in shape):
-        return 0
-    return (sum((int(n) - 1) * int(s) for n, s in zip(shape, stride)) + 1) * int(t.element_size())
-
-
 class _Entry:
     """A recorded wrapper call, ready to replay (see above): `allocs` the (shape, dtype, device) of each
     output, `launches` the (plan, pointer patches, TMA map patches, scalar writes) of each launch (`plan.patches`),
@@ -405,39 +397,6 @@ def _finish(rec: _Recording, args_flat: tuple, ptrs: list, result):
     current = launches[0][0].current_device if launches else None
     return _Entry(torch.empty if torch is not None else None, allocs, tuple(launches), _builder(tmpl),
                   device, current, _torch_stream_getter(), _monotonic(), tmpl, kptrs)
-
-
-class _NoReplay(Exception):
-    pass
-
-
-def _inputs_of(t):
-    """The argument positions a `_finish` template returns."""
-    if t[0] == "in":
-        yield t[1]
-    elif t[0] in (tuple, list):
-        for x in t[1]:
-            yield from _inputs_of(x)
-
-
-def _builder(t):
-    """(args, outs) -> the wrapper's result, from a `_finish` template."""
-    kind = t[0]
-    if kind == "none":
-        return lambda args, outs: None
-    if kind == "in":
-        i = t[1]
-        return lambda args, outs: args[i]
-    if kind == "out":
-        j = t[1]
-        return lambda args, outs: outs[j]
-    if kind is tuple and len(t[1]) > 1 and all(x[0] == "out" for x in t[1]):  # (q, k, v), (y, h): one C call
-        pick = operator.itemgetter(*(x[1] for x in t[1]))
-        return lambda args, outs: pick(outs)
-    parts = tuple(_builder(x) for x in t[1])
-    if kind is tuple:
-        return lambda args, outs: tuple(b(args, outs) for b in parts)
-    return lambda args, outs: [b(args, outs) for b in parts]
 
 
 _MEMOS: list = []  # every fastpath wrapper's memo

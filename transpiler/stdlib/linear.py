@@ -267,10 +267,9 @@ _OLD_COUNTERS: list = []  # replaced (smaller) buffers: a CUDA graph captured wi
 
 
 def _counters(like, n: int):
-    """Zeros, at least `n` i32 on `like`'s device, that linear_streamk / linear_splitk_last leave zeros after each
-    launch (the program completing a tile resets its counter), so one buffer per device serves every call, and the
-    fast path replays a call with it (`L.kept`). Calls that run at the same time on two streams of one device would
-    share counters: the library issues its launches on the caller's current stream, one after another."""
+    """At least `n` zero i32 on `like`'s device, left zero by each linear_streamk / linear_splitk_last launch (a tile's
+    completing program resets its counter): one buffer per device serves every call, replayed by the fast path
+    (`L.kept`). Concurrent calls on two streams of one device would share it (the library uses the current stream)."""
     kind = L.kind_of(like)
     index = like.device.index if kind == "torch" else like.device.id
     key = (kind, index)
@@ -279,11 +278,9 @@ def _counters(like, n: int):
         size = max(n, 1 << 16, 2 * int(buf.shape[0]) if buf is not None else 0)
         if kind == "torch":
             import torch
-
             new = torch.empty(size, dtype=torch.int32, device=like.device)
         else:
             import cupy
-
             with like.device:
                 new = cupy.empty(size, dtype=cupy.int32)
         new[...] = 0
