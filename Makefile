@@ -20,9 +20,10 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install -e '.[test]'
 	touch $@
 
-# Run the test suite (GPU tests skip themselves where there is no GPU).
+# Run the test suite (GPU tests skip themselves where there is no GPU), one pytest worker a core (pytest-xdist;
+# PYTEST_ARGS='-n 0' runs it in one process).
 test: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n auto $(PYTEST_ARGS)
 
 # If nvidia-smi lists a GPU and CuPy isn't importable, install the cuda extra.
 cuda: $(STAMP)
