@@ -41,8 +41,12 @@ def test_rotary_table_reads_freqs_without_a_copy(batch, seq):
     assert [s.label for s in p.steps if s.copies] == []
     gen = [s for s in p.steps if s.kind == "generated"]
     assert gen and not any(s.kind == "library" for s in p.steps)
-    assert not any(str(n.target) == "aten.transpose.int" and "bmm" in str(n.args[0].target)
-                   for n in p.gm.graph.nodes)
+    def product_under(n):  # the node under matmul's same-shape views (_unsafe_view / view) of its bmm
+        while str(n.target) in ("aten._unsafe_view.default", "aten.view.default", "aten.reshape.default"):
+            n = n.args[0]
+        return n
+    assert not any(str(n.target) == "aten.transpose.int" and "bmm" in str(product_under(n.args[0]).target)
+                   for n in p.gm.graph.nodes)  # no transpose of an outer product is left (the reviewer's nit)
 
 
 @pytest.mark.parametrize("tail", ["none", "unsqueeze", "slice"])
