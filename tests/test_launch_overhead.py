@@ -104,14 +104,14 @@ def test_bind_numpy_cost():
     spec = rms_spec()
     x, w, y = np.zeros((512, 4096), BF16), np.zeros(4096, BF16), np.zeros((512, 4096), BF16)
     us = per_call_us(lambda: bind_arguments(spec, (x, w, y), {"eps": 1e-5}, allow_numpy=True))
-    assert us < 50 * SLACK, f\"bind_arguments with NumPy arrays took {us:.1f} us per call"
+    assert us < 50 * SLACK, f"bind_arguments with NumPy arrays took {us:.1f} us per call"
 
 
 def test_bind_torch_cost(torch):
     spec = rms_spec()
     x, w, y = torch.tensor((512, 4096)), torch.tensor((4096,)), torch.tensor((512, 4096))
     us = per_call_us(lambda: bind_arguments(spec, (x, w, y), {"eps": 1e-5}))
-    assert us < 50 * SLACK, f\"bind_arguments with torch tensors took {us:.1f} us per call"
+    assert us < 50 * SLACK, f"bind_arguments with torch tensors took {us:.1f} us per call"
 
 
 def test_bind_describes_each_tensor_once(torch):
@@ -254,7 +254,7 @@ def test_tuned_reads_the_store_once_and_sees_changes(monkeypatch, store):
     assert counts.get("<built-in method posix.stat>", 0) == 1  # the store; the source text is not a file
     assert "tune.py:load" not in counts and "pathlib.py:resolve" not in counts
     us = per_call_us(lambda: LINEAR._tuned("linear", "bf16", 512, 5120, 5120, default))
-    assert us < 60 * SLACK, f\"linear._tuned took {us:.1f} us per call"
+    assert us < 60 * SLACK, f"linear._tuned took {us:.1f} us per call"
 
 
 def test_stdlib_checks_raise_the_same_errors(torch):
@@ -291,7 +291,7 @@ def test_linear_prelaunch_work(torch, store):
     with pytest.raises(ValueError, match=r"weight: expected shape \[out, 512\]"):
         LINEAR.linear(x, torch.tensor((384, 256)))
     us = per_call_us(lambda: LINEAR.linear(x, w), reps=500)
-    assert us < 400 * SLACK, f\"stdlib.linear took {us:.1f} us per call before the launch"
+    assert us < 400 * SLACK, f"stdlib.linear took {us:.1f} us per call before the launch"
 
 
 # ---------------------------------------------------------------- the CuPy side, with stand-ins
@@ -522,7 +522,7 @@ def test_replay_does_no_binding_work(direct):
     k(*args)  # eps left to its default: another layout, checked in full once
     assert len(k._plans) == 2 and drv.launches[-1]["values"][3] == pytest.approx(1e-6)
     us = per_call_us(lambda: k(*args, eps=1e-5))
-    assert us < 60 * SLACK, f\"a replayed launch took {us:.1f} us per call"
+    assert us < 60 * SLACK, f"a replayed launch took {us:.1f} us per call"
 
 
 def test_every_error_after_a_replayed_call(direct):
