@@ -25,8 +25,7 @@ import torch
 
 from . import kernels
 from .cachegen import rows_view
-from torch.fx.node import map_arg
-
+from .eager import eager_nodes
 from .fusion import MAX_ROW, tensor_meta
 from .tilegen import GeneratedKernel, tile_config
 
@@ -55,8 +54,7 @@ def run_generated(step, env: dict, launched: set | None = None, arena=None) -> i
             v = env[node]
             if isinstance(v, torch.Tensor):  # a 0-d CPU tensor: a host read, no copy to the device
                 v = v.item()
-            # an i32 parameter (next to an int32 tensor) wraps as torch's int32 arithmetic does with a Python int
-            scalars[pname] = float(v) if dt == "f32" else (int(v) + 2**31) % 2**32 - 2**31 if dt == "i32" else int(v)
+            scalars[pname] = _HOST_VALUE[dt](v)
     arrays = [(t if prep == 0 else t.contiguous() if prep == 1 else t.to(device)).as_strided(size, stride)
               for t, (prep, size, stride) in zip(ins, views)]
     for node, oshape, dtype, flat, final in outs:
@@ -68,19 +66,16 @@ def run_generated(step, env: dict, launched: set | None = None, arena=None) -> i
     return copies
 
 
+# a scalar parameter's value per dtype; i32 (next to an int32 tensor) wraps as torch's int32 arithmetic does with
+# a Python int
+_HOST_VALUE = {"f32": float, "i64": int, "i32": lambda v: (int(v) + 2**31) % 2**32 - 2**31}
+
 EAGER = "eager"  # a launch plan meaning: this layout's calls run the group in eager (a row too long for a tile)
 
 
 def _run_eager(step, env: dict) -> None:
     """The group's ATen ops in torch eager, in graph order, from the values in `env`; its outputs into env."""
-    local: dict = {}
-
-    def get(n):
-        return local[n] if n in local else env[n]
-    for n in step.nodes:
-        args = map_arg(n.args, get)
-        kwargs = map_arg(n.kwargs, get) if n.kwargs else {}
-        local[n] = n.target(*args, **kwargs)
+    local = eager_nodes(step.nodes, env)
     for op in step.kernel.outputs:
         env[op.node] = local[op.node]
 

@@ -25,6 +25,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 
 from . import kernels, memory
+from .eager import call, eager as _eager, eager_nodes
 from .fusion import absorbed_nodes, group_nodes, member_inputs, scalar_node, transpose_outer_products
 from .generated import run_generated
 from .patterns import Match, find_matches, is_inplace_copy_back
@@ -366,17 +367,6 @@ def _sm_count() -> int:
     return int(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
 
 
-def _eager(node: Node, env: dict):
-    args = map_arg(node.args, env.__getitem__)
-    kwargs = map_arg(node.kwargs, env.__getitem__) if node.kwargs else {}
-    if node.target is aten.view.default:
-        try:
-            return args[0].view(args[1])
-        except RuntimeError:  # a kernel's output laid out unlike eager's: copy
-            return aten.reshape.default(*args)
-    return node.target(*args, **kwargs)
-
-
 def _argspec(node: Node):
     """(target, ((is a node, arg), ...)) for a node whose arguments are a flat tuple (each a node, or a constant
     holding no node) and that has no kwargs: its call needs no map_arg; False otherwise."""
@@ -391,23 +381,13 @@ def _argspec(node: Node):
 def _call_flat(spec, env: dict):
     """_eager for a node with an _argspec: the same call, the arguments read from env without map_arg."""
     target, flat = spec
-    args = [env[a] if is_node else a for is_node, a in flat]
-    if target is aten.view.default:
-        try:
-            return args[0].view(args[1])
-        except RuntimeError:  # a kernel's output laid out unlike eager's: copy
-            return aten.reshape.default(*args)
-    return target(*args)
+    return call(target, [env[a] if is_node else a for is_node, a in flat])
 
 
 def _eager_match(m: Match, env: dict):
     """The match's root computed in eager from its interior nodes (the check declined the kernel)."""
-    local = dict(env)
     inside = m.interior | {m.root}
-    for n in m.root.graph.nodes:
-        if n in inside:
-            local[n] = _eager(n, local)
-    return local[m.root]
+    return eager_nodes([n for n in m.root.graph.nodes if n in inside], env)[m.root]
 
 
 def step_io(step: Step) -> memory.StepIO:

@@ -122,9 +122,10 @@ def generate(group: Group, name: str | None, used_outside) -> GeneratedKernel:
     plain_use: set = set()   # inputs read unshifted (everything but a cat's sources)
     scalar_params: dict = {}  # (node, dtype) -> parameter name
     for n in group.nodes:
-        for a in scalar_inputs(n):
+        ordered = scalar_inputs(n)  # argument order: the parameters' names do not depend on hashing
+        for a in ordered:
             scalar_params.setdefault((a, _scalar_dtype(n, a)), f"a{len(scalar_params)}")
-        host = set(scalar_inputs(n))
+        host = set(ordered)
         if cat_parts(n) is None:
             plain_use |= set(n.all_input_nodes) - host
         for a in member_inputs(n):
