@@ -32,6 +32,8 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+from .envflags import switch
+
 ENV_OFF = "TILEX_NO_CFAST"
 ENV_BUILD = "TILEX_CFAST_BUILD"
 SOURCE = Path(__file__).with_name("_cfast.c")
@@ -40,7 +42,7 @@ _why: list = []  # why the C path is off (module() None), or how it was loaded
 
 
 def disabled_by_env() -> bool:
-    return os.environ.get(ENV_OFF, "0").strip().lower() not in _FALSE
+    return switch(ENV_OFF, False)
 
 
 def why() -> str:
@@ -166,7 +168,7 @@ def ready() -> bool:
     _driver_tried.append(True)
     from .runtime import driver
 
-    if os.environ.get(driver.ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    if not switch(driver.ENV, True):  # TILEX_DIRECT_LAUNCH=0, as driver.launcher() reads it
         return False
     return bool(mod.load_driver(driver.LIBRARY))
 

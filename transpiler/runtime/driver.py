@@ -15,9 +15,10 @@ not yet run on a GPU; the stdlib's C fast path launches from C either way).
 from __future__ import annotations
 
 import ctypes
-import os
 from functools import lru_cache
 from typing import Callable
+
+from ..envflags import switch
 
 ENV = "TILEX_DIRECT_LAUNCH"
 C_ENV = "TILEX_CFAST_LAUNCHER"  # 1: launcher() is tilex._cfast.Launcher (see the module docstring)
@@ -43,7 +44,7 @@ def launcher() -> Callable[..., int] | None:
     extra as None. The pointer and the arrays are made once per plan, so a launch converts nothing. With
     TILEX_CFAST_LAUNCHER=1 and the C extension loaded (tilex.cfast: the stdlib loads it) it is
     `_cfast.Launcher(LIBRARY)`, taking the same arguments (it releases the GIL around the driver call, as ctypes)."""
-    if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    if not switch(ENV, True):
         return None
     try:
         lib = ctypes.CDLL(LIBRARY)
@@ -51,7 +52,7 @@ def launcher() -> Callable[..., int] | None:
     except (OSError, AttributeError):  # no driver, or one older than CUDA 12.0
         return None
     fn.restype = ctypes.c_int
-    if os.environ.get(C_ENV, "0").strip().lower() in ("0", "false", "no", "off", "") or not C_LAUNCHER:
+    if not switch(C_ENV, False) or not C_LAUNCHER:
         return fn
     try:
         return C_LAUNCHER[0](LIBRARY)

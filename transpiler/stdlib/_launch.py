@@ -17,6 +17,7 @@ from ._arrays import (FLOATS, _kind1, _np_dtype, _torch_dtype, _torch_dtypes, ch
                       reshape, row_config, sm_count)
 from ._kernels import _load, changed_dtypes, kernel_path, load, source  # noqa: F401
 from ._replay import _NoReplay, _builder, _extent, _inputs_of
+from ..envflags import switch
 from ..runtime.arrays import _TORCH_TYPES, describe_array, is_array, is_torch_tensor  # noqa: F401
 
 
@@ -156,12 +157,10 @@ def run(mod, kernel: str, *args, **scalars):
 # always; so does a replaced tilex.runtime.driver.launcher, see _CFAST_LAUNCHER). The C side keys only on exact
 # bool/int/float/str/None options and tensors (a NumPy scalar option stays on the Python path).
 
-import os as _os
-
-FASTPATH = _os.environ.get("TILEX_FASTPATH", "1").strip().lower() not in ("0", "false", "no", "off")
+FASTPATH = switch("TILEX_FASTPATH", True)
 # the C replay of memoized layouts (tilex.cfast; read on every call by the C side): on unless TILEX_NO_CFAST=1
 # or the extension is neither installed nor buildable
-CFAST = _os.environ.get("TILEX_NO_CFAST", "0").strip().lower() in ("0", "false", "no", "off", "")
+CFAST = not switch("TILEX_NO_CFAST", False)
 # The C replay runs only while tilex.runtime.driver.launcher is _CFAST_LAUNCHER (the library's own): a replaced
 # launcher (a benchmark's `lambda: None` for the CuPy path, a test's counting or stand-in launcher) is honoured
 # by the Python path alone. _DRIVER: the driver module's namespace, where the C side looks it up.
