@@ -290,26 +290,17 @@ def _counters(like, n: int):
     return L.kept(buf)  # a replay of the call (the fast path) launches with the same buffer
 
 
-def _streamk(x2, weight, bias, y, dt: str, m: int, n: int, tiles: dict) -> None:
-    """y = x2 @ weight.T (+ bias) by linear_streamk with `tiles` on the GPU (N % 8 == 0)."""
-    programs = L.sm_count(x2)
-    part = L.empty(x2, (2 * programs, tiles["BM"], tiles["BN"]), "f32")
+def _last_done(kernel: str, x2, weight, bias, y, dt: str, m: int, n: int, tiles: dict, part_shape: tuple,
+               **defines) -> None:
+    """y = x2 @ weight.T (+ bias) in one launch of `kernel` on the GPU: linear_streamk or linear_splitk_last, whose
+    f32 partials (`part_shape`) the program completing a tile (found with the tile counters) sums."""
+    part = L.empty(x2, part_shape, "f32")
     count = _counters(x2, -(-m // tiles["BM"]) * -(-n // tiles["BN"]))
     extra = dict(BIAS=True) if bias is not None else {}
-    mod = L.load("linear", kernel="linear_streamk", T=dt, **tiles, PROGRAMS=programs, **extra)
+    mod = L.load("linear", kernel=kernel, T=dt, **tiles, **defines, **extra)
     # without BIAS the kernel never reads b: any [n] array of the dtype will do (the weight's first n values)
     b = bias if bias is not None else L.reshape(weight, (int(weight.shape[0]) * int(weight.shape[1]),))[:n]
-    L.run(mod, "linear_streamk", x2, weight, b, part, count, y)
-
-
-def _splitk_last(x2, weight, bias, y, dt: str, m: int, n: int, tiles: dict, splits: int) -> None:
-    """y = x2 @ weight.T (+ bias) by linear_splitk_last with `tiles` and `splits` shares of K, one launch (GPU)."""
-    part = L.empty(x2, (splits, m, n), "f32")
-    count = _counters(x2, -(-m // tiles["BM"]) * -(-n // tiles["BN"]))
-    extra = dict(BIAS=True) if bias is not None else {}
-    mod = L.load("linear", kernel="linear_splitk_last", T=dt, **tiles, **extra)
-    b = bias if bias is not None else L.reshape(weight, (int(weight.shape[0]) * int(weight.shape[1]),))[:n]
-    L.run(mod, "linear_splitk_last", x2, weight, b, part, count, y)
+    L.run(mod, kernel, x2, weight, b, part, count, y)
 
 
 # split-K in one launch (linear_splitk_last: the last share of each tile sums the partials) instead of
@@ -411,11 +402,13 @@ def linear(x, weight, bias=None):
         elif k % 8 == 0:
             kernel = "linear_bias" if bias is not None else "linear"
             path, tiles, splits, _ = path_choice(kernel, dt, m, n, k) if _MODEL else ("tc", None, 1, None)
-            if path == "streamk" and gpu:
-                _streamk(x2, weight, bias, y, dt, m, n, tiles)
+            if path == "streamk" and gpu:  # a block per SM (N % 8 == 0)
+                p = L.sm_count(x2)
+                _last_done("linear_streamk", x2, weight, bias, y, dt, m, n, tiles, (2 * p, tiles["BM"], tiles["BN"]),
+                           PROGRAMS=p)
                 return L.reshape(y, tuple(x.shape[:-1]) + (n,))
             if path == "splitk" and gpu and _SPLIT_LAST:
-                _splitk_last(x2, weight, bias, y, dt, m, n, tiles, splits)
+                _last_done("linear_splitk_last", x2, weight, bias, y, dt, m, n, tiles, (splits, m, n))
                 return L.reshape(y, tuple(x.shape[:-1]) + (n,))
             if path == "splitk" and gpu:
                 part = L.empty(x2, (splits, m, n), "f32")
