@@ -12,7 +12,8 @@ of copy, and a few shapes that win today as guards) over every candidate configu
 (`miss_candidates`: warps, stages, a program per step or a persistent grid, rows per step, the pieces path,
 persistent grids that load the next step's rows into registers during this one (PREFETCH, both paths);
 the gated kernels' and embedding's column block, rows and warps; rope's heads per block and warps for `rope`
-and for `rope_heads`, the heads spread over programs). Kernels are built first in --jobs spawned worker
+and for `rope_heads`, the heads spread over programs,
+and `rope_token`'s warps: all of a token's heads in one program). Kernels are built first in --jobs spawned worker
 processes (NVRTC is CPU-bound; the cubins land in the cache this process reads); then, case by case until
 --budget-s, each candidate's output is checked against torch (rel. error <= 2e-2, else WRONG) and timed
 with the same CUDA-graph timer (`gpu_us`) as torch eager, torch.compile and the library's own call.
@@ -358,6 +359,10 @@ def rope_candidates(s: dict) -> list:
                 if not 2 <= per <= 32:
                     continue
                 out.append((f"{kern} HB{hb} W{warps}", kern, dict(HB=hb, HALFB=halfb, WARPS=warps)))
+    qb, kb = L.next_pow2(s["Hq"]), L.next_pow2(s["Hkv"])  # rope_token: all of a token's heads at once
+    for warps in (2, 4, 8, 16):
+        if 2 <= qb * halfb // (32 * warps) <= 64:
+            out.append((f"rope_token W{warps}", "rope_token", dict(QB=qb, KB=kb, HALFB=halfb, WARPS=warps)))
     return out
 
 
