@@ -14,7 +14,7 @@ install without them works, on the Python path). Where the installed package has
 editable install made before it existed, a wheel built without a compiler) or whose build is stale (its
 SOURCE_SHA is not the hash of the `_cfast.c` next to this file: an in-place build of an older source),
 `module()` compiles `_cfast.c` once with the system C compiler (`$CC`, else cc) into the tilex cache directory
-and loads that; `TILEX_CFAST_BUILD=0` turns that off (a failed build is noted next to where it would be, and not tried again by later processes).
+and loads that; `TILEX_CFAST_BUILD=0` (or false / no / off; unset or empty: on, as every tilex switch) turns that off (a failed build is noted next to where it would be, and not tried again by later processes).
 `TILEX_NO_CFAST=1` disables the C path altogether. `why()` says why it is off.
 The CUDA driver is opened by the C side with dlopen at first use (`ready()`), from `tilex.runtime.driver.LIBRARY`.
 """
@@ -37,7 +37,6 @@ from .envflags import switch
 ENV_OFF = "TILEX_NO_CFAST"
 ENV_BUILD = "TILEX_CFAST_BUILD"
 SOURCE = Path(__file__).with_name("_cfast.c")
-_FALSE = ("0", "false", "no", "off", "")
 _why: list = []  # why the C path is off (module() None), or how it was loaded
 
 
@@ -66,7 +65,7 @@ def module():
         installed_error = f"the installed {_cfast.__file__} is of another _cfast.c"
     except ImportError as e:
         installed_error = str(e)
-    if os.environ.get(ENV_BUILD, "1").strip().lower() in _FALSE:
+    if not switch(ENV_BUILD, True):
         _why.append(f"off: not installed ({installed_error}) and {ENV_BUILD}=0")
         return None
     try:
