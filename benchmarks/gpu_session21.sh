@@ -8,6 +8,7 @@
 #                                                          # against Inductor, eager costs (limits: SHARD_TIMEOUT,
 #                                                          # GRID_S, GRID_FAMILIES, BACKEND_S, DIAG_S, EAGER_S;
 #                                                          # SHARDS=8 processes over TEST_PATHS=tests)
+#   OUT=out bash benchmarks/gpu_session21.sh bench21       # final20's benchmarks alone (GRID_S, BACKEND_S, EAGER_S)
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 LOG=${LOG:-$(mktemp -d)}; mkdir -p "$LOG"
@@ -47,5 +48,14 @@ case "${1:-}" in
     [ "${DIAG_S:-25}" -gt 0 ] && t diag_prefill "${DIAG_S:-25}" bash -c "cd tests && python3 diag_prefill_gpu.py" && tail -30 "$LOG/diag_prefill.log"
     [ "${EAGER_S:-40}" -gt 0 ] && t bench_eager "${EAGER_S:-40}" python3 benchmarks/bench_eager.py --reps 60 --engine-reps 3 --json "$LOG/bench_eager.json" && tail -8 "$LOG/bench_eager.log"
     tar czf "$OUT/logs.tgz" -C "$LOG" . ;;
-  *) echo "usage: gpu_session21.sh requests DIRS|tests|final20" >&2; exit 2 ;;
+  bench21)  # the benchmarks of final20 without the GPU tests (run `tests` in the call before)
+    t bench_shapes "${GRID_S:-170}" python3 benchmarks/bench_shapes.py --grid quick ${GRID_FAMILIES:+--families $GRID_FAMILIES} --budget-s $(( ${GRID_S:-170} - 25 )) --json "$LOG/bench_shapes.json"
+    grep -A16 "^family" "$LOG/bench_shapes.log" | head -20
+    tar czf "$OUT/logs.tgz" -C "$LOG" .
+    t bench_backend "${BACKEND_S:-110}" python3 benchmarks/bench_backend.py --layers 2 --total $(( ${BACKEND_S:-110} - 10 )) --json "$LOG/backend.json"
+    grep -v '^{' "$LOG/bench_backend.log" | tail -30
+    tar czf "$OUT/logs.tgz" -C "$LOG" .
+    [ "${EAGER_S:-40}" -gt 0 ] && t bench_eager "${EAGER_S:-40}" python3 benchmarks/bench_eager.py --reps 60 --engine-reps 3 --json "$LOG/bench_eager.json" && tail -8 "$LOG/bench_eager.log"
+    tar czf "$OUT/logs.tgz" -C "$LOG" . ;;
+  *) echo "usage: gpu_session21.sh requests DIRS|tests|final20|bench21" >&2; exit 2 ;;
 esac
