@@ -536,8 +536,10 @@ def test_rope_plan():
     assert name == "rope_heads" and cfg["HB"] == HEADS_BLOCK and cfg["HALFB"] == 64
     assert 32 * cfg["WARPS"] <= cfg["HB"] * cfg["HALFB"] // 8  # >= 8 elements (16 bytes) per thread per half
     assert rope_plan(131, 28, 4, 64, 132)[0] == "rope_heads"
-    assert rope_plan(132, 28, 4, 64, 132) == ("rope", dict(HB=8, HALFB=64, WARPS=2))
-    assert rope_plan(4096, 64, 8, 64, 132) == ("rope", dict(HB=8, HALFB=64, WARPS=2))  # measured (rope.py)
+    assert rope_plan(132, 28, 4, 64, 132) == ("rope", dict(HB=8, HALFB=64, WARPS=1))  # few tokens: 512-element steps
+    assert rope_plan(16384, 28, 4, 64, 132) == ("rope", dict(HB=4, HALFB=64, WARPS=1))  # many: 256 (measured)
+    assert rope_plan(16384, 14, 2, 32, 132) == ("rope", dict(HB=8, HALFB=32, WARPS=1))
+    assert rope_plan(16384, 16, 8, 128, 132) == ("rope", dict(HB=2, HALFB=128, WARPS=1))  # D=256
     assert rope_plan(16, 8, 4, 128, 132) == ("rope_heads", dict(HB=HEADS_BLOCK, HALFB=128,
                                                                 WARPS=max(1, HEADS_BLOCK * 128 // 256)))
     assert rope_plan(1, 1, 1, 1, 132)[1]["HB"] == 1  # never more heads per block than the tensor has
@@ -623,6 +625,25 @@ def test_decode_rope_choice_measured(case):
     us = case["candidates"][f"{name} HB{cfg['HB']} W{cfg['WARPS']}"]
     assert us <= 1.07 * min(case["candidates"].values())
     assert case["baselines_us"]["compile"] >= 1.2 * us
+
+
+def _measured_prefill_rope():
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).parent / "data" / "sweep_rope_prefill_h200.json").read_text())["cases"]
+
+
+@pytest.mark.parametrize("case", _measured_prefill_rope(), ids=lambda c: f"rope-{c['sizes']}")
+def test_prefill_rope_choice_measured(case):
+    """rope_plan's pick at the measured prefill shapes (H200, 2026-12-03): within 3% of the fastest of the
+    30-38 candidates timed (rope / rope_heads / rope_token over HB and WARPS)."""
+    from tilex.stdlib.rope import rope_plan
+
+    s = case["sizes"]
+    name, cfg = rope_plan(s["T"], s["Hq"], s["Hkv"], s["D"] // 2, 132)
+    us = case["candidates"][f"{name} HB{cfg['HB']} W{cfg['WARPS']}"]
+    assert us <= 1.03 * min(case["candidates"].values()), (name, cfg, us)
 
 
 @pytest.mark.parametrize("dt", ["f32", "bf16"])

@@ -80,7 +80,11 @@ def test_one_kernel_for_several_dtypes(np_dt, tol, n):
     ref = x.astype(np.float64) * -1.5 + y.astype(np.float64)
     assert gpu["z"].dtype == np_dt
     assert _rel(gpu["z"], ref) <= tol
-    np.testing.assert_array_equal(gpu["z"].astype(np.float64), host["z"].astype(np.float64))
+    # nvcc contracts the f32 `x * a + y` into one FMA (one rounding where the interpreter rounds twice), so the two
+    # agree within half an f32 ulp of each term and of the result, then the rounding to T: one ulp of T at most
+    xa = np.abs(x.astype(np.float64) * 1.5)
+    bound = 2.0 ** -24 * (xa + np.abs(y.astype(np.float64)) + np.abs(ref)) + float(ml_dtypes.finfo(np_dt).eps) * np.abs(ref)
+    assert (np.abs(gpu["z"].astype(np.float64) - host["z"].astype(np.float64)) <= bound).all()
 
 
 @pytest.mark.parametrize("m,n", [(1, 1), (3, 1023), (2, 1025), (4, 5000), (1, 70_001)])

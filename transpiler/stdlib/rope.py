@@ -60,7 +60,7 @@ def rope(q, k, positions, theta: float = 10000.0, rotary_dim: int | None = None,
               L.reshape(qo, q4.shape), L.reshape(ko, k4.shape), nlog2=nlog2)
         return qo, ko
     if half & (half - 1) == 0:  # partial rotary, HALF a power of two
-        hb, warps = _token_blocks(hq, hk, half)
+        hb, warps = _token_blocks(hq, hk, half, s, L.sm_count(q))
         cfg = dict(T=dt, I=idt, HALF=half, HB=hb, WARPS=warps)
         if inplace:
             L.run(L.load("rope", kernel="rope_partial_inplace", **cfg), "rope_partial_inplace",
@@ -97,18 +97,21 @@ def rope_plan(s: int, hq: int, hk: int, half: int, sms: int) -> tuple[str, dict]
     if s < sms:
         hb = max(1, min(L.next_pow2(max(hq, hk)), HEADS_BLOCK))
         return "rope_heads", dict(HB=hb, HALFB=halfb, WARPS=max(1, min(8, hb * halfb // 256)))
-    hb, warps = _token_blocks(hq, hk, half)
+    hb, warps = _token_blocks(hq, hk, half, s, sms)
     return "rope", dict(HB=hb, HALFB=halfb, WARPS=warps)
 
 
-def _token_blocks(hq: int, hk: int, half: int) -> tuple[int, int]:
-    """(HB, WARPS) of the program-per-token kernels: 8 heads per block of HALFB / 32 warps, so cos and
-    sin are evaluated once per thread for every head it handles. T16384 Hq32 Hk8 D128 bf16 on an H200
-    (`tilex tune`, 2026-11-29): HB=8 WARPS=2 0.110 ms, HB=16 WARPS=4 0.124, HB=32 WARPS=8 (the
-    previous rule) 0.201."""
+def _token_blocks(hq: int, hk: int, half: int, s: int = 1 << 30, sms: int = 132) -> tuple[int, int]:
+    """(HB, WARPS) of the program-per-token kernels: a step of 256 tile elements per half (HB * HALFB: 4 heads
+    at D=128, 8 at D=64) on one warp, doubled when fewer than 64 tokens per SM leave too few programs to keep
+    the loads in flight. Measured on an H200 (`benchmarks/sweep_rows.py --misses`, 2026-12-03, bf16;
+    tests/data/sweep_rope_prefill_h200.json): T16384 Hq32/8 D128 HB4 W1 90.6 us (the previous HB8 W2 92.2),
+    Hq28/4 74.2 (HB8 85.5: a half-empty KV block), T4096 Hq64/8 HB8 W1 44.0 (HB4 48.6), T16384 Hq14/2 D64
+    HB8 W1 37.4 (HB4 47.0)."""
     halfb = max(1, L.next_pow2(half))
-    hb = max(1, min(L.next_pow2(max(hq, hk)), 8, 4096 // (2 * halfb) or 1))
-    return hb, max(1, min(8, hb * halfb // 256))
+    elems = 256 if s >= 64 * sms else 512
+    hb = max(1, min(L.next_pow2(max(hq, hk)), max(1, elems // halfb)))
+    return hb, max(1, min(8, hb * halfb // 512))
 
 
 def _copy(x):
