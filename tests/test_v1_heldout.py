@@ -566,3 +566,68 @@ def test_gpu_atomic_max_min_cas(n, k):
     # which colliding CAS wins is unspecified on the GPU: some lane of that bin, exactly one per bin
     _check_owner(gpu["owner"], gpu["wins"], ids, k)
     _check_owner(host["owner"], host["wins"], ids, k)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Regressions found while writing these programs (compiler fixes next to them)
+
+def _copy_kernel(where="", grid="cdiv(N, 16)", params=""):
+    return (f"kernel k{params}(x: f32[N], y: out f32[N])\n" + (f"    where {where}\n" if where else "")
+            + f"    grid ({grid},)\n{{\n    i = program_id(0) * 16\n    y[i : i + 16] = x[i : i + 16]\n}}\n")
+
+
+@pytest.mark.parametrize("where,ok,bad", [("N & 7 == 0", 16, 12), ("(N | 1) == 17", 16, 12), ("(N ^ 3) == 19", 16, 12),
+                                          ("(N > 0) & (N < 20)", 16, 24), ("(N < 10) | (N == 16)", 16, 12)])
+def test_bitwise_int_constraints_at_launch(where, ok, bad):
+    # `&` and `|` in a where were evaluated at launch as Python's `and` / `or`: (16 and 7) == 0 is False
+    m = tilex.compile(_copy_kernel(where), cache_dir=False)
+    x = RNG.standard_normal(ok).astype(np.float32)
+    y = np.zeros_like(x)
+    m.interp("k", x, y)
+    np.testing.assert_array_equal(y, x)
+    with pytest.raises(tilex.diagnostics.LaunchError, match="failed"):
+        m.interp("k", np.zeros(bad, np.float32), np.zeros(bad, np.float32))
+
+
+def test_bitwise_int_grid():
+    from tilex.runtime.args import eval_grid
+
+    m = tilex.compile(_copy_kernel(grid="(N >> 4) | 1"), cache_dir=False)  # (N >> 4) | 1 programs: 3 for N = 40
+    assert eval_grid(m.specs["k"], {"N": 40})[0] == 3  # the launch's grid (the interpreter reads the IR's)
+    x = RNG.standard_normal(40).astype(np.float32)
+    y = np.zeros_like(x)
+    m.interp("k", x, y)
+    np.testing.assert_array_equal(y, x)
+
+
+def test_bitwise_constraint_on_compile_time_parameters_is_decided_at_compile_time():
+    src = _copy_kernel("B & 7 == 0", params="<B: int = 16>")
+    tilex.compile(src, cache_dir=False)
+    with pytest.raises(CompileError, match="is false for these compile-time parameters"):
+        tilex.compile(src, cache_dir=False, B=12)
+
+
+def test_deep_where_and_grid_launch():
+    # launch expressions nested past Python's parser (200 parentheses) were an "internal error" at every launch
+    where = "N >= 1" + "".join(f" and N + {j} >= {j}" for j in range(300))
+    grid = "cdiv(N, 16)" + " + 0" * TERMS
+    m = tilex.compile(_copy_kernel(where, grid), cache_dir=False)
+    x = RNG.standard_normal(100).astype(np.float32)
+    y = np.zeros_like(x)
+    m.interp("k", x, y)
+    np.testing.assert_array_equal(y, x)
+    m = tilex.compile(_copy_kernel("N >= 1" + "".join(f" and N != {j + 50}" for j in range(300))), cache_dir=False)
+    with pytest.raises(tilex.diagnostics.LaunchError, match=r"failed: N = 100"):
+        m.interp("k", np.zeros(100, np.float32), np.zeros(100, np.float32))
+
+
+def test_deep_launch_expression_evaluator_matches_python():
+    from tilex.runtime.args import _DeepExpr
+
+    env = {"N": 7, "M": 3, "cdiv": lambda a, b: -(-a // b), "min": min, "max": max}
+    for e in ["-2 ** 2", "2 ** -1", "not 1 == 2", "-N * 3", "2 ** 3 ** 2", "N - 3 - 2", "min(N, max(1, 2 + N))",
+              "cdiv(N, 2) * 2", "0x10 + 1", "(N & 6) | (M << 2) ^ 1", "N < 0 and 5 // (N - 7) > 0", "N == 7 or 1 // 0",
+              "-7 // 2 + -7 % 3", "N / 2 >= M", "((((N))))", "~N + (not 0)"]:
+        assert _DeepExpr.parse(e).evaluate(env) == eval(e, {"__builtins__": {}}, env), e
+    for e in ["N +", "(N", "N)", "foo(N)", "N N", "min(N,)", "()", "N $ 2"]:
+        assert _DeepExpr.parse(e) is None, e

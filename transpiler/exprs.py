@@ -214,6 +214,8 @@ _PY_BINOPS = {
     A.BinOpKind.MAX: max,
     A.BinOpKind.MIN: min,
     A.BinOpKind.BITXOR: lambda a, b: a ^ b,
+    A.BinOpKind.BITAND: lambda a, b: a & b,
+    A.BinOpKind.BITOR: lambda a, b: a | b,
 }
 
 
@@ -221,7 +223,7 @@ _PY_BINOPS = {
 def to_python(e: A.Expr) -> str:
     """A Python expression over symbol names and `cdiv` (for grids and constraints)."""
     if isinstance(e, A.BinOp):
-        op = {"&": "and", "|": "or"}.get(e.op.value, e.op.value)
+        op = e.op.value  # `&` `|` `^` stay bitwise: on bools they are the logical ones, on ints `N & 7 == 0` is a bit test
         if e.op in (A.BinOpKind.MAX, A.BinOpKind.MIN):
             return f"{op}({to_python(e.lhs)}, {to_python(e.rhs)})"
         return f"({to_python(e.lhs)} {op} {to_python(e.rhs)})"
