@@ -3,7 +3,7 @@
     python benchmarks/sweep_gated.py [--shapes MxKxN,...] [--jobs 14] [--budget-s 200] [--json OUT.json]
 
 For each shape (x [M, K], w_gate and w_up [N, K], bf16): every configuration of `tilex.stdlib.linear`'s
-`_GATED_SPACE` for the `gated_mlp` kernel of stdlib_kernels/linear.tile, each checked against a float32 torch
+`_GATED_SPACE` and of EXTRA for the `gated_mlp` kernel of stdlib_kernels/linear.tile, each checked against a float32 torch
 reference (silu(x @ wg.T) * (x @ wu.T), rel. error < 1e-2) and then timed; the wrapper (`S.gated_mlp`: what the
 model picks today); and cuBLAS: the two products alone (`F.linear` twice, no activation: the bytes a fused MLP
 must at least read, as Inductor's decode graph runs them) and with the eager activation. Each candidate also
@@ -25,7 +25,9 @@ from sweep_gemm import _jkey, build_all, graph_ms  # noqa: E402
 
 # (K, N): Qwen2.5-7B, Llama-3-8B / Mistral-7B, Qwen2.5-14B, Qwen2.5-0.5B, Qwen2.5-3B, Llama-3-70B, Qwen2.5-32B
 FAMILIES = [(3584, 18944), (4096, 14336), (5120, 13824), (896, 4864), (2048, 11008), (8192, 28672), (5120, 27648)]
-MS = (1, 8, 16, 48)
+MS = (1, 16, 48)
+# beyond the wrapper's space: 256-wide tiles, BK=128 and 2-stage rings (more programs resident per SM)
+EXTRA = dict(BM=(16, 64), BN=(32, 64, 128, 256), BK=(64, 128), STAGES=(2, 3, 4, 6))
 T = "bf16"
 
 
@@ -47,7 +49,12 @@ def main() -> int:
 
     lin = importlib.import_module("tilex.stdlib.linear")
     space = lin._GATED_SPACE
-    cands = [dict(zip(space, v)) for v in itertools.product(*space.values())]
+    cands = []
+    for sp in (space, EXTRA):
+        for v in itertools.product(*sp.values()):
+            c = dict(zip(sp, v))
+            if c not in cands:
+                cands.append(c)
     jobs = {_jkey(("linear", "gated_mlp", c, ())): ("linear", "gated_mlp", c, ()) for c in cands}
     print(f"{len(shapes)} shapes x {len(cands)} configurations ({len(jobs)} kernels, {args.jobs} workers)", flush=True)
     refused = build_all(list(jobs.values()), args.jobs, t_start + 0.4 * args.budget_s)

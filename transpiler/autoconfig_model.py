@@ -45,6 +45,17 @@ class ProductPath(StrEnum):
 # fixed ~WGMMA_STEP_CYCLES (barrier waits, fences) against 2*64*N*BK / (PEAK_SM / CLOCK) cycles of math
 STRATEGY_EFF = {ProductPath.WGMMA: 0.95, ProductPath.MMA: 0.45}
 WGMMA_STEP_CYCLES = 32
+# the per-SM cost of one main-loop k-step (64 columns of K), whatever its bytes: ns per row of a ring stage,
+# the left operand's BM rows counted whole (a TMA box fills the rows past M too) and each right operand's BN rows
+# weighted by the second number; the steps of the programs sharing an SM add up. Fitted to the gated MLP's tile
+# sweep on the H200 (2026-12-03, tests/data/gated_sweep_h200.json: 1077 timed launches slower than 1.3x the
+# DRAM floor, rms error 20% / 40% for wgmma / mma.sync): where memory binds, a 64 x 32 wgmma tile streams 0.5 us
+# a step an SM, a 64 x 128 tile 0.8 us for four times the weight bytes, so wide tiles win at decode sizes
+STEP_NS_ROW = {ProductPath.WGMMA: (4.52, 0.525), ProductPath.MMA: (15.1, 0.225)}
+STAGE_TRIP_US = 1.5  # a ring stage's round trip (issue, fill, wait): a program runs at most stages-ahead steps per trip
+# the step terms are measured only on main loops of two products sharing their left operand; one-product loops keep
+# the bandwidth model that tests/data/gemm_sweep_h200.json checks (with the step terms 8 of its picks got worse)
+STEP_MIN_PRODUCTS = 2
 
 
 # ---------------------------------------------------------------- what one program does
@@ -90,6 +101,8 @@ class Work:
     tile: tuple = ()  # the main loop's BM, BN, BK
     stages: int = 1
     ring_bytes: int = 0  # bytes of one stage of the main loop's ring (or a streamed loop's)
+    steps: float = 0.0  # k-steps of the planned main loop(s), all trips counted
+    ring_rows: float = 0.0  # rows of one stage weighted as STEP_NS_ROW says (BM + w * nb * BN)
 
 
 def program_work(k: A.Kernel, symbols: Mapping[str, int], grid: Sequence[int] = ()) -> Work:
@@ -135,6 +148,10 @@ def program_work(k: A.Kernel, symbols: Mapping[str, int], grid: Sequence[int] = 
                 if plan is not None:
                     w.strategy, w.tile, w.stages = ProductPath(plan.strategy), (plan.bm, plan.bn, plan.bk), plan.stages
                     w.ring_bytes = (plan.bm + plan.nb * plan.bn) * plan.bk * plan.dtype.itemsize
+                    per_row = STEP_NS_ROW.get(w.strategy)
+                    if per_row is not None and plan.nb >= STEP_MIN_PRODUCTS:
+                        w.steps += mult * trips
+                        w.ring_rows = (plan.bm + per_row[1] * plan.nb * plan.bn) * plan.bk / 64
                 elif s.stream:
                     w.stages = max(w.stages, max(t.stages for t in s.stream))
                     w.ring_bytes = max(w.ring_bytes, sum(t.stage_bytes for t in s.stream))
@@ -223,12 +240,17 @@ def estimate(k: A.Kernel, threads: int, smem_bytes: int, grid: Sequence[int], sy
     else:
         ahead = work.ring_bytes * max(1, work.stages - 1)
 
-    def wave(c: int) -> tuple[float, str]:  # c programs sharing one SM
+    ahead_stages = max(0.5, work.stages - (2 if work.strategy is ProductPath.WGMMA else 1))
+
+    def wave(c: int, active: int = SMS) -> tuple[float, str]:  # c programs sharing one SM, `active` SMs busy
         hide = min(1.0, c * ahead / LATENCY_BYTES)
         comp = c * work.flops / peak if work.flops else 0.0
         bw = L2_BW_SM if work.strategy is not ProductPath.MMA \
             else min(L2_BW_SM, c * max(1, threads // 32) * CP_ASYNC_WARP_BW)
         mem = c * work.bytes / (bw * hide)
+        step = STEP_NS_ROW.get(work.strategy, (0.0, 0.0))[0]
+        mem = max(mem, c * work.steps * work.ring_rows * step * 1e-9 * min(1.0, active / SMS) / hide,
+                  work.steps * STAGE_TRIP_US * 1e-6 / ahead_stages if step else 0.0)
         return (max(comp, mem) * 1e6 + WAVE_US), ("compute" if comp >= mem else "L2")
 
     slots = SMS * per_sm
@@ -238,7 +260,7 @@ def estimate(k: A.Kernel, threads: int, smem_bytes: int, grid: Sequence[int], sy
         tw, limit = wave(per_sm)
         t += full * tw
     if rem:
-        tw, lim = wave(-(-rem // SMS))
+        tw, lim = wave(-(-rem // SMS), min(rem, SMS))
         t += tw
         limit = limit if full else lim
     work_us = t
