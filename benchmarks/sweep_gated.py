@@ -9,7 +9,8 @@ model picks today); and cuBLAS: the two products alone (`F.linear` twice, no act
 must at least read, as Inductor's decode graph runs them) and with the eager activation. Each candidate also
 carries the model's prediction (autoconfig.choose over the same space: predicted us, work us, programs, per SM).
 Times as sweep_gemm.py: CUDA-graph replays, median per launch (ms). Prints per shape the best few, the model's
-pick and its rank; `--json` (default $OUT/sweep_gated.json) keeps every row.
+pick and its rank, and at M <= 16 the swapped-operand path of stdlib/gated.py (`_SWAP`: two linear_swap_splitk
+launches into f32 partials + gated_sum); `--json` (default $OUT/sweep_gated.json) keeps every row.
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ def main() -> int:
     from tilex.stdlib import _launch as L
 
     lin = importlib.import_module("tilex.stdlib.linear")
+    G = importlib.import_module("tilex.stdlib.gated")
     space = lin._GATED_SPACE
     cands = []
     for sp in (space, EXTRA):
@@ -112,6 +114,17 @@ def main() -> int:
                 res.append(dict(row, ms=graph_ms(fn, stream), rel_err=err))
             except Exception as ex:  # noqa: BLE001 - reported, the next candidate runs
                 res.append(dict(row, ms=None, error=f"{type(ex).__name__}: {str(ex).strip().splitlines()[0][:120]}"))
+        swap = None  # the decode path stdlib/gated.py's _SWAP would take: two linear_swap_splitk + gated_sum
+        if m <= 16:
+            def fn_swap():
+                G._swap_partials(x, wg, wu, y, T, m, n, k)
+            y.fill_(float("nan"))
+            fn_swap()
+            torch.cuda.synchronize()
+            err = rel(y)
+            swap = graph_ms(fn_swap, stream) if err < 1e-2 else None
+            print(f"  swap path (linear_swap_splitk x2 + gated_sum): "
+                  f"{f'{swap * 1e3:.1f} us' if swap else f'rel err {err:.2e}'}", flush=True)
         timed = sorted((r for r in res if r["ms"]), key=lambda r: r["ms"])
         mb = 2 * n * k * 2 / 1e6
         print(f"\ngated_mlp M={m} K={k} N={n} ({mb:.0f} MB of weights): cuBLAS two GEMMs {two * 1e3:.1f} us, "
@@ -122,19 +135,19 @@ def main() -> int:
                   f"{mb / r['ms'] / 1e3:.2f} TB/s), model {r['model_work_us']} us", flush=True)
         rank = next((i + 1 for i, r in enumerate(timed) if r["defines"] == picked), None)
         best = timed[0]["ms"] if timed else None
-        summary.append((m, k, n, two, wrapper, best, rank))
+        summary.append((m, k, n, two, wrapper, best, rank, swap))
         rows.append(dict(M=m, K=k, N=n, cublas_two_ms=two, cublas_eager_ms=eager, wrapper_ms=wrapper, picked=picked,
-                         pick_rank=rank, candidates=res))
+                         pick_rank=rank, swap_ms=swap, candidates=res))
         if path:
             with open(path + ".tmp", "w") as f:
                 json.dump(dict(gpu=torch.cuda.get_device_name(), rows=rows), f, indent=1, default=str)
             os.replace(path + ".tmp", path)
-    print("\n| M | K | N | cuBLAS two GEMMs us | wrapper us | best us | wrapper / best | pick rank |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for m, k, n, two, wrapper, best, rank in summary:
+    print("\n| M | K | N | cuBLAS two GEMMs us | wrapper us | best us | wrapper / best | pick rank | swap path us |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for m, k, n, two, wrapper, best, rank, swap in summary:
         ratio = f"{best / wrapper:.3f}" if wrapper and best else "-"
         print(f"| {m} | {k} | {n} | {two * 1e3:.1f} | {wrapper and round(wrapper * 1e3, 1)} | "
-              f"{best and round(best * 1e3, 1)} | {ratio} | {rank} |")
+              f"{best and round(best * 1e3, 1)} | {ratio} | {rank} | {swap and round(swap * 1e3, 1)} |")
     print(f"total {time.time() - t_start:.0f} s")
     return 0
 

@@ -12,7 +12,8 @@ from .embedding import embedding
 from .kvcache import kv_cache_write
 from .norms import fused_add_rms_norm, layer_norm, rms_norm
 from .rope import rope
-from .linear import gated_mlp, linear, linear_qkv
+from .gated import gated_mlp
+from .linear import linear, linear_qkv
 from .fused import linear_add_rms_norm, linear_qkv_rope_cache
 from .sampling import argmax, sample
 from .topk import topk

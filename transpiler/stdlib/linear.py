@@ -1,4 +1,4 @@
-"""linear (torch.nn.functional.linear) and the fused gated MLP, on stdlib_kernels/linear.tile.
+"""linear (torch.nn.functional.linear) and linear_qkv, on stdlib_kernels/linear.tile (the gated MLP: stdlib/gated.py).
 
 The wrapper picks the kernel and tile sizes: for decode (M <= 16) on the GPU `linear_swap(_bias)`,
 which puts the weight rows on the tensor cores' 64-row side (y.T = w @ x.T) and streams the weights
@@ -7,8 +7,8 @@ leave SMs idle; `linear_any` for other K (16-row mma.sync tiles at M <= 16 there
 interpreter). Everywhere else (`path_choice`) tilex.autoconfig's resource model predicts, from each kernel's IR,
 the one-pass `linear` / `linear_bias` over `_SPACE` (BM, BN, stages), `linear_persistent` (one block per SM walking
 the tiles; no bias) and `linear_splitk_tiles` + `splitk_sum(_bias)` (K split S ways, any M) and takes the fastest
-(split-K only when predicted SPLIT_MARGIN faster), memoized per shape; `gated_mlp` takes its tiles from the same
-model (`_model_config`), `gated_mlp_persistent` for its 128x128 4-stage tile. On by default since the H200 run of session 19 (benchmarks/bench_tma_store.py; switches for A/B): `_TMA_STORE` (the
+(split-K only when predicted SPLIT_MARGIN faster), memoized per shape; the gated MLP (stdlib/gated.py) takes its tiles
+from the same model (`_model_config` over `_GATED_SPACE`). On by default since the H200 run of session 19 (benchmarks/bench_tma_store.py; switches for A/B): `_TMA_STORE` (the
 persistent path runs `linear_persistent_tma`, tiles stored from shared memory by TMA, where N % 8 == 0: 0.78 -> 0.91x
 cuBLAS at M=4096 K=2048 N=2304 with 128x128 tiles), `_TMA3` (a `linear_persistent_tma3` path, 128 x 192 tiles: 1.01x
 there) and `_TMA5` (`linear_persistent_tma5`, 128 x 160 tiles: 1.02x at M=511 K=13824 N=5120, from 0.73x). A configuration stored by
@@ -483,31 +483,3 @@ def linear_qkv(x, weight, q_size: int, kv_size: int, bias=None):
     b = bias if bias is not None else L.reshape(weight, (n * k,))[:n]
     L.run(mod, "linear_qkv", x2, weight, b, q, kk, v)
     return tuple(L.reshape(t, lead + (int(t.shape[1]),)) for t in (q, kk, v))
-
-
-@L.fastpath
-def gated_mlp(x, w_gate, w_up):
-    """silu(x @ w_gate.T) * (x @ w_up.T) in one kernel (the Llama/Qwen MLP before down_proj); x [..., in]."""
-    dt = L.check_float("x", x)
-    for name, w in (("w_gate", w_gate), ("w_up", w_up)):
-        L.check_rank(name, w, ndim=2)
-        L.check_same_dtype(name, w, dt)
-    x2, m, k = _flatten(x)
-    n = int(w_gate.shape[0])
-    for name, w in (("w_gate", w_gate), ("w_up", w_up)):
-        if tuple(int(s) for s in w.shape) != (n, k):
-            raise ValueError(M.gated_weight(name, n, k, w.shape))
-    if k % 8:
-        raise ValueError(M.gated_k(k))
-    if k == 0:  # silu(0) * 0
-        return L.reshape(L.full(x2, (m, n), 0.0), tuple(x.shape[:-1]) + (n,))
-    y = L.empty(x2, (m, n))
-    if m and n:
-        kernel = "gated_mlp"
-        cfg = _tuned(kernel, dt, m, n, k,
-                     _model_config(kernel, dt, m, n, k, _GATED_SPACE, _config(m, _GATED_SKINNY, _GATED, _GATED)))
-        if L.kind_of(x2) != "numpy" and m > 64 and cfg == _GATED and _PERSISTENT:
-            kernel, cfg = "gated_mlp_persistent", dict(cfg, PROGRAMS=L.sm_count(x2))
-        mod = L.load("linear", kernel=kernel, T=dt, **cfg)
-        L.run(mod, kernel, x2, L.contiguous(w_gate), L.contiguous(w_up), y)
-    return L.reshape(y, tuple(x.shape[:-1]) + (n,))
