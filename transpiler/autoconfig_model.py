@@ -186,7 +186,7 @@ class Estimate:
     programs: int
     per_sm: int  # programs resident on one SM (shared memory, threads, registers)
     waves: float  # programs / (SMS x per_sm)
-    limit: str  # what bounds the time: compute | L2 | DRAM | waves
+    limit: str  # what bounds the time: compute | L2 | steps (the per-step terms) | DRAM | waves
     eff: float  # fraction of the tensor-core (or FMA) peak the loop reaches
     work: Work
     threads: int
@@ -249,9 +249,11 @@ def estimate(k: A.Kernel, threads: int, smem_bytes: int, grid: Sequence[int], sy
             else min(L2_BW_SM, c * max(1, threads // 32) * CP_ASYNC_WARP_BW)
         mem = c * work.bytes / (bw * hide)
         step = STEP_NS_ROW.get(work.strategy, (0.0, 0.0))[0]
-        mem = max(mem, c * work.steps * work.ring_rows * step * 1e-9 * min(1.0, active / SMS) / hide,
-                  work.steps * STAGE_TRIP_US * 1e-6 / ahead_stages if step else 0.0)
-        return (max(comp, mem) * 1e6 + WAVE_US), ("compute" if comp >= mem else "L2")
+        steps = max(c * work.steps * work.ring_rows * step * 1e-9 * min(1.0, active / SMS) / hide,
+                    work.steps * STAGE_TRIP_US * 1e-6 / ahead_stages if step else 0.0)
+        if comp >= max(mem, steps):
+            return comp * 1e6 + WAVE_US, "compute"
+        return max(mem, steps) * 1e6 + WAVE_US, "L2" if mem >= steps else "steps"
 
     slots = SMS * per_sm
     full, rem = divmod(programs, slots)
