@@ -32,7 +32,7 @@ def _ref(x, wg, wu):
     return g / (1 + np.exp(-g)) * u
 
 
-@pytest.mark.parametrize("s,m,n", [(1, 1, 7), (3, 5, 600), (2, 16, 1030)])
+@pytest.mark.parametrize("s,m,n", [(1, 1, 7), (3, 5, 600), (2, 16, 1030), (17, 2, 77)])
 def test_gated_sum_adds_the_shares_then_gates(s, m, n):
     rng = np.random.default_rng(s * 1000 + m + n)
     pg, pu = (rng.standard_normal((s, m, n)).astype(np.float32) for _ in range(2))
@@ -73,10 +73,14 @@ def test_gpu_swap_path_matches_torch(m, n, k, monkeypatch):
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(G, "_SWAP", True)
     monkeypatch.setattr(L, "FASTPATH", False)  # no replay of a layout recorded with the path off
+    ran = []
+    real = L.run
+    monkeypatch.setattr(L, "run", lambda mod, kernel, *a, **kw: (ran.append(kernel), real(mod, kernel, *a, **kw))[1])
     g = torch.Generator(device="cuda").manual_seed(m + n + k)
     x = torch.randn(m, k, device="cuda", generator=g).bfloat16()
     wg, wu = ((torch.randn(n, k, device="cuda", generator=g) / k ** 0.5).bfloat16() for _ in range(2))
     ref = torch.nn.functional.silu(x.float() @ wg.float().T) * (x.float() @ wu.float().T)
     y = G.gated_mlp(x, wg, wu)
     err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
+    assert ran == ["linear_swap_splitk", "linear_swap_splitk", "gated_sum"]  # the swap path ran, not gated_mlp
     assert err <= 1e-2, err

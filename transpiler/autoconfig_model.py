@@ -56,6 +56,9 @@ STAGE_TRIP_US = 1.5  # a ring stage's round trip (issue, fill, wait): a program 
 # the step terms are measured only on main loops of two products sharing their left operand; one-product loops keep
 # the bandwidth model that tests/data/gemm_sweep_h200.json checks (with the step terms 8 of its picks got worse)
 STEP_MIN_PRODUCTS = 2
+# ... and only at the rows measured (M = 1, 16, 48): larger products keep the bandwidth / compute model, which the
+# step terms would overestimate (M=4096 K=5120 N=13824: 2.7 ms predicted against 1.5-1.8 measured)
+STEP_MAX_ROWS = 64
 
 
 # ---------------------------------------------------------------- what one program does
@@ -129,6 +132,14 @@ def program_work(k: A.Kernel, symbols: Mapping[str, int], grid: Sequence[int] = 
             out *= size / -(-size // t) if isinstance(size, int) and 0 < size and t > 0 else t
         return out
 
+    def left_rows(a) -> int | None:
+        """The extent of the left operand's row axis (M of the product) with these symbols, if known."""
+        d = dims.get(a.tensor)
+        if not d or len(d) < 2:
+            return None
+        size = d[-2 if a.kmajor else -1]
+        return size.value if isinstance(size, A.IntLit) else env.get(size.id) if isinstance(size, A.Name) else None
+
     def count(e, mult):
         for x in _walk(e):
             if isinstance(x, A.Index) and isinstance(x.base, A.Name) and x.base.id in dims and x.ty is not None:
@@ -149,7 +160,9 @@ def program_work(k: A.Kernel, symbols: Mapping[str, int], grid: Sequence[int] = 
                     w.strategy, w.tile, w.stages = ProductPath(plan.strategy), (plan.bm, plan.bn, plan.bk), plan.stages
                     w.ring_bytes = (plan.bm + plan.nb * plan.bn) * plan.bk * plan.dtype.itemsize
                     per_row = STEP_NS_ROW.get(w.strategy)
-                    if per_row is not None and plan.nb >= STEP_MIN_PRODUCTS:
+                    rows = left_rows(plan.products[0].a)
+                    if per_row is not None and plan.nb >= STEP_MIN_PRODUCTS and rows is not None \
+                            and rows <= STEP_MAX_ROWS:
                         w.steps += mult * trips
                         w.ring_rows = (plan.bm + per_row[1] * plan.nb * plan.bn) * plan.bk / 64
                 elif s.stream:
