@@ -622,7 +622,7 @@ def test_deep_where_and_grid_launch():
 
 
 def test_deep_launch_expression_evaluator_matches_python():
-    from tilex.runtime.args import _DeepExpr
+    from tilex.runtime.exprs import _DeepExpr
 
     env = {"N": 7, "M": 3, "cdiv": lambda a, b: -(-a // b), "min": min, "max": max}
     for e in ["-2 ** 2", "2 ** -1", "not 1 == 2", "-N * 3", "2 ** 3 ** 2", "N - 3 - 2", "min(N, max(1, 2 + N))",

@@ -104,8 +104,8 @@ class Work:
     tile: tuple = ()  # the main loop's BM, BN, BK
     stages: int = 1
     ring_bytes: int = 0  # bytes of one stage of the main loop's ring (or a streamed loop's)
-    steps: float = 0.0  # k-steps of the planned main loop(s), all trips counted
-    ring_rows: float = 0.0  # rows of one stage weighted as STEP_NS_ROW says (BM + w * nb * BN)
+    steps: float = 0.0  # k-steps of the planned main loop where the step terms apply (else 0), all trips counted
+    step_ns: float = 0.0  # one such step's per-SM cost: STEP_NS_ROW's ns x (BM + w * nb * BN) x BK / 64
 
 
 def program_work(k: A.Kernel, symbols: Mapping[str, int], grid: Sequence[int] = ()) -> Work:
@@ -164,7 +164,7 @@ def program_work(k: A.Kernel, symbols: Mapping[str, int], grid: Sequence[int] = 
                     if per_row is not None and plan.nb >= STEP_MIN_PRODUCTS and rows is not None \
                             and rows <= STEP_MAX_ROWS:
                         w.steps += mult * trips
-                        w.ring_rows = (plan.bm + per_row[1] * plan.nb * plan.bn) * plan.bk / 64
+                        w.step_ns = per_row[0] * (plan.bm + per_row[1] * plan.nb * plan.bn) * plan.bk / 64
                 elif s.stream:
                     w.stages = max(w.stages, max(t.stages for t in s.stream))
                     w.ring_bytes = max(w.ring_bytes, sum(t.stage_bytes for t in s.stream))
@@ -246,14 +246,11 @@ def estimate(k: A.Kernel, threads: int, smem_bytes: int, grid: Sequence[int], sy
         peak = FMA_PEAK_SM * (0.5 if work.strategy is ProductPath.GENERIC else 1.0)
     # bytes in flight per SM: the ring's stages ahead (a wgmma ring: less the stage being read and the one whose
     # wgmma is still in flight, at least half a stage), else one 16-byte access per thread
-    if not work.ring_bytes:
-        ahead = threads * 16
-    elif work.strategy is ProductPath.WGMMA:
-        ahead = work.ring_bytes * max(0.5, work.stages - 2)
+    if work.strategy is ProductPath.WGMMA:
+        ahead_stages = max(0.5, work.stages - 2)
     else:
-        ahead = work.ring_bytes * max(1, work.stages - 1)
-
-    ahead_stages = max(0.5, work.stages - (2 if work.strategy is ProductPath.WGMMA else 1))
+        ahead_stages = max(1, work.stages - 1)
+    ahead = work.ring_bytes * ahead_stages if work.ring_bytes else threads * 16
 
     def wave(c: int, active: int = SMS) -> tuple[float, str]:  # c programs sharing one SM, `active` SMs busy
         hide = min(1.0, c * ahead / LATENCY_BYTES)
@@ -261,9 +258,8 @@ def estimate(k: A.Kernel, threads: int, smem_bytes: int, grid: Sequence[int], sy
         bw = L2_BW_SM if work.strategy is not ProductPath.MMA \
             else min(L2_BW_SM, c * max(1, threads // 32) * CP_ASYNC_WARP_BW)
         mem = c * work.bytes / (bw * hide)
-        step = STEP_NS_ROW.get(work.strategy, (0.0, 0.0))[0]
-        steps = max(c * work.steps * work.ring_rows * step * 1e-9 * min(1.0, active / SMS) / hide,
-                    work.steps * STAGE_TRIP_US * 1e-6 / ahead_stages if step else 0.0)
+        steps = work.steps * max(c * work.step_ns * 1e-9 * min(1.0, active / SMS) / hide,
+                                 STAGE_TRIP_US * 1e-6 / ahead_stages)
         if comp >= max(mem, steps):
             return comp * 1e6 + WAVE_US, "compute"
         return max(mem, steps) * 1e6 + WAVE_US, "L2" if mem >= steps else "steps"

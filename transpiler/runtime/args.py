@@ -21,7 +21,7 @@ from ..diagnostics import LaunchError
 from ..spec import KernelSpec, ParamSpec
 from ..types import PARAM_DTYPES
 from .arrays import ArrayInfo, _numpy_dtypes, describe_array
-from .exprs import _DeepExpr, cdiv, eval_expr, expr_symbols  # noqa: F401 - re-exported for callers
+from .exprs import cdiv, eval_expr, expr_symbols  # noqa: F401 - cdiv re-exported for callers
 
 INT32_MAX = 2**31 - 1
 GRID_X_MAX = 2**31 - 1
