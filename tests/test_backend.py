@@ -148,7 +148,7 @@ def test_sdpa_causal_gqa(masked):
 
 
 @pytest.mark.parametrize("fill, taken", [(torch.finfo(torch.float32).min, True), (float("-inf"), True),
-                                         (-1e4, False)])
+                                         (-65504.0, True), (-1e4, False)])
 def test_sdpa_additive_causal_mask(fill, taken):
     """HF's additive causal mask: where(tril, 0, finfo(dtype).min). A removed key's value at or below
     patterns_attention.MASKED_AT contributes exactly 0, so the causal kernel runs; -1e4 does not remove a key

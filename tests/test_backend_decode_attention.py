@@ -85,17 +85,20 @@ def test_decode_attention_matches_sdpa(kind, t, monkeypatch):
     assert calls.n == (1 if kind != "bool" else 0)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_decode_attention_finfo_min_mask_stays_on_the_library(dtype, monkeypatch):
-    """HF's additive masks remove keys with finfo(dtype).min: such rows stay on the library kernel (lens >= 0,
-    no double work); a row whose keys are all removed by finfo.min is recomputed (eager averages its values:
-    every score + finfo.min rounds to the same number) and matches eager's SDPA."""
+@pytest.mark.parametrize("dtype, fill", [(torch.float32, "finfo"), (torch.bfloat16, "finfo"), (torch.float16, "finfo"),
+                                         (torch.bfloat16, -65504.0), (torch.float32, -65504.0)])
+def test_decode_attention_finfo_min_mask_stays_on_the_library(dtype, fill, monkeypatch):
+    """HF's additive masks remove keys with finfo(dtype).min, and PyTorch's cuDNN SDPA makes a bool mask additive
+    with -65504 (-65536 in bf16; the mask a compiled bf16 decode step on the H200 hands over): such rows stay on
+    the library kernel (lens >= 0, no double work); a row whose keys are all removed is recomputed (eager averages
+    its values: every score + the fill rounds to the same number) and matches eager's SDPA."""
     gen = torch.Generator().manual_seed(31)
     b, hq, hkv, t, length, d = 2, 4, 2, 2, 29, 16
     q = torch.randn(b, t, hq, d, generator=gen).transpose(1, 2).to(dtype)
     k, v = (torch.randn(b, hkv, length, d, generator=gen).to(dtype) for _ in range(2))
     allowed = _masks(gen, b, t, length)                           # [0, 0, 0] allows no key
-    mask = torch.where(allowed, 0.0, torch.finfo(dtype).min).to(dtype)
+    value = torch.finfo(dtype).min if fill == "finfo" else fill
+    mask = torch.where(allowed, 0.0, value).to(dtype)
     mv, (mb, _, mt) = cachegen._rows(mask, 4)
     seqs = b * t * hkv
     table, lens = torch.empty(seqs * length, dtype=torch.int32), torch.empty(seqs, dtype=torch.int32)
@@ -107,7 +110,13 @@ def test_decode_attention_finfo_min_mask_stays_on_the_library(dtype, monkeypatch
     o = decodeattn.decode_attention(q, k, v, mask, 0.3)
     ref = _ref(q, k, v, mask.float(), 0.3)
     tol = 1e-5 if dtype == torch.float32 else 2e-2
-    torch.testing.assert_close(o.double(), ref, rtol=tol, atol=tol)
+    rest = torch.ones(b, t, dtype=torch.bool)
+    rest[0, 0] = False                                            # every row but the one allowing nothing
+    torch.testing.assert_close(o.double().transpose(1, 2)[rest], ref.transpose(1, 2)[rest], rtol=tol, atol=tol)
+    # the row allowing nothing averages its values with weights exp(s + fill - max) rounded at |fill|: f32's ulp
+    # at 65504 is 2^-8, so each weight is within 0.4% of the float64 reference's (finfo.min: all exactly equal)
+    full = 5e-3 if (dtype, fill) == (torch.float32, -65504.0) else tol
+    torch.testing.assert_close(o.double()[0, :, 0], ref[0, :, 0], rtol=full, atol=full)
     assert not torch.equal(o[0, :, 0].float(), torch.zeros_like(o[0, :, 0].float()))  # eager's average, not zeros
 
 

@@ -89,6 +89,20 @@ def test_tiny_model_bf16_error_within_eager_bf16_on_cpu(arch):
     assert progs[0].fallbacks() == []
 
 
+def test_tiny_model_bf16_with_grad_enabled_on_cpu():
+    """Outside no_grad, AOTAutograd's forward graph also returns the norms' saved f32 values (rsqrt, x.to(f32)):
+    the rms_norm kernel then keeps only the nodes no one else reads, and the residual add it reads through
+    its own cast lands in a generated group, which must export it (it crashed with KeyError: add_18)."""
+    model = tiny("qwen2").to(torch.bfloat16)
+    ids = torch.randint(0, 96, (1, 8), generator=torch.Generator().manual_seed(3))
+    progs = []
+    out = torch.compile(model, backend="tilex", options={"programs": progs})(ids, use_cache=False).logits
+    with torch.no_grad():
+        ref = model(ids, use_cache=False).logits
+    assert out.requires_grad and rel_err(out.detach(), ref) < 2e-2
+    assert any(s.label == "rms_norm" for s in progs[0].steps if s.kind == "library")
+
+
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])
 def test_tiny_model_strict(arch):
     model = tiny(arch, layers=1)

@@ -23,7 +23,8 @@ _SDPA = {aten._scaled_dot_product_flash_attention_for_cpu.default: ("cpu_flash",
 
 def _is_causal_mask(mask, sq: int, sk: int) -> bool:
     """A bool mask or an additive float mask that is exactly top-left causal (broadcast over batch, heads); an
-    additive mask's removed keys may hold -inf or any value <= MASKED_AT (HF's finfo(dtype).min)."""
+    additive mask's removed keys may hold -inf or any value <= MASKED_AT (HF's finfo(dtype).min, or the -65504
+    fill of PyTorch's cuDNN SDPA)."""
     if mask.shape[-2:] != (sq, sk):
         return False
     tril = torch.ones(sq, sk, dtype=torch.bool, device=mask.device).tril()

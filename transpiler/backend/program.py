@@ -161,6 +161,8 @@ class Program:
                 owner[n] = g
         steps, done = [], set()
         in_place = {m.root for m in matches if m.kernel == "cache_write"}
+        # a kernel's arg is not always a graph user of it (rms_norm reads x through a cast it computes itself)
+        library_reads = {a for m in matches for a in m.args if isinstance(a, Node)}
         for node in graph.nodes:
             if node.op in ("placeholder", "output") or node in covered:
                 continue
@@ -174,7 +176,7 @@ class Program:
                 members = set(g.nodes)
 
                 def used_outside(n, members=members):
-                    return any(u not in members for u in n.users)
+                    return n in library_reads or any(u not in members for u in n.users)
                 k = generate(g, None, used_outside)  # named by its text: one kernel per distinct group
                 steps.append(Step("generated", list(g.nodes), kernel=k))
             elif node in folded:
