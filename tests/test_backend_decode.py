@@ -234,6 +234,33 @@ def test_generate_static_cache_on_cuda_bf16():
 
 
 @pytest.mark.gpu
+def test_bf16_decode_on_cuda_keeps_every_row_on_attention_decode(monkeypatch):
+    """Session 24's finding: on CUDA the compiled bf16 decode graph's mask is where(allowed, 0, -65504), the fill
+    of PyTorch's cuDNN SDPA; with the old cutoff (-1e30) attention_mask_table marked every row lens = -1 and
+    masked_attention recomputed them all. Now no row of a causal decode is marked, and the logits stay within
+    eager bf16's own error."""
+    from tilex.backend import decodeattn
+
+    seen, real = [], decodeattn.masked_attention
+
+    def spy(*args, rows_of=None, **kw):
+        seen.append(None if rows_of is None else rows_of[0].clone())
+        return real(*args, rows_of=rows_of, **kw)
+    monkeypatch.setattr(decodeattn, "masked_attention", spy)
+    model = tiny("qwen2").cuda()
+    ids = torch.randint(1, 96, (1, 16), device="cuda", generator=torch.Generator("cuda").manual_seed(28))
+    ref32 = decode_steps(model, model, ids, 3)
+    model = model.to(torch.bfloat16)
+    ref16 = decode_steps(model, model, ids, 3)
+    cm = torch.compile(model, backend="tilex")
+    out16 = decode_steps(cm, model, ids, 3)
+    assert rel_err(out16, ref32) <= 1.25 * rel_err(ref16, ref32) + 1e-3
+    assert None not in seen, "a decode attention went wholly to masked_attention (layout declined)"
+    marked = [int((lens < 0).sum()) for lens in seen]
+    assert not marked or max(marked) == 0, f"rows sent to the masked_attention pass: {marked}"
+
+
+@pytest.mark.gpu
 def test_generate_cuda_graphs_replays_match_eager():
     model = tiny("llama").cuda()
     ids = torch.randint(1, 96, (2, 16), device="cuda", generator=torch.Generator("cuda").manual_seed(25))
