@@ -342,10 +342,6 @@ def compiled(model, kw, progs, verbose):
     kw = dict(kw)
     if kw.get("backend") == "tilex":
         kw["options"] = {"programs": progs, "verbose": verbose, **kw.get("options", {})}
-        if kw["options"].get("cuda_graphs") == "borrow":
-            from tilex.backend.cudagraphs import CudaGraphs
-
-            kw["options"]["cuda_graphs"] = CudaGraphs(clone_outputs=False)
     return torch.compile(model, dynamic=False, **kw)
 
 

@@ -275,6 +275,28 @@ def test_rotary_is_one_kernel_reading_a_transposed_view():
     assert kinds(p) == ["generated"] and p.fallbacks() == []
     step = next(s for s in p.steps if s.kind == "generated")
     assert step.copies == 0 and {op.rows for op in k.inputs} == {"gather"}
+    # stored in eager's layout (token-major, as q is): attention reading q.transpose(1, 2) needs no copy
+    assert [op.rows for op in k.outputs] == ["scatter"] and out.stride() == f(q, cos, sin).stride()
+    assert out.transpose(1, 2).is_contiguous()
+
+
+@pytest.mark.parametrize("shape,perm", [((2, 5, 3, 24), (0, 2, 1, 3)), ((3, 1, 4, 40), (2, 0, 1, 3)),
+                                        ((2, 3, 4, 5, 16), (0, 3, 1, 2, 4)), ((1, 7, 1, 9), (0, 2, 1, 3))])
+def test_elementwise_over_a_permuted_view_keeps_eager_strides(shape, perm):
+    """A group over a dense permutation stores its rows where eager's layout puts them (`scatter` outputs),
+    at odd sizes, several leading dims and size-1 dims; values and strides against eager."""
+    g = torch.Generator().manual_seed(13)
+    x = torch.randn(shape, generator=g)
+    b = torch.randn(x.permute(perm).shape[-1], generator=g)
+
+    def f(x, b):
+        return torch.sigmoid(x.permute(perm)) * 2.0 + b
+    out, (p,) = compiled(f, x, b)
+    ref = f(x, b)
+    close(out, ref)
+    assert out.shape == ref.shape
+    assert [st for st, n in zip(out.stride(), out.shape) if n > 1] == [st for st, n in zip(ref.stride(), ref.shape)
+                                                                     if n > 1]   # a size-1 dim's stride is free
 
 
 def test_cat_of_inputs_along_the_last_dim():

@@ -48,6 +48,11 @@ class FakeGraphs:
 
     def __init__(self):
         self.warm_ups = self.captures = 0
+        self.expired = []  # the tensors the runner expired (CUDA: their storage raises on access)
+
+    def expire(self, t, msg):
+        assert "overwritten" in msg
+        self.expired.append(t)
 
     def eligible(self, args) -> bool:
         return all(isinstance(a, torch.Tensor) for a in args)
@@ -182,7 +187,49 @@ def test_outputs_borrowed_from_the_graph_when_asked():
             assert all(o.data_ptr() != runner.out[0].data_ptr() for o, _ in outs)
             for got, ref in outs:
                 torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
-        else:       # borrowed: the replays (calls 3-5) returned the graph's one output tensor, now the last values
+        else:       # borrowed: the replays (calls 3-5) returned the graph's one output memory, now the last values,
+            #         each time as a new tensor object, and each replay expired the one the previous handed out
             ptr = runner.out[0].data_ptr()
             assert [o.data_ptr() == ptr for o, _ in outs] == [False, False, True, True, True]
+            assert len({id(o) for o, _ in outs[2:]}) == 3 and all(o is not runner.out[0] for o, _ in outs)
+            assert [id(t) for t in graphs.expired] == [id(outs[2][0]), id(outs[3][0])] and runner.expired == 2
             assert not torch.allclose(outs[2][0], outs[2][1])
+            torch.testing.assert_close(outs[4][0], outs[4][1], rtol=1e-5, atol=1e-5)
+
+
+def test_cuda_graphs_option_names_its_values():
+    with pytest.raises(Exception, match="cuda_graphs=.borow.: expected True, False or .borrow."):
+        torch.compile(lambda x: x + 1, backend="tilex", options={"cuda_graphs": "borow"})(torch.randn(3))
+
+
+@pytest.mark.gpu
+def test_borrowed_outputs_raise_once_overwritten_on_cuda():
+    """cuda_graphs="borrow" on torch.cuda's graphs: the latest result is right; a kept earlier one (and a view a
+    caller took of it) raises on access once a later replay overwrote its memory, as reduce-overhead's do; the
+    default (copies) keeps every result."""
+    g = torch.Generator("cuda").manual_seed(6)
+    f = lambda x, w: torch.tanh(x @ w) * 2.0  # noqa: E731
+    w = torch.randn(64, 96, device="cuda", generator=g)
+    for mode in ("borrow", True):
+        torch._dynamo.reset()
+        progs = []
+        cf = torch.compile(f, backend="tilex", options={"programs": progs, "cuda_graphs": mode})
+        outs = []
+        with torch.no_grad():
+            for _ in range(6):
+                x = torch.randn(33, 64, device="cuda", generator=g)
+                got = cf(x, w)
+                outs.append((got, got[1:], f(x, w)))
+                torch.testing.assert_close(got, outs[-1][2], rtol=1e-4, atol=1e-4)
+        runner = progs[0].graph_runner
+        assert runner.replays == 4 and not runner.disabled
+        if mode == "borrow":
+            for got, view, _ in outs[2:5]:   # replays 1-3: overwritten by the next
+                with pytest.raises(RuntimeError, match="has overwritten"):
+                    got.sum()
+                with pytest.raises(RuntimeError, match="has overwritten"):
+                    view.sum()
+            torch.testing.assert_close(outs[5][0], outs[5][2], rtol=1e-4, atol=1e-4)
+        else:
+            for got, _, ref in outs:
+                torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)

@@ -12,8 +12,10 @@ Options (torch.compile(..., options={...})):
   programs: list  every lowered Program is appended here (for tests and reports)
   memory: bool    track each Program's peak live bytes (Program.peak_bytes; memory.py)
   report: DIR     write DIR/graph_N.html per lowered graph (report.py), again after its first call
-  cuda_graphs: bool  capture static-shape CUDA calls in a CUDA graph and replay it (cudagraphs.py); an
-                  object with eligible/warm_up/capture instead of True replaces torch.cuda's graphs (tests)
+  cuda_graphs: bool | "borrow"  capture static-shape CUDA calls in a CUDA graph and replay it (cudagraphs.py):
+                  True returns copies of the outputs; "borrow" the graph's own output memory, as Inductor's
+                  reduce-overhead does (a kept output that a later replay overwrote raises on access); an
+                  object with eligible/warm_up/capture instead replaces torch.cuda's graphs (tests)
   profile: bool   time every step (Step.seconds, Program.time_shares(); synchronizes on CUDA)
   arena: bool     (default True) intermediates in one lifetime-planned allocation per call (arena.py)
   verbose: bool   progress on stderr (the `tilex.backend` logger at INFO): lowering, kernel builds
@@ -77,6 +79,9 @@ def _check_options(options: dict | None) -> dict:
         if k not in OPTIONS:
             raise ValueError(f"tilex backend: unknown option {k!r} (expected one of {', '.join(OPTIONS)})")
         opts[k] = v
+    cg = opts["cuda_graphs"]
+    if isinstance(cg, str) and cg != "borrow":
+        raise ValueError(f"tilex backend: cuda_graphs={cg!r}: expected True, False or 'borrow'")
     return opts
 
 
@@ -118,7 +123,10 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
         if opts["cuda_graphs"]:
             from .cudagraphs import GraphRunner
 
-            graphs = None if isinstance(opts["cuda_graphs"], bool) else opts["cuda_graphs"]
+            from .cudagraphs import CudaGraphs
+
+            cg = opts["cuda_graphs"]
+            graphs = None if isinstance(cg, bool) else CudaGraphs(clone_outputs=False) if cg == "borrow" else cg
             prog.graph_runner = GraphRunner(prog, _static_inputs(), prog.mutated_inputs(), graphs)
             return _boxed(prog.graph_runner)
         return _boxed(prog)

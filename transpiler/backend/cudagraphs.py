@@ -15,10 +15,12 @@ graph mutates (the KV cache, the counter) when their storage is the one of call 
 indices, every input whose storage is the same as in call 1. The others (token ids, positions, masks)
 are copied into static buffers that later calls refill. Each replay's outputs are cloned out of the
 graph's memory, so results stay valid after the next call (one read and write of the outputs per call: 0.3 GB,
-~0.08 ms on an H200 for the 512 x 152064 bf16 logits of a 1x512 prefill); with
-`options={"cuda_graphs": CudaGraphs(clone_outputs=False)}` a replay returns the graph's own output tensors,
-valid until the next call of the same graph overwrites them (what Inductor's mode="reduce-overhead" returns;
-it raises on a stale access, this does not: opt-in for loops that consume each result before the next call).
+~0.09 ms on an H200 for the 512 x 152064 bf16 logits of a 1x512 prefill). With `options={"cuda_graphs":
+"borrow"}` (or `CudaGraphs(clone_outputs=False)`) a replay returns the graph's own output memory uncopied, as
+Inductor's mode="reduce-overhead" does, and with the same safety: each replay hands out new tensor objects over
+that memory (their own storage objects), and the next replay of the graph first expires those still alive, so a
+kept result that was overwritten raises on any access (`STALE`, below) instead of reading the new values. An
+output that is a graph input's memory (a cache updated in place) is returned as it is.
 No graph (the program runs as it is):
 symbolic sizes or CPU tensors, a mutated input that is not used in place, a program that decides on
 the host from an input that can change between calls (`Program.host_decisions`), a used-in-place
@@ -42,6 +44,16 @@ class CudaGraphs:
 
     def __init__(self, clone_outputs: bool = True):
         self.clone_outputs = bool(clone_outputs)
+
+    @staticmethod
+    def share(storage):
+        """A new storage object over `storage`'s memory (not owning it: the graph's pool keeps it)."""
+        return torch._C._construct_storage_from_data_pointer(storage.data_ptr(), storage.device, storage.nbytes())
+
+    @staticmethod
+    def expire(t, msg: str) -> None:
+        """Make any later access of t's data raise RuntimeError(msg) (t's own storage object only)."""
+        torch._C._set_storage_access_error_msg(t, msg)
 
     @staticmethod
     def eligible(args) -> bool:
@@ -87,6 +99,9 @@ class GraphRunner:
         self.static = None
         self.borrowed = None
         self.out = None
+        self.own = None      # per output: True unless its memory is an input used in place (handed out, expired)
+        self.handed = []     # the last replay's handed-out outputs (views a caller took share their storage objects)
+        self.expired = 0     # handed-out outputs expired by later replays (borrow mode)
         self.replays = 0
 
     def __call__(self, *args):
@@ -108,9 +123,42 @@ class GraphRunner:
                     return self.prog(*args)
             else:
                 s.copy_(a)
+        if not self.clone_outputs:
+            self._expire_handed()
         self.graph.replay()
         self.replays += 1
-        return _clone(self.out) if self.clone_outputs else self.out
+        return _clone(self.out) if self.clone_outputs else self._hand_out()
+
+    def _expire_handed(self) -> None:
+        expire = getattr(self.graphs, "expire", CudaGraphs.expire)
+        for t in self.handed:
+            expire(t, STALE)
+        self.expired += len(self.handed)
+        self.handed = []
+
+    def _hand_out(self):
+        """The graph's outputs as new tensor objects over the same memory (one new storage object per storage);
+        outputs over the memory of an input used in place as they are. The next replay expires them."""
+        flat = []
+        _each_tensor(self.out, flat.append)
+        if self.own is None:
+            inputs = {s.untyped_storage().data_ptr() for s, b in zip(self.static, self.borrowed) if b}
+            self.own = [t.untyped_storage().data_ptr() not in inputs for t in flat]
+        share = getattr(self.graphs, "share", CudaGraphs.share)
+        storages, new = {}, []
+        for t, own in zip(flat, self.own):
+            if not own:
+                new.append(t)
+                continue
+            st = t.untyped_storage()
+            shared = storages.get(st.data_ptr())
+            if shared is None:
+                shared = storages[st.data_ptr()] = share(st)
+            a = torch.empty(0, dtype=t.dtype, device=t.device).set_(shared, t.storage_offset(), t.shape, t.stride())
+            self.handed.append(a)
+            new.append(a)
+        it = iter(new)
+        return _rebuild(self.out, it)
 
     def _warm_up_and_capture(self, args):
         """Call 2: the program once on the static inputs (its result, its in-place writes: once), then captured."""
@@ -151,6 +199,20 @@ def _each_tensor(v, fn) -> None:
     elif isinstance(v, (list, tuple)):
         for x in v:
             _each_tensor(x, fn)
+
+
+STALE = ("tilex backend: this tensor is an output of a CUDA-graph replay (cuda_graphs='borrow') that a later call "
+         "of the same compiled graph has overwritten; clone() the outputs you keep across calls, or compile with "
+         "cuda_graphs=True (replays return copies)")
+
+
+def _rebuild(v, it):
+    """v's structure with each tensor replaced by the next of `it` (the order _each_tensor visits them)."""
+    if isinstance(v, torch.Tensor):
+        return next(it)
+    if isinstance(v, (list, tuple)):
+        return type(v)(_rebuild(x, it) for x in v)
+    return v
 
 
 def _clone(v):

@@ -27,7 +27,7 @@ from . import kernels
 from .cachegen import rows_view
 from .eager import eager_nodes
 from .fusion import MAX_ROW, tensor_meta
-from .tilegen import GeneratedKernel, tile_config
+from .tilegen import GeneratedKernel, storage_order, tile_config
 
 MAX_PLANS = 8
 
@@ -57,7 +57,14 @@ def run_generated(step, env: dict, launched: set | None = None, arena=None) -> i
             scalars[pname] = _HOST_VALUE[dt](v)
     arrays = [(t if prep == 0 else t.contiguous() if prep == 1 else t.to(device)).as_strided(size, stride)
               for t, (prep, size, stride) in zip(ins, views)]
-    for node, oshape, dtype, flat, final in outs:
+    for node, oshape, dtype, flat, final, perm in outs:
+        if perm is not None:  # eager's layout: allocated in storage order, seen through the inverse permutation
+            stored = [oshape[j] for j in perm]
+            y = (torch.empty(stored, dtype=dtype, device=device) if arena is None else
+                 arena.tensor(node, stored, dtype, device))
+            arrays.append(y.view(flat))
+            env[node] = y.permute(*_inverse(perm))
+            continue
         y = (torch.empty(oshape, dtype=dtype, device=device) if arena is None else
              arena.tensor(node, oshape, dtype, device))
         arrays.append(y.view(flat))
@@ -83,7 +90,7 @@ def _run_eager(step, env: dict) -> None:
 def _plan(k: GeneratedKernel, ins: list, launched: set | None):
     """The launch plan for inputs laid out as `ins`: (per input (prep, size, stride): its view, after `prep`
     0 none, 1 a contiguous copy (a layout the kernel cannot read), 2 a move to the device (a 0-d CPU scalar
-    next to CUDA tensors); per output (node, shape, dtype, flat view, final shape or None); the launcher; the
+    next to CUDA tensors); per output (node, shape, dtype, flat view, final shape or None, storage order or None); the launcher; the
     launch scalars; the device; how many inputs each call copies or moves), or EAGER: a row reduction whose
     symbolic row is longer than MAX_ROW at this layout."""
     device = next((t.device for t in ins if t.is_cuda), ins[0].device if ins else torch.device("cpu"))
@@ -112,23 +119,35 @@ def _plan(k: GeneratedKernel, ins: list, launched: set | None):
             v = t.reshape(width) if op.rows == "vec" else t.reshape(-1, width)
         assert v.storage_offset() == t.storage_offset()  # a view of t's own elements, from where t starts
         views.append((preps[i], tuple(v.shape), tuple(v.stride())))
-    if any(op.rows == "gather" for op in k.inputs):
+    if any(op.rows == "gather" for op in k.inputs) or any(op.rows == "scatter" for op in k.outputs):
         p = 1
         for j in range(k.rank - 2, -1, -1):
             scalars[f"d{j}"], scalars[f"p{j}"] = shape[j], p
             p *= shape[j]
     outs = []
-    for op in k.outputs:
+    for o, op in enumerate(k.outputs):
         meta = tensor_meta(op.node)
         oshape = shape[:-1] + [n if op.last == "N" else 1]
-        final = None
-        if len(oshape) != meta.dim():  # the group's rank differs from the value's: reshaped after the launch
+        final = perm = None
+        if op.rows == "scatter":  # the row strides of eager's layout (0 for a size-1 dim)
+            perm = storage_order(meta)
+            y = torch.empty([oshape[j] for j in perm], device="meta").permute(*_inverse(perm))
+            for j in range(k.rank - 1):
+                scalars[f"o{o}_{j}"] = 0 if oshape[j] == 1 else y.stride(j) // oshape[-1]
+        elif len(oshape) != meta.dim():  # the group's rank differs from the value's: reshaped after the launch
             want = [int(d) if isinstance(d, int) else -1 for d in meta.shape]
             final = list(torch.empty(oshape, device="meta").reshape(want).shape)
-        outs.append((op.node, oshape, meta.dtype, (m, oshape[-1]), final))
+        outs.append((op.node, oshape, meta.dtype, (m, oshape[-1]), final, perm))
     launcher = kernels.generated_launcher(k.source, k.name, tile_config(m, n, k.has_reduction), launched,
                                           device.type == "cuda")
     return views, outs, launcher, scalars, device, sum(p != 0 for p in preps)
+
+
+def _inverse(perm: list) -> list:
+    inv = [0] * len(perm)
+    for i, j in enumerate(perm):
+        inv[j] = i
+    return inv
 
 
 def outs_shape(k: GeneratedKernel, ins: list) -> tuple:

@@ -12,6 +12,12 @@ Each input is read in one of six ways, fixed by which of its dims broadcast (doc
   gather x[g, c : c + CB]             some leading dims broadcast: row g of x computed from the
                                       group row by the dims d_j, their products p_j and x's
                                       row strides s{i}_{j} (0 where x broadcasts), launch scalars
+
+Each output is stored as rows `y[r : r + RB, c : c + CB]` when eager gives it a contiguous layout, else (a
+dense permutation of the dims with the last one innermost: an elementwise op over a transposed view, as HF's
+rotary embedding of q and k is) through row offsets from its own row strides o{k}_{j}
+(`y[go, c : c + CB, distinct = True]`), so the value has the strides eager's would have and the kernel that
+reads it next (attention over token-major q, k) needs no copy.
 """
 from __future__ import annotations
 
@@ -39,7 +45,7 @@ class GeneratedKernel:
     source: str
     rank: int
     inputs: tuple        # Operand per kernel input, in parameter order
-    outputs: tuple       # Operand per kernel output (rows "rows")
+    outputs: tuple       # Operand per kernel output (rows "rows", or "scatter": eager's layout is permuted)
     has_reduction: bool  # whole rows in one tile (a row reduction or a cat)
     members: tuple       # the ATen targets, for reports
     cat_width: int | None = None  # the static last dim when the group has a cat (not from its inputs)
@@ -76,6 +82,34 @@ def _classify(node: Node, shape: tuple) -> Operand:
     else:
         rows = "gather"
     return Operand(node, rows, last)
+
+
+def _out_rows(node: Node, rank: int) -> str:
+    """"rows" when the value is stored contiguously, "scatter" when eager lays it out as a dense permutation of
+    its dims with the last one innermost (static strides only: a symbolic layout stays contiguous)."""
+    v = tensor_meta(node)
+    sizes, strides = list(v.shape), list(v.stride())
+    if v.dim() != rank or rank < 3 or not all(type(d) is int for d in sizes + strides):
+        return "rows"   # (int() of a SymInt would specialize the graph to one size)
+    if v.is_contiguous():
+        return "rows"
+    if sizes[-1] < 2 or strides[-1] != 1:
+        return "rows"
+    expect = 1  # dense: each dim's stride the product of the sizes inside it, in storage order
+    for j in reversed(storage_order(v)):
+        if sizes[j] != 1 and strides[j] != expect:
+            return "rows"
+        expect *= sizes[j]
+    return "scatter"
+
+
+def storage_order(t) -> list:
+    """t's dims from outermost to innermost in memory (size-1 dims keep their place): the permutation a dense
+    tensor of eager's layout is allocated in."""
+    dims = list(range(t.dim()))
+    big = sorted((j for j in dims if t.shape[j] != 1), key=lambda j: -int(t.stride()[j]))
+    it = iter(big)
+    return [j if t.shape[j] == 1 else next(it) for j in dims]
 
 
 def _contiguous(node: Node) -> bool:
@@ -132,12 +166,13 @@ def generate(group: Group, name: str | None, used_outside) -> GeneratedKernel:
             if a not in members and a not in seen and a not in host:
                 seen[a] = f"x{len(inputs)}"
                 inputs.append(_classify(a, shape))
-    outputs = [Operand(n, "rows", _classify(n, shape).last) for n in group.nodes if used_outside(n)]
+    outputs = [Operand(n, _out_rows(n, rank), _classify(n, shape).last) for n in group.nodes if used_outside(n)]
     n_bound = any(op.last == "N" for op in (*inputs, *outputs))
     ncols = "N" if n_bound else "1"
 
     params, scalars, body = [], [], []
     gathers = [i for i, op in enumerate(inputs) if op.rows == "gather"]
+    scatters = [k for k, op in enumerate(outputs) if op.rows == "scatter"]
     for i, op in enumerate(inputs):
         dt = ops.DTYPES[tensor_meta(op.node).dtype]
         last = ncols if op.last == "N" else op.last
@@ -147,18 +182,24 @@ def generate(group: Group, name: str | None, used_outside) -> GeneratedKernel:
         dt = ops.DTYPES[tensor_meta(op.node).dtype]
         params.append(f"y{k}: out {dt}[M, {ncols if op.last == 'N' else '1'}]")
     scalars += [f"{pname}: {dt}" for (_, dt), pname in scalar_params.items()]
-    if gathers:
+    if gathers or scatters:
         for j in range(rank - 1):
             scalars += [f"d{j}: i32", f"p{j}: i32"]
         for i in gathers:
             scalars += [f"s{i}_{j}: i32" for j in range(rank - 1)]
+        for k in scatters:
+            scalars += [f"o{k}_{j}: i32" for j in range(rank - 1)]
 
     body.append("    r = program_id(0) * RB")
-    if gathers:
+    if gathers or scatters:
         body.append("    rows = r + arange(0, RB)")
         for i in gathers:
             terms = " + ".join(f"((rows // p{j}) % d{j}) * s{i}_{j}" for j in range(rank - 1))
             body.append(f"    g{i} = {terms}")
+        for k in scatters:  # the group's rows in order, stored where eager's layout puts them (rows past M: M,
+            #                   outside the tensor, so the store skips them)
+            terms = " + ".join(f"((rows // p{j}) % d{j}) * o{k}_{j}" for j in range(rank - 1))
+            body.append(f"    go{k} = where(rows < M, {terms}, M)")
     body.append(f"    for c in range(0, {ncols}, CB) {{")
     if group.has_reduction:
         body.append("        cols = c + arange(0, CB)")
@@ -221,7 +262,8 @@ def generate(group: Group, name: str | None, used_outside) -> GeneratedKernel:
         if dt != _kdtype(op.node):
             val += f".to({dt})"
         cs = "c : c + CB" if op.last == "N" else "0 : 1"
-        body.append(f"        y{k}[r : r + RB, {cs}] = {val}")
+        where = f"go{k}, {cs}, distinct = True" if op.rows == "scatter" else f"r : r + RB, {cs}"
+        body.append(f"        y{k}[{where}] = {val}")
     body.append("    }")
 
     targets = tuple(str(n.target) for n in group.nodes)
