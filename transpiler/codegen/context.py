@@ -46,6 +46,9 @@ class Scope:
 
     def __init__(self, barrier: str | None):
         self.arrays: dict[str, Layout] = {}  # tile variables -> layout
+        # tile variables recomputed where a use wants another layout (remat.py) -> their defining expression
+        self.pure: dict = {}
+        self.unstable: set[str] = set()      # names assigned more than once, loop variables (remat.py)
         self.declared: list[set[str]] = [set()]
         self.barrier = barrier
         # tiles a pipeline loop streams into shared memory: name -> (byte address of this iteration's stage, row pitch)

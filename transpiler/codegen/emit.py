@@ -24,6 +24,7 @@ from ..exprs import mentions, unparse_stmt
 from ..layout import Layout, flat_index
 from ..replicas import replica_guard
 from ..types import DType, TyWhat
+from . import remat
 from .access import AccessEmitter
 from .c import barrier, reg, rounded_scalar, storage
 from .context import KernelFacts, Scope
@@ -48,6 +49,7 @@ class Emitter:
         self.out = out = Writer()
         self.sync = k.info.sync  # plan_barriers' SyncPlan
         self.scope = scope = Scope(barrier(self.sync.start) if self.sync is not None else None)
+        scope.unstable = remat.unstable_names(k)
         self.expr = expr = ExprEmitter(f, out, scope)
         self.access = access = AccessEmitter(f, out, expr)
         self.reductions = ReductionEmitter(f, out, scope, expr)
@@ -155,6 +157,8 @@ class Emitter:
             return
         layout = v.ty.layout
         scope.declare(s.name, layout)
+        if s.name not in scope.unstable and remat.pure(v, scope.unstable, scope.pure):
+            scope.pure[s.name] = v
         out.emit(f"{reg(v.ty.dtype)} {s.name}[{layout.slots}];")
         val = expr.tile(v, layout)
         out.unrolled(layout.slots, f"{s.name}[tx_s] = {val};")

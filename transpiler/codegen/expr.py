@@ -83,7 +83,10 @@ class ExprEmitter:
         if not e.ty.shape:
             return self.scalar(e)
         if isinstance(e, A.Name):
-            return self.read_array(e.id, self.scope.arrays[e.id], want, e.ty.dtype)
+            have = self.scope.arrays[e.id]
+            if not have.compatible(want) and e.id in self.scope.pure:  # recomputed here, not converted (remat.py)
+                return self.tile(self.scope.pure[e.id], want)
+            return self.read_array(e.id, have, want, e.ty.dtype)
         if isinstance(e, A.Index) and e.base.ty.what is TyWhat.TENSOR:
             layout = e.ty.layout
             name = self.out.fresh("tx_ld")
