@@ -83,8 +83,8 @@ def linear_candidates(m: int, k: int, n: int) -> list[dict]:
     if m <= 16:
         for bn, bk, st in itertools.product((64, 128), (64, 128), (4, 6)):
             out.append(dict(path="swap", kernel="linear_swap", defines=dict(BN=bn, BM=16, BK=bk, STAGES=st)))
-            for s in (2, 4):
-                if k // s >= 512:
+            for s in (2, 3, 4, 6, 8, 16):   # the K split that fills the SMs when N / BN tiles do not
+                if k // s >= 256 and -(-n // bn) * s <= 2 * SMS:
                     out.append(dict(path="swap_splitk", kernel="linear_swap_splitk",
                                     defines=dict(BN=bn, BM=16, BK=bk, STAGES=st), S=s))
     return out

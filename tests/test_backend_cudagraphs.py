@@ -204,9 +204,9 @@ def test_cuda_graphs_option_names_its_values():
 
 @pytest.mark.gpu
 def test_borrowed_outputs_raise_once_overwritten_on_cuda():
-    """cuda_graphs="borrow" on torch.cuda's graphs: the latest result is right; a kept earlier one (and a view a
-    caller took of it) raises on access once a later replay overwrote its memory, as reduce-overhead's do; the
-    default (copies) keeps every result."""
+    """cuda_graphs="borrow" on torch.cuda's graphs: the latest result is right; a kept earlier one raises on access
+    once a later replay overwrote its memory (torch's per-tensor access error: a view taken of it before then is
+    not covered, session 25's probe_borrow.py); the default (copies) keeps every result."""
     g = torch.Generator("cuda").manual_seed(6)
     f = lambda x, w: torch.tanh(x @ w) * 2.0  # noqa: E731
     w = torch.randn(64, 96, device="cuda", generator=g)
@@ -219,17 +219,15 @@ def test_borrowed_outputs_raise_once_overwritten_on_cuda():
             for _ in range(6):
                 x = torch.randn(33, 64, device="cuda", generator=g)
                 got = cf(x, w)
-                outs.append((got, got[1:], f(x, w)))
-                torch.testing.assert_close(got, outs[-1][2], rtol=1e-4, atol=1e-4)
+                outs.append((got, f(x, w)))
+                torch.testing.assert_close(got, outs[-1][1], rtol=1e-4, atol=1e-4)
         runner = progs[0].graph_runner
         assert runner.replays == 4 and not runner.disabled
         if mode == "borrow":
-            for got, view, _ in outs[2:5]:   # replays 1-3: overwritten by the next
+            for got, _ in outs[2:5]:   # replays 1-3: overwritten by the next
                 with pytest.raises(RuntimeError, match="has overwritten"):
                     got.sum()
-                with pytest.raises(RuntimeError, match="has overwritten"):
-                    view.sum()
-            torch.testing.assert_close(outs[5][0], outs[5][2], rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(outs[5][0], outs[5][1], rtol=1e-4, atol=1e-4)
         else:
-            for got, _, ref in outs:
+            for got, ref in outs:
                 torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)

@@ -18,9 +18,10 @@ graph's memory, so results stay valid after the next call (one read and write of
 ~0.09 ms on an H200 for the 512 x 152064 bf16 logits of a 1x512 prefill). With `options={"cuda_graphs":
 "borrow"}` (or `CudaGraphs(clone_outputs=False)`) a replay returns the graph's own output memory uncopied, as
 Inductor's mode="reduce-overhead" does, and with the same safety: each replay hands out new tensor objects over
-that memory (their own storage objects), and the next replay of the graph first expires those still alive, so a
-kept result that was overwritten raises on any access (`STALE`, below) instead of reading the new values. An
-output that is a graph input's memory (a cache updated in place) is returned as it is.
+that memory (their own storage objects), and the next replay of the graph first expires them, so a kept result
+that was overwritten raises on any access (`STALE`, below) instead of reading the new values. torch's access error
+is per tensor: a view a caller took of a result before the next call is not covered (benchmarks/probe_borrow.py,
+H200). An output that is the memory of an input used in place (a cache updated in place) is returned as it is.
 No graph (the program runs as it is):
 symbolic sizes or CPU tensors, a mutated input that is not used in place, a program that decides on
 the host from an input that can change between calls (`Program.host_decisions`), a used-in-place
