@@ -2,7 +2,8 @@
 
 The wrapper picks the kernel and tile sizes: for decode (M <= 16) on the GPU `linear_swap(_bias)`,
 which puts the weight rows on the tensor cores' 64-row side (y.T = w @ x.T) and streams the weights
-in one pass; for 16 < M <= 64 `linear_splitk` + `splitk_sum(_bias)` where too few column tiles would
+in one pass (or, where few weight tiles leave SMs idle, `linear_swap_splitk` over S shares of K + `splitk_sum(_bias)`:
+swap_split.py's model); for 16 < M <= 64 `linear_splitk` + `splitk_sum(_bias)` where too few column tiles would
 leave SMs idle; `linear_any` for other K (16-row mma.sync tiles at M <= 16 there and in the
 interpreter). Everywhere else (`path_choice`) tilex.autoconfig's resource model predicts, from each kernel's IR,
 the one-pass `linear` / `linear_bias` over `_SPACE` (BM, BN, stages), `linear_persistent` (one block per SM walking
@@ -24,6 +25,7 @@ import time
 
 from . import _launch as L
 from . import messages as M
+from . import swap_split
 
 # tile sizes by the number of rows (tokens); measured on an H200, see benchmarks/RESULTS.md
 _LARGE = dict(BM=128, BN=256, BK=64, STAGES=4)
@@ -77,12 +79,18 @@ def _swap_config(n: int) -> dict:
     return dict(BN=128, BM=_SWAP_ROWS, BK=64, STAGES=6)
 
 
+def _swap_shares(x2, dt: str, n: int, k: int) -> int:
+    """K shares of a swapped decode GEMM (swap_split.py's model: split only where idle SMs pay for the sum)."""
+    return swap_split.shares(n, k, _swap_config(n)["BN"], L.sm_count(x2), 4 if dt == "f32" else 2)
+
+
 def _partials(x2, weight, dt: str, m: int, n: int, k: int):
     """f32 partial products [S, m, n] of x2 @ weight.T for the fused decode epilogues (S shares of K):
     one share from linear_swap_splitk for decode shapes on the GPU, else linear_splitk's S shares."""
     if _use_swap(m, k, L.kind_of(x2) != "numpy"):
-        part = L.empty(x2, (1, m, n), "f32")
-        cfg = _tuned("linear_swap_splitk", dt, m, n, k, _swap_config(n), S=1)
+        s = _swap_shares(x2, dt, n, k)
+        part = L.empty(x2, (s, m, n), "f32")
+        cfg = _tuned("linear_swap_splitk", dt, m, n, k, _swap_config(n), S=s)
         L.run(L.load("linear", kernel="linear_swap_splitk", T=dt, **cfg), "linear_swap_splitk", x2, weight, part)
         return part
     part = L.empty(x2, (max(1, _splits(m, n, k)), m, n), "f32")
@@ -396,6 +404,14 @@ def linear(x, weight, bias=None):
         else:
             L.run(mod, "splitk_sum_bias", part, bias, y)
     elif m and n:
+        if _use_swap(m, k, gpu) and _swap_shares(x2, dt, n, k) > 1:  # few weight tiles: K split, then summed
+            part = _partials(x2, weight, dt, m, n, k)
+            mod = L.load("linear", kernel="splitk_sum_bias" if bias is not None else "splitk_sum", T=dt)
+            if bias is None:
+                L.run(mod, "splitk_sum", part, y)
+            else:
+                L.run(mod, "splitk_sum_bias", part, bias, y)
+            return L.reshape(y, tuple(x.shape[:-1]) + (n,))
         if _use_swap(m, k, gpu):
             kernel = "linear_swap_bias" if bias is not None else "linear_swap"
             cfg = _tuned(kernel, dt, m, n, k, _swap_config(n))
