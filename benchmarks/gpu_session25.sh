@@ -11,7 +11,7 @@ t() { local name=$1 secs=$2; shift 2; echo "== $name"; OUT="$LOG" timeout -s ABR
       echo "rc=$?" >> "$LOG/$name.log"; tar czf "$OUT/logs.tgz" -C "$LOG" .; }
 case "${1:-}" in
   mask)
-    t tests "${TESTS_S:-150}" python3 -m pytest -q -n 8 -rfE -p no:cacheprovider -m gpu tests/test_backend*.py tests/test_remat.py
+    t tests "${TESTS_S:-150}" python3 -m pytest -q -n 8 -rfE -p no:cacheprovider -m gpu tests/test_backend*.py tests/test_remat.py tests/test_swap_split_gpu.py tests/test_llm_tp_gpu.py
     tail -6 "$LOG/tests.log"
     t decode "${DECODE_S:-170}" python3 benchmarks/bench_backend.py --layers 2 --batches "" --decode-batches 1,4,16 --only inductor-ro,tilex-cg,tilex-cg-borrow --time-failing --total $(( ${DECODE_S:-170} - 15 )) --json "$LOG/decode.json"
     grep -A12 "^## summary" "$LOG/decode.log"

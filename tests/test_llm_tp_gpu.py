@@ -77,9 +77,18 @@ def test_tp1_nccl_matches_plain_engine(tmp_path, dtype, bound):
         dist_eng = Engine(cfg, random_weights_shard(cfg, be, dtype, tp.plan, seed=1), be, tp=tp, **kw)
         runs = [e.generate(prompts, 24, keep_logits=True, stop_on_eos=False) for e in (plain, dist_eng)]
         assert dist_eng.use_graph and len(dist_eng.graphs) == 1  # the all-reduces were captured
-        assert runs[0].tokens == runs[1].tokens
-        err = max(_rel(b, a) for a, b in zip(runs[0].logits, runs[1].logits))
+        if dtype == "f32":  # free-running greedy decoding: the same tokens
+            assert runs[0].tokens == runs[1].tokens
+        # teacher-forced on the plain engine's tokens, so both see the same inputs at every step (in bf16 the two
+        # kernel structures round differently, 7e-3 apart, and a free run parts at the first near-tie: session 25)
+        forced = dist_eng.generate(prompts, 24, keep_logits=True, stop_on_eos=False, forced_tokens=runs[0].tokens)
+        err = max(_rel(b, a) for a, b in zip(runs[0].logits, forced.logits))
         assert err <= bound, err
+        for step, (a, b) in enumerate(zip(runs[0].logits, forced.logits)):
+            a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+            for row in range(a.shape[0]):   # a different greedy pick only where the plain engine's top two tie
+                i, j = int(a[row].argmax()), int(b[row].argmax())
+                assert i == j or a[row, i] - a[row, j] <= 2 * bound * np.abs(a[row]).max(), (step, row, i, j)
         speeds = []
         for e in (plain, dist_eng):
             e.generate(prompts[:1], 4, stop_on_eos=False)
