@@ -3,6 +3,7 @@ the layout a use wants instead of converted through shared memory; a tile depend
 the conversion. CUDA text checked here; the generated kernels' values on the GPU: tests/test_backend*.py (GPU)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,15 @@ def test_a_reassigned_scalar_keeps_the_conversion():
 def test_a_reassigned_tile_keeps_the_conversion(stmt):
     src = ROTARY.replace("    rows = r + arange(0, RB)\n", stmt)
     assert "layout conversion of rows" in cuda(src)
+
+
+def test_a_tile_defined_in_a_loop_keeps_the_conversion():
+    # rows defined inside the column loop (a per-iteration value for codegen's purposes): converted, not recomputed
+    body = ROTARY.replace("    rows = r + arange(0, RB)\n", "")
+    body = body.replace("    for c in range(0, N, CB) {\n", "    for c in range(0, N, CB) {\n        rows = r + arange(0, RB)\n", 1)
+    lines = body.splitlines(keepends=True)
+    # the row offsets (g0..g3) read rows: move them into the loop after it
+    offsets = [ln for ln in lines if re.match(r"    go?\d+ = ", ln)]
+    body = "".join(ln for ln in lines if ln not in offsets)
+    body = body.replace("        rows = r + arange(0, RB)\n", "        rows = r + arange(0, RB)\n" + "".join("    " + ln for ln in offsets), 1)
+    assert "layout conversion of rows" in cuda(body)

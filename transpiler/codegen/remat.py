@@ -11,26 +11,29 @@ _ELEMENTWISE = {K.MATH, K.ABS, K.MINMAX, K.WHERE}
 
 
 def unstable_names(k: A.Kernel) -> set[str]:
-    """Names whose value can change after their definition: assigned more than once (augmented assignments
-    count) or a loop's variable."""
+    """Names a recomputation may not read: assigned more than once (augmented assignments count), a loop's
+    variable, or assigned inside a loop or an `if` (a value that changes per iteration, which a streamed loop's
+    copies of later iterations would read at the wrong one). Only top-level single assignments stay."""
     counts: dict[str, int] = {}
-    loops: set[str] = set()
+    nested: set[str] = set()
 
-    def walk(b: A.Block) -> None:
+    def walk(b: A.Block, inner: bool) -> None:
         for s in b.stmts:
             if isinstance(s, A.Assign):
                 counts[s.name] = counts.get(s.name, 0) + (2 if s.op is not None else 1)
+                if inner:
+                    nested.add(s.name)
             elif isinstance(s, A.For):
-                loops.add(s.var)
-                walk(s.body)
+                nested.add(s.var)
+                walk(s.body, True)
             elif isinstance(s, A.If):
-                walk(s.then)
+                walk(s.then, True)
                 if s.orelse is not None:
-                    walk(s.orelse)
+                    walk(s.orelse, True)
             elif isinstance(s, A.Store) and s.result is not None:
-                counts[s.result] = counts.get(s.result, 0) + 1
-    walk(k.body)
-    return {n for n, c in counts.items() if c > 1} | loops
+                counts[s.result] = counts.get(s.result, 0) + 2
+    walk(k.body, False)
+    return {n for n, c in counts.items() if c > 1} | nested
 
 
 def pure(e: A.Expr, unstable: set[str], tiles: dict) -> bool:
