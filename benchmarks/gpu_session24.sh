@@ -5,12 +5,7 @@
 #   OUT=out bash benchmarks/gpu_session24.sh gated   # ~250 s: sweep_gated at held-out shapes (new picks + swap path),
 #                                                    # tests/test_gated_swap.py and the gated GPU tests, bench_backend
 #                                                    # decode b1/b4/b16 (limits: SWEEP_S, TESTS_S, BACKEND_S)
-set -uo pipefail
-OUT=${OUT:-out}; mkdir -p "$OUT"
-LOG=${LOG:-$(mktemp -d)}; mkdir -p "$LOG"
-export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TILEX_CACHE_DIR=${TILEX_CACHE_DIR:-$PWD/.tilex-cache}
-t() { local name=$1 secs=$2; shift 2; echo "== $name"; OUT="$LOG" timeout -s ABRT "$secs" "$@" > "$LOG/$name.log" 2>&1
-      echo "rc=$?" >> "$LOG/$name.log"; tar czf "$OUT/logs.tgz" -C "$LOG" .; }
+source "$(dirname "$0")/device_steps.sh"
 case "${1:-}" in
   gated)
     # swept in session 23 (the picks' times there are measured) and held out (never swept)

@@ -3,12 +3,7 @@
 # at decode and prefill with kernel profiles. Logs under $LOG, tarred into $OUT/logs.tgz after every step.
 #   OUT=out bash benchmarks/gpu_session25.sh mask   # ~450 s: the backend's GPU tests (TESTS_S), bench_backend
 #                                                   # decode b1/b4/b16 (DECODE_S), prefill 1x512/16x512 (PREFILL_S)
-set -uo pipefail
-OUT=${OUT:-out}; mkdir -p "$OUT"
-LOG=${LOG:-$(mktemp -d)}; mkdir -p "$LOG"
-export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TILEX_CACHE_DIR=${TILEX_CACHE_DIR:-$PWD/.tilex-cache}
-t() { local name=$1 secs=$2; shift 2; echo "== $name"; OUT="$LOG" timeout -s ABRT "$secs" "$@" > "$LOG/$name.log" 2>&1
-      echo "rc=$?" >> "$LOG/$name.log"; tar czf "$OUT/logs.tgz" -C "$LOG" .; }
+source "$(dirname "$0")/device_steps.sh"
 case "${1:-}" in
   mask)
     t tests "${TESTS_S:-150}" python3 -m pytest -q -n 8 -rfE -p no:cacheprovider -m gpu tests/test_backend*.py tests/test_remat.py tests/test_swap_split_gpu.py tests/test_llm_tp_gpu.py

@@ -84,6 +84,12 @@ def _swap_shares(x2, dt: str, n: int, k: int) -> int:
     return swap_split.shares(n, k, _swap_config(n)["BN"], L.sm_count(x2), 4 if dt == "f32" else 2)
 
 
+def _sum_partials(part, bias, y, dt: str) -> None:
+    """y = the sum of the f32 partials part [S, M, N] (+ bias), rounded once: splitk_sum(_bias)."""
+    kernel = "splitk_sum_bias" if bias is not None else "splitk_sum"
+    L.run(L.load("linear", kernel=kernel, T=dt), kernel, *((part, bias, y) if bias is not None else (part, y)))
+
+
 def _partials(x2, weight, dt: str, m: int, n: int, k: int):
     """f32 partial products [S, m, n] of x2 @ weight.T for the fused decode epilogues (S shares of K):
     one share from linear_swap_splitk for decode shapes on the GPU, else linear_splitk's S shares."""
@@ -397,20 +403,10 @@ def linear(x, weight, bias=None):
     gpu = L.kind_of(x2) != "numpy"
     if m and n and _use_split_kernels(m, n, k) and gpu:
         # few rows: f32 partial sums over K shares (S > 1), then their sum (+ bias)
-        part = _partials(x2, weight, dt, m, n, k)
-        mod = L.load("linear", T=dt, **_SPLITK)
-        if bias is None:
-            L.run(mod, "splitk_sum", part, y)
-        else:
-            L.run(mod, "splitk_sum_bias", part, bias, y)
+        _sum_partials(_partials(x2, weight, dt, m, n, k), bias, y, dt)
     elif m and n:
         if _use_swap(m, k, gpu) and _swap_shares(x2, dt, n, k) > 1:  # few weight tiles: K split, then summed
-            part = _partials(x2, weight, dt, m, n, k)
-            mod = L.load("linear", kernel="splitk_sum_bias" if bias is not None else "splitk_sum", T=dt)
-            if bias is None:
-                L.run(mod, "splitk_sum", part, y)
-            else:
-                L.run(mod, "splitk_sum_bias", part, bias, y)
+            _sum_partials(_partials(x2, weight, dt, m, n, k), bias, y, dt)
             return L.reshape(y, tuple(x.shape[:-1]) + (n,))
         if _use_swap(m, k, gpu):
             kernel = "linear_swap_bias" if bias is not None else "linear_swap"
@@ -430,11 +426,7 @@ def linear(x, weight, bias=None):
                 part = L.empty(x2, (splits, m, n), "f32")
                 L.run(L.load("linear", kernel="linear_splitk_tiles", T=dt, **tiles), "linear_splitk_tiles", x2,
                       weight, part)
-                mod = L.load("linear", kernel="splitk_sum_bias" if bias is not None else "splitk_sum", T=dt)
-                if bias is None:
-                    L.run(mod, "splitk_sum", part, y)
-                else:
-                    L.run(mod, "splitk_sum_bias", part, bias, y)
+                _sum_partials(part, bias, y, dt)
                 return L.reshape(y, tuple(x.shape[:-1]) + (n,))
             if tiles is None:  # _MODEL off: the measured table (A/B)
                 tiles = _config(m, _SKINNY, _MEDIUM, _LARGE)
