@@ -8,7 +8,8 @@ Two families, every candidate checked against torch (f32 reference, rel. error <
   take, each over its tile space: `tc` (linear: BM x BN x STAGES), `persistent` (linear_persistent, PROGRAMS = 1
   or 2 per SM), `persistent_tma` (linear_persistent_tma where N % 8 == 0: each tile stored by TMA), `splitk`
   (linear_splitk_tiles + splitk_sum: K split S ways, any M), `splitk64` (linear_splitk, M <= 64, the wrapper's
-  decode split) and, for M <= 16, `swap` / `swap_splitk`. Also the wrapper itself
+  decode split), `streamk` (linear_streamk, one block per SM sharing the K steps evenly, where the tiles do not fill
+  whole waves) and, for M <= 16, `swap` / `swap_splitk` (K split S = 2..16 ways). Also the wrapper itself
   (`S.linear`: what the current model picks) and cuBLAS (`F.linear`).
 - `examples/matmul.tile` as shipped (shapes M x N x K): the model's `--top` best configurations of its `= auto`
   space plus a fixed set of known-good tiles, each as the variant the launch facts of these arguments select
@@ -80,6 +81,12 @@ def linear_candidates(m: int, k: int, n: int) -> list[dict]:
                 if k // s >= 256 and tiles * s <= 4 * SMS:
                     out.append(dict(path="splitk64", kernel="linear_splitk",
                                     defines=dict(BM=64, BN=bn, BK=64, STAGES=4), S=s))
+    if m > 16 and n % 8 == 0:  # stream-K (one block per SM, K steps shared evenly): for tile counts just under a wave
+        for bm, bn in ((128, 128), (128, 256), (64, 256)):
+            tiles = -(-m // bm) * -(-n // bn)
+            if tiles % SMS and tiles < 4 * SMS:
+                out.append(dict(path="streamk", kernel="linear_streamk",
+                                defines=dict(BM=bm, BN=bn, BK=64, STAGES=4, PROGRAMS=SMS)))
     if m <= 16:
         for bn, bk, st in itertools.product((64, 128), (64, 128), (4, 6)):
             out.append(dict(path="swap", kernel="linear_swap", defines=dict(BN=bn, BM=16, BK=bk, STAGES=st)))
@@ -242,9 +249,13 @@ def main() -> int:
     import torch
     import torch.nn.functional as F
 
+    import importlib
+
     import tilex
     import tilex.stdlib as S
     from tilex.stdlib import _launch as L
+
+    lin = importlib.import_module("tilex.stdlib.linear")  # the module (tilex.stdlib.linear is the wrapper)
 
     print(f"GPU: {torch.cuda.get_device_name()}", flush=True)
     stream = torch.cuda.Stream()
@@ -308,7 +319,13 @@ def main() -> int:
                     continue
                 try:
                     mod = L.load("linear", kernel=c["kernel"], T=T, **c["defines"])
-                    if "S" in c:
+                    if c["path"] == "streamk":  # the wrapper's own launch (tile counters, partials workspace)
+                        def fn(c=c):
+                            d = dict(c["defines"])
+                            p = d.pop("PROGRAMS")
+                            lin._last_done("linear_streamk", x, w, None, y, T, m, n, d, (2 * p, d["BM"], d["BN"]),
+                                           PROGRAMS=p)
+                    elif "S" in c:
                         part = torch.empty(c["S"], m, n, device="cuda", dtype=torch.float32)
 
                         def fn(mod=mod, c=c, part=part):
