@@ -54,6 +54,10 @@ class FakeGraphs:
         assert "overwritten" in msg
         self.expired.append(t)
 
+    @staticmethod
+    def can_borrow() -> bool:
+        return True   # CudaGraphs.share works on CPU storages too; expire is recorded above
+
     def eligible(self, args) -> bool:
         return all(isinstance(a, torch.Tensor) for a in args)
 
@@ -195,6 +199,8 @@ def test_outputs_borrowed_from_the_graph_when_asked():
             assert [id(t) for t in graphs.expired] == [id(outs[2][0]), id(outs[3][0])] and runner.expired == 2
             assert not torch.allclose(outs[2][0], outs[2][1])
             torch.testing.assert_close(outs[4][0], outs[4][1], rtol=1e-5, atol=1e-5)
+            # a handed-out result keeps the graph's output memory alive after the runner is gone
+            assert outs[4][0]._tilex_graph_output is runner.out[0]
 
 
 def test_cuda_graphs_option_names_its_values():
@@ -231,3 +237,20 @@ def test_borrowed_outputs_raise_once_overwritten_on_cuda():
         else:
             for got, ref in outs:
                 torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_borrow_falls_back_to_copies_without_torchs_storage_calls(monkeypatch):
+    """A torch lacking the private storage calls: cuda_graphs='borrow' warns once and replays return copies."""
+    g = torch.Generator().manual_seed(7)
+    f = lambda x, w: torch.tanh(x @ w)  # noqa: E731
+    w = torch.randn(8, 8, generator=g)
+    graphs, progs = FakeGraphs(), []
+    graphs.clone_outputs = False
+    graphs.can_borrow = lambda: False
+    cf = torch.compile(f, backend="tilex", options={"programs": progs, "cuda_graphs": graphs})
+    with torch.no_grad():
+        outs = [(cf(x, w), f(x, w)) for x in (torch.randn(4, 8, generator=g) for _ in range(5))]
+    runner = progs[0].graph_runner
+    assert runner.replays == 3 and runner.clone_outputs and not graphs.expired
+    for got, ref in outs:   # copies: every result keeps its values
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)

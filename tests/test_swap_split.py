@@ -42,9 +42,9 @@ def test_every_share_keeps_enough_of_k():
 
 @pytest.mark.parametrize("bias", [False, True])
 def test_linear_takes_the_split_path_and_matches_numpy_in_the_interpreter(bias, monkeypatch):
-    """The wrapper at a k/v-projection shape (M=1, K=3584, N=512: S = 8), the decode paths let through for NumPy
-    arrays (the GPU-only gate of _use_swap opened), so the interpreter runs the kernels the GPU would:
-    linear_swap_splitk into 8 partials, then splitk_sum(_bias); against float64 NumPy."""
+    """The wrapper at a k/v-projection shape (M=1, K=3584, N=512: S = 8 asked, 7 shares of 512 columns hold K), the
+    decode paths let through for NumPy arrays (the GPU-only gate of _use_swap opened), so the interpreter runs the
+    kernels the GPU would: linear_swap_splitk into 7 partials, then splitk_sum(_bias); against float64 NumPy."""
     import numpy as np
 
     import tilex.stdlib as S
@@ -64,5 +64,5 @@ def test_linear_takes_the_split_path_and_matches_numpy_in_the_interpreter(bias, 
     y = S.linear(x, w, b)
     ref = x.astype(np.float64) @ w.astype(np.float64).T + (0 if b is None else b)
     assert [n for n, _ in ran] == ["linear_swap_splitk", "splitk_sum_bias" if bias else "splitk_sum"]
-    assert ran[0][1] == (8, 1, 512)
+    assert ran[0][1] == (7, 1, 512)
     assert np.abs(y - ref).max() / np.abs(ref).max() < 1e-5

@@ -21,7 +21,11 @@ Inductor's mode="reduce-overhead" does, and with the same safety: each replay ha
 that memory (their own storage objects), and the next replay of the graph first expires them, so a kept result
 that was overwritten raises on any access (`STALE`, below) instead of reading the new values. torch's access error
 is per tensor: a view a caller took of a result before the next call is not covered (benchmarks/probe_borrow.py,
-H200). An output that is the memory of an input used in place (a cache updated in place) is returned as it is.
+H200), nor would be an output view AOTAutograd rebuilt outside the graph over a handed-out base (not seen in
+the HF models, whose logits the graph returns itself). A handed-out tensor keeps the graph's output tensor
+alive, so a result kept after the compiled function is dropped still reads its own values. An output that is the
+memory of an input used in place (a cache updated in place) is returned as it is. A torch without the two
+private storage calls this rests on gets copies instead (with a warning).
 No graph (the program runs as it is):
 symbolic sizes or CPU tensors, a mutated input that is not used in place, a program that decides on
 the host from an input that can change between calls (`Program.host_decisions`), a used-in-place
@@ -47,8 +51,14 @@ class CudaGraphs:
         self.clone_outputs = bool(clone_outputs)
 
     @staticmethod
+    def can_borrow() -> bool:
+        """Whether this torch has the two private calls borrowed outputs rest on (CUDA builds since 2.1)."""
+        return (hasattr(torch._C, "_construct_storage_from_data_pointer")
+                and hasattr(torch._C, "_set_storage_access_error_msg"))
+
+    @staticmethod
     def share(storage):
-        """A new storage object over `storage`'s memory (not owning it: the graph's pool keeps it)."""
+        """A new storage object over `storage`'s memory (not owning it: the graph's output tensor keeps it)."""
         return torch._C._construct_storage_from_data_pointer(storage.data_ptr(), storage.device, storage.nbytes())
 
     @staticmethod
@@ -142,6 +152,11 @@ class GraphRunner:
         outputs over the memory of an input used in place as they are. The next replay expires them."""
         flat = []
         _each_tensor(self.out, flat.append)
+        if self.own is None and not getattr(self.graphs, "can_borrow", CudaGraphs.can_borrow)():
+            log.warning("tilex backend: this torch lacks the storage calls cuda_graphs='borrow' needs; replays "
+                        "return copies of the outputs")
+            self.clone_outputs = True
+            return _clone(self.out)
         if self.own is None:
             inputs = {s.untyped_storage().data_ptr() for s, b in zip(self.static, self.borrowed) if b}
             self.own = [t.untyped_storage().data_ptr() not in inputs for t in flat]
@@ -156,6 +171,7 @@ class GraphRunner:
             if shared is None:
                 shared = storages[st.data_ptr()] = share(st)
             a = torch.empty(0, dtype=t.dtype, device=t.device).set_(shared, t.storage_offset(), t.shape, t.stride())
+            a._tilex_graph_output = t  # its memory stays allocated while `a` lives, even after the runner is gone
             self.handed.append(a)
             new.append(a)
         it = iter(new)

@@ -91,12 +91,15 @@ def _sum_partials(part, bias, y, dt: str) -> None:
 
 
 def _partials(x2, weight, dt: str, m: int, n: int, k: int):
-    """f32 partial products [S, m, n] of x2 @ weight.T for the fused decode epilogues (S shares of K):
-    one share from linear_swap_splitk for decode shapes on the GPU, else linear_splitk's S shares."""
+    """f32 partial products [S, m, n] of x2 @ weight.T for the fused decode epilogues and the split decode path
+    (S shares of K): for decode shapes on the GPU linear_swap_splitk with swap_split.py's S (only the shares that
+    hold K columns: a share is a whole number of BK-deep stages, so K=3584 in 8 asked shares of 512 is 7), else
+    linear_splitk's S shares."""
     if _use_swap(m, k, L.kind_of(x2) != "numpy"):
         s = _swap_shares(x2, dt, n, k)
-        part = L.empty(x2, (s, m, n), "f32")
         cfg = _tuned("linear_swap_splitk", dt, m, n, k, _swap_config(n), S=s)
+        chunk = -(-(-(-k // s)) // cfg["BK"]) * cfg["BK"]   # the kernel's share: cdiv(cdiv(K, S), BK) * BK
+        part = L.empty(x2, (-(-k // chunk), m, n), "f32")
         L.run(L.load("linear", kernel="linear_swap_splitk", T=dt, **cfg), "linear_swap_splitk", x2, weight, part)
         return part
     part = L.empty(x2, (max(1, _splits(m, n, k)), m, n), "f32")
