@@ -275,16 +275,17 @@ def test_rotary_is_one_kernel_reading_a_transposed_view():
     assert kinds(p) == ["generated"] and p.fallbacks() == []
     step = next(s for s in p.steps if s.kind == "generated")
     assert step.copies == 0 and {op.rows for op in k.inputs} == {"gather"}
-    # stored in eager's layout (token-major, as q is): attention reading q.transpose(1, 2) needs no copy
-    assert [op.rows for op in k.outputs] == ["scatter"] and out.stride() == f(q, cos, sin).stride()
-    assert out.transpose(1, 2).is_contiguous()
+    # stored in eager's layout (token-major, as q is): attention reading q.transpose(1, 2) needs no copy; the
+    # group iterates in that order ([B, S, H, D]), so its rows are stored consecutively
+    assert k.perm == (0, 2, 1, 3) and [op.rows for op in k.outputs] == ["rows"]
+    assert out.stride() == f(q, cos, sin).stride() and out.transpose(1, 2).is_contiguous()
 
 
 @pytest.mark.parametrize("shape,perm", [((2, 5, 3, 24), (0, 2, 1, 3)), ((3, 1, 4, 40), (2, 0, 1, 3)),
                                         ((2, 3, 4, 5, 16), (0, 3, 1, 2, 4)), ((1, 7, 1, 9), (0, 2, 1, 3))])
 def test_elementwise_over_a_permuted_view_keeps_eager_strides(shape, perm):
-    """A group over a dense permutation stores its rows where eager's layout puts them (`scatter` outputs),
-    at odd sizes, several leading dims and size-1 dims; values and strides against eager."""
+    """A group over a dense permutation iterates in its output's storage order (eager's layout), at odd sizes,
+    several leading dims and size-1 dims, a bias read as a vec; values and strides against eager."""
     g = torch.Generator().manual_seed(13)
     x = torch.randn(shape, generator=g)
     b = torch.randn(x.permute(perm).shape[-1], generator=g)
@@ -294,6 +295,7 @@ def test_elementwise_over_a_permuted_view_keeps_eager_strides(shape, perm):
     out, (p,) = compiled(f, x, b)
     ref = f(x, b)
     close(out, ref)
+    assert (_generated(p)[0].perm is None) == ref.is_contiguous()   # size-1 dims can leave it contiguous
     assert out.shape == ref.shape
     assert [st for st, n in zip(out.stride(), out.shape) if n > 1] == [st for st, n in zip(ref.stride(), ref.shape)
                                                                      if n > 1]   # a size-1 dim's stride is free
@@ -479,3 +481,22 @@ def test_bmm_with_inner_size_one_is_elementwise():
     assert labels(p, "library") == ["linear (per batch)"]  # the K = 3 bmm
     assert any(s.kind == "generated" and "aten.bmm.default" in s.kernel.members for s in p.steps)
     assert p.fallbacks() == []
+
+
+def test_outputs_of_two_layouts_are_stored_through_their_row_strides():
+    """One group, two outputs of different eager layouts (one permuted, one contiguous): no single iteration order
+    serves both, so the permuted one is a `scatter` output (row offsets from its own strides); values and strides."""
+    g = torch.Generator().manual_seed(14)
+    x = torch.randn(3, 5, 4, 24, generator=g)
+    y = torch.randn(3, 4, 5, 24, generator=g)
+
+    def f(x, y):
+        a = torch.sigmoid(x.transpose(1, 2))   # [3, 4, 5, 24], eager: permuted
+        return a * 2.0, y + a                   # the second follows y's contiguous layout (its first operand)
+    (o1, o2), (p,) = compiled(f, x, y)
+    r1, r2 = f(x, y)
+    close(o1, r1)
+    close(o2, r2)
+    (k,) = _generated(p)
+    assert k.perm is None and sorted(op.rows for op in k.outputs) == ["rows", "scatter"]
+    assert o1.stride() == r1.stride() and o2.stride() == r2.stride()

@@ -36,6 +36,8 @@ def run_generated(step, env: dict, launched: set | None = None, arena=None) -> i
     """Launch `step`'s generated kernel on the values in `env`; the number of inputs it had to copy."""
     k = step.kernel
     ins = [env[op.node] for op in k.inputs]
+    if k.perm is not None:  # the group iterates in its outputs' storage order: every operand seen in that order
+        ins = [_in_order(t, k.rank, k.perm) for t in ins]
     key = tuple((t.shape, t.stride(), t.dtype, t.device) for t in ins)
     plan = step.plans.get(key)
     if plan is None:
@@ -59,7 +61,7 @@ def run_generated(step, env: dict, launched: set | None = None, arena=None) -> i
               for t, (prep, size, stride) in zip(ins, views)]
     for node, oshape, dtype, flat, final, perm in outs:
         if perm is not None:  # eager's layout: allocated in storage order, seen through the inverse permutation
-            stored = [oshape[j] for j in perm]
+            stored = oshape if k.perm is not None else [oshape[j] for j in perm]
             y = (torch.empty(stored, dtype=dtype, device=device) if arena is None else
                  arena.tensor(node, stored, dtype, device))
             arrays.append(y.view(flat))
@@ -129,7 +131,9 @@ def _plan(k: GeneratedKernel, ins: list, launched: set | None):
         meta = tensor_meta(op.node)
         oshape = shape[:-1] + [n if op.last == "N" else 1]
         final = perm = None
-        if op.rows == "scatter":  # the row strides of eager's layout (0 for a size-1 dim)
+        if k.perm is not None:  # iterated in storage order: plain rows, seen through the inverse permutation
+            perm = k.perm
+        elif op.rows == "scatter":  # the row strides of eager's layout (0 for a size-1 dim)
             perm = storage_order(meta)
             y = torch.empty([oshape[j] for j in perm], device="meta").permute(*_inverse(perm))
             for j in range(k.rank - 1):
@@ -141,6 +145,13 @@ def _plan(k: GeneratedKernel, ins: list, launched: set | None):
     launcher = kernels.generated_launcher(k.source, k.name, tile_config(m, n, k.has_reduction), launched,
                                           device.type == "cuda")
     return views, outs, launcher, scalars, device, sum(p != 0 for p in preps)
+
+
+def _in_order(t: torch.Tensor, rank: int, perm: tuple) -> torch.Tensor:
+    """t (broadcast to `rank` dims by leading size-1 dims) with its dims in the group's iteration order."""
+    if t.dim() < rank:
+        t = t[(None,) * (rank - t.dim())]
+    return t.permute(*perm)
 
 
 def _inverse(perm: list) -> list:

@@ -17,7 +17,9 @@ Each output is stored as rows `y[r : r + RB, c : c + CB]` when eager gives it a 
 dense permutation of the dims with the last one innermost: an elementwise op over a transposed view, as HF's
 rotary embedding of q and k is) through row offsets from its own row strides o{k}_{j}
 (`y[go, c : c + CB, distinct = True]`), so the value has the strides eager's would have and the kernel that
-reads it next (attention over token-major q, k) needs no copy.
+reads it next (attention over token-major q, k) needs no copy. When every output has one such layout, the group
+iterates its dims in that storage order instead (`GeneratedKernel.perm`): the outputs are stored as plain rows,
+consecutive in memory, and every input that is not a `vec` is read as `gather` through its strides in that order.
 """
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ class GeneratedKernel:
     outputs: tuple       # Operand per kernel output (rows "rows", or "scatter": eager's layout is permuted)
     has_reduction: bool  # whole rows in one tile (a row reduction or a cat)
     members: tuple       # the ATen targets, for reports
+    perm: tuple | None = None  # the iteration order of the dims (the outputs' storage order) when not the logical one
     cat_width: int | None = None  # the static last dim when the group has a cat (not from its inputs)
     shape: tuple = ()    # the group's iteration shape (meta sizes: ints, or SymInts under dynamic=True)
     scalars: tuple = ()  # (node, parameter name, tilex dtype) per scalar parameter read from a graph value per call
@@ -167,6 +170,15 @@ def generate(group: Group, name: str | None, used_outside) -> GeneratedKernel:
                 seen[a] = f"x{len(inputs)}"
                 inputs.append(_classify(a, shape))
     outputs = [Operand(n, _out_rows(n, rank), _classify(n, shape).last) for n in group.nodes if used_outside(n)]
+    perm = None
+    scattered = bool(outputs) and all(op.rows == "scatter" for op in outputs)  # (static layouts only)
+    orders = {tuple(storage_order(tensor_meta(op.node))) for op in outputs} if scattered else set()
+    if scattered and len(orders) == 1:
+        # every output in one permuted layout: iterate in that order instead (rows consecutive in the outputs'
+        # memory, stored as plain rows; the inputs read through their strides in the same order)
+        perm = orders.pop()
+        outputs = [Operand(op.node, "rows", op.last) for op in outputs]
+        inputs = [Operand(op.node, "gather", op.last) if op.rows == "rows" else op for op in inputs]
     n_bound = any(op.last == "N" for op in (*inputs, *outputs))
     ncols = "N" if n_bound else "1"
 
@@ -278,7 +290,7 @@ def generate(group: Group, name: str | None, used_outside) -> GeneratedKernel:
               "#   " + ", ".join(str(n.target).removeprefix("aten.") for n in group.nodes)]
     source = "\n".join(header) + "\n" + text(name)
     cat_width = int(shape[-1]) if any(cat_parts(n) is not None for n in group.nodes) else None
-    return GeneratedKernel(name, source, rank, tuple(inputs), tuple(outputs), group.has_reduction, targets,
+    return GeneratedKernel(name, source, rank, tuple(inputs), tuple(outputs), group.has_reduction, targets, perm,
                            cat_width, tuple(shape), tuple((a, p, dt) for (a, dt), p in scalar_params.items()))
 
 
