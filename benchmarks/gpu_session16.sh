@@ -4,14 +4,9 @@
 #                                                    # then the shape grid and the eager costs
 #   OUT=out bash benchmarks/gpu_session16.sh bench   # the benchmarks of the new paths (torch ops, bmm, auto matmul,
 #                                                    # linear model, rows, backend, LLM eager vs graph)
-set -uo pipefail
-OUT=${OUT:-out}; mkdir -p "$OUT"
+source "$(dirname "$0")/device_steps.sh"
 # logs and JSON are written under $LOG and come back as one archive, $OUT/logs.tgz (a device call returns 8 files)
-LOG=${LOG:-$(mktemp -d)}; mkdir -p "$LOG"
-export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TILEX_CACHE_DIR=${TILEX_CACHE_DIR:-$PWD/.tilex-cache}
 # each step's log under $LOG, and the archive refreshed after it (a call cut short still returns what ran)
-t() { local name=$1 secs=$2; shift 2; echo "== $name"; OUT="$LOG" timeout -s ABRT "$secs" "$@" > "$LOG/$name.log" 2>&1
-      echo "rc=$?" >> "$LOG/$name.log"; tar czf "$OUT/logs.tgz" -C "$LOG" .; }
 case "${1:-}" in
   tests)
     SHARD_TIMEOUT=${SHARD_TIMEOUT:-240} OUT=$LOG bash benchmarks/gpu_tests_parallel.sh 8 "gpu and not slow" tests 2>&1 | tee "$LOG/gpu_tests.log"

@@ -5,12 +5,7 @@
 #   OUT=out bash benchmarks/gpu_session17.sh sweeps DIRS  # helpers' sweeps: DIR/benchmarks/sweep_*.py of each checkout
 #   OUT=out bash benchmarks/gpu_session17.sh tests        # every GPU test in 8 shards, the quick grid, eager costs
 #   OUT=out bash benchmarks/gpu_session17.sh bench        # the backend vs eager/Inductor, matmul.tile as shipped
-set -uo pipefail
-OUT=${OUT:-out}; mkdir -p "$OUT"
-LOG=${LOG:-$(mktemp -d)}; mkdir -p "$LOG"
-export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TILEX_CACHE_DIR=${TILEX_CACHE_DIR:-$PWD/.tilex-cache}
-t() { local name=$1 secs=$2; shift 2; echo "== $name"; OUT="$LOG" timeout -s ABRT "$secs" "$@" > "$LOG/$name.log" 2>&1
-      echo "rc=$?" >> "$LOG/$name.log"; tar czf "$OUT/logs.tgz" -C "$LOG" .; }
+source "$(dirname "$0")/device_steps.sh"
 case "${1:-}" in
   probe)
     t bench_shapes 300 python3 benchmarks/bench_shapes.py --grid quick --budget-s 270 --json "$LOG/bench_shapes.json"

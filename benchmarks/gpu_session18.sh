@@ -5,12 +5,7 @@
 #   OUT=out bash benchmarks/gpu_session18.sh tests         # every GPU test in 8 shards, then eager costs
 #   OUT=out bash benchmarks/gpu_session18.sh final         # the merged tree: GPU tests, sanitizer, TMA-store A/B
 #   OUT=out bash benchmarks/gpu_session18.sh bench         # the quick grid, the backend vs eager/Inductor, matmul.tile
-set -uo pipefail
-OUT=${OUT:-out}; mkdir -p "$OUT"
-LOG=${LOG:-$(mktemp -d)}; mkdir -p "$LOG"
-export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TILEX_CACHE_DIR=${TILEX_CACHE_DIR:-$PWD/.tilex-cache}
-t() { local name=$1 secs=$2; shift 2; echo "== $name"; OUT="$LOG" timeout -s ABRT "$secs" "$@" > "$LOG/$name.log" 2>&1
-      echo "rc=$?" >> "$LOG/$name.log"; tar czf "$OUT/logs.tgz" -C "$LOG" .; }
+source "$(dirname "$0")/device_steps.sh"
 case "${1:-}" in
   requests)  # each DIR a checkout (untracked copy of a branch) with its request in DIR/.req_cmd
     shift

@@ -7,12 +7,7 @@
 #   OUT=out bash benchmarks/gpu_session19.sh bench         # the quick grid, the backend vs eager/Inductor, matmul.tile
 #   OUT=out bash benchmarks/gpu_session19.sh final19       # one call for the merged tree: GPU tests, eager costs, the
 #                                                          # quick grid, the backend against Inductor reduce-overhead
-set -uo pipefail
-OUT=${OUT:-out}; mkdir -p "$OUT"
-LOG=${LOG:-$(mktemp -d)}; mkdir -p "$LOG"
-export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TILEX_CACHE_DIR=${TILEX_CACHE_DIR:-$PWD/.tilex-cache}
-t() { local name=$1 secs=$2; shift 2; echo "== $name"; OUT="$LOG" timeout -s ABRT "$secs" "$@" > "$LOG/$name.log" 2>&1
-      echo "rc=$?" >> "$LOG/$name.log"; tar czf "$OUT/logs.tgz" -C "$LOG" .; }
+source "$(dirname "$0")/device_steps.sh"
 case "${1:-}" in
   requests)  # each DIR a checkout (untracked copy of a branch) with its request in DIR/.req_cmd
     shift

@@ -9,12 +9,7 @@
 #                                                          # GRID_S, GRID_FAMILIES, BACKEND_S, DIAG_S, EAGER_S;
 #                                                          # SHARDS=8 processes over TEST_PATHS=tests)
 #   OUT=out bash benchmarks/gpu_session21.sh bench21       # final20's benchmarks alone (GRID_S, BACKEND_S, EAGER_S)
-set -uo pipefail
-OUT=${OUT:-out}; mkdir -p "$OUT"
-LOG=${LOG:-$(mktemp -d)}; mkdir -p "$LOG"
-export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TILEX_CACHE_DIR=${TILEX_CACHE_DIR:-$PWD/.tilex-cache}
-t() { local name=$1 secs=$2; shift 2; echo "== $name"; OUT="$LOG" timeout -s ABRT "$secs" "$@" > "$LOG/$name.log" 2>&1
-      echo "rc=$?" >> "$LOG/$name.log"; tar czf "$OUT/logs.tgz" -C "$LOG" .; }
+source "$(dirname "$0")/device_steps.sh"
 case "${1:-}" in
   requests)  # each DIR a checkout (untracked copy of a branch) with its request in DIR/.req_cmd
     shift

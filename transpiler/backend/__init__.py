@@ -121,9 +121,7 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
         log.info("tilex backend: lowered a graph of %d nodes into %d steps (%s)", len(fgm.graph.nodes),
                  len(prog.steps), prog.summary())
         if opts["cuda_graphs"]:
-            from .cudagraphs import GraphRunner
-
-            from .cudagraphs import CudaGraphs
+            from .cudagraphs import CudaGraphs, GraphRunner
 
             cg = opts["cuda_graphs"]
             graphs = None if isinstance(cg, bool) else CudaGraphs(clone_outputs=False) if cg == "borrow" else cg

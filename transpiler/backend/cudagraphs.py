@@ -97,6 +97,9 @@ class GraphRunner:
         self.prog = prog
         self.graphs = graphs or CudaGraphs()
         self.clone_outputs = bool(getattr(self.graphs, "clone_outputs", True))
+        # borrow mode's storage calls: the graphs object's own (tests), else torch's (resolved once, not per replay)
+        self._share, self._expire, self._can_borrow = (getattr(self.graphs, a, getattr(CudaGraphs, a))
+                                                       for a in ("share", "expire", "can_borrow"))
         self.static_idx = None if static is None else set(static)
         self.mutated = set(mutated or ())
         decided = getattr(prog, "host_decisions", lambda: [])()
@@ -141,9 +144,8 @@ class GraphRunner:
         return _clone(self.out) if self.clone_outputs else self._hand_out()
 
     def _expire_handed(self) -> None:
-        expire = getattr(self.graphs, "expire", CudaGraphs.expire)
         for t in self.handed:
-            expire(t, STALE)
+            self._expire(t, STALE)
         self.expired += len(self.handed)
         self.handed = []
 
@@ -152,7 +154,7 @@ class GraphRunner:
         outputs over the memory of an input used in place as they are. The next replay expires them."""
         flat = []
         _each_tensor(self.out, flat.append)
-        if self.own is None and not getattr(self.graphs, "can_borrow", CudaGraphs.can_borrow)():
+        if self.own is None and not self._can_borrow():
             log.warning("tilex backend: this torch lacks the storage calls cuda_graphs='borrow' needs; replays "
                         "return copies of the outputs")
             self.clone_outputs = True
@@ -160,7 +162,6 @@ class GraphRunner:
         if self.own is None:
             inputs = {s.untyped_storage().data_ptr() for s, b in zip(self.static, self.borrowed) if b}
             self.own = [t.untyped_storage().data_ptr() not in inputs for t in flat]
-        share = getattr(self.graphs, "share", CudaGraphs.share)
         storages, new = {}, []
         for t, own in zip(flat, self.own):
             if not own:
@@ -169,7 +170,7 @@ class GraphRunner:
             st = t.untyped_storage()
             shared = storages.get(st.data_ptr())
             if shared is None:
-                shared = storages[st.data_ptr()] = share(st)
+                shared = storages[st.data_ptr()] = self._share(st)
             a = torch.empty(0, dtype=t.dtype, device=t.device).set_(shared, t.storage_offset(), t.shape, t.stride())
             a._tilex_graph_output = t  # its memory stays allocated while `a` lives, even after the runner is gone
             self.handed.append(a)

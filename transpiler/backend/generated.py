@@ -59,18 +59,11 @@ def run_generated(step, env: dict, launched: set | None = None, arena=None) -> i
             scalars[pname] = _HOST_VALUE[dt](v)
     arrays = [(t if prep == 0 else t.contiguous() if prep == 1 else t.to(device)).as_strided(size, stride)
               for t, (prep, size, stride) in zip(ins, views)]
-    for node, oshape, dtype, flat, final, perm in outs:
-        if perm is not None:  # eager's layout: allocated in storage order, seen through the inverse permutation
-            stored = oshape if k.perm is not None else [oshape[j] for j in perm]
-            y = (torch.empty(stored, dtype=dtype, device=device) if arena is None else
-                 arena.tensor(node, stored, dtype, device))
-            arrays.append(y.view(flat))
-            env[node] = y.permute(*_inverse(perm))
-            continue
-        y = (torch.empty(oshape, dtype=dtype, device=device) if arena is None else
-             arena.tensor(node, oshape, dtype, device))
+    for node, alloc, dtype, flat, final, back in outs:
+        y = (torch.empty(alloc, dtype=dtype, device=device) if arena is None else
+             arena.tensor(node, alloc, dtype, device))
         arrays.append(y.view(flat))
-        env[node] = y if final is None else y.reshape(final)
+        env[node] = y.permute(*back) if back is not None else y if final is None else y.reshape(final)
     launcher(arrays, scalars)
     return copies
 
@@ -92,7 +85,8 @@ def _run_eager(step, env: dict) -> None:
 def _plan(k: GeneratedKernel, ins: list, launched: set | None):
     """The launch plan for inputs laid out as `ins`: (per input (prep, size, stride): its view, after `prep`
     0 none, 1 a contiguous copy (a layout the kernel cannot read), 2 a move to the device (a 0-d CPU scalar
-    next to CUDA tensors); per output (node, shape, dtype, flat view, final shape or None, storage order or None); the launcher; the
+    next to CUDA tensors); per output (node, the shape allocated, dtype, flat view, final shape or None, the
+    permutation back to the value's dims or None: allocated in eager's storage order); the launcher; the
     launch scalars; the device; how many inputs each call copies or moves), or EAGER: a row reduction whose
     symbolic row is longer than MAX_ROW at this layout."""
     device = next((t.device for t in ins if t.is_cuda), ins[0].device if ins else torch.device("cpu"))
@@ -130,18 +124,19 @@ def _plan(k: GeneratedKernel, ins: list, launched: set | None):
     for o, op in enumerate(k.outputs):
         meta = tensor_meta(op.node)
         oshape = shape[:-1] + [n if op.last == "N" else 1]
-        final = perm = None
+        alloc, final, back = oshape, None, None
         if k.perm is not None:  # iterated in storage order: plain rows, seen through the inverse permutation
-            perm = k.perm
-        elif op.rows == "scatter":  # the row strides of eager's layout (0 for a size-1 dim)
+            back = _inverse(k.perm)
+        elif op.rows == "scatter":  # allocated in eager's storage order; the row strides of that layout
             perm = storage_order(meta)
-            y = torch.empty([oshape[j] for j in perm], device="meta").permute(*_inverse(perm))
+            alloc, back = [oshape[j] for j in perm], _inverse(perm)
+            y = torch.empty(alloc, device="meta").permute(*back)
             for j in range(k.rank - 1):
-                scalars[f"o{o}_{j}"] = 0 if oshape[j] == 1 else y.stride(j) // oshape[-1]
+                scalars[f"o{o}_{j}"] = 0 if oshape[j] == 1 else y.stride(j) // oshape[-1]   # 0 for a size-1 dim
         elif len(oshape) != meta.dim():  # the group's rank differs from the value's: reshaped after the launch
             want = [int(d) if isinstance(d, int) else -1 for d in meta.shape]
             final = list(torch.empty(oshape, device="meta").reshape(want).shape)
-        outs.append((op.node, oshape, meta.dtype, (m, oshape[-1]), final, perm))
+        outs.append((op.node, alloc, meta.dtype, (m, oshape[-1]), final, back))
     launcher = kernels.generated_launcher(k.source, k.name, tile_config(m, n, k.has_reduction), launched,
                                           device.type == "cuda")
     return views, outs, launcher, scalars, device, sum(p != 0 for p in preps)

@@ -98,7 +98,8 @@ def _partials(x2, weight, dt: str, m: int, n: int, k: int):
     if _use_swap(m, k, L.kind_of(x2) != "numpy"):
         s = _swap_shares(x2, dt, n, k)
         cfg = _tuned("linear_swap_splitk", dt, m, n, k, _swap_config(n), S=s)
-        chunk = -(-(-(-k // s)) // cfg["BK"]) * cfg["BK"]   # the kernel's share: cdiv(cdiv(K, S), BK) * BK
+        bk = cfg["BK"]
+        chunk = -(-(-(-k // s)) // bk) * bk   # the kernel's share of K: cdiv(K, S) rounded up to whole BK stages
         part = L.empty(x2, (-(-k // chunk), m, n), "f32")
         L.run(L.load("linear", kernel="linear_swap_splitk", T=dt, **cfg), "linear_swap_splitk", x2, weight, part)
         return part
