@@ -235,9 +235,18 @@ def test_no_cycle_through_a_library_kernel():
 
     def f(x):
         a = x * 2.0 + 1.0
-        return a * F.linear(a, w)      # the mul cannot join a's group: linear sits between
+        return a * F.linear(a, w)      # the mul cannot join a's group (linear sits between): linear's epilogue
     out, (p,) = compiled(f, x)
     close(out, f(x), rtol=1e-5, atol=1e-5)
+    assert kinds(p) == ["generated", "library"] and p.steps[-1].match.kernel.startswith("linear + epilogue")
+
+    def h(x):  # the product read twice outside one group (the mul, and the output): no epilogue
+        a = x * 2.0 + 1.0
+        y = F.linear(a, w)
+        return a * y, y
+    out, (p,) = compiled(h, x)
+    for o, r in zip(out, h(x)):
+        close(o, r, rtol=1e-5, atol=1e-5)
     assert kinds(p) == ["generated", "library", "generated"]
 
 
@@ -428,9 +437,9 @@ def test_prepare_builds_each_distinct_kernel_once_and_prewarm_resolves_library_g
     g = torch.Generator().manual_seed(31)
     x, w, b = torch.randn(512, 64, generator=g), torch.randn(128, 64, generator=g), torch.randn(128, generator=g)
 
-    def f(x, w, b):
+    def f(x, w, b):  # (y + y2 reads both products again: no tail is a GEMM epilogue, both are generated)
         y, y2 = F.linear(x, w, b), F.linear(x * 0.5, w, b)
-        return torch.sigmoid(y) * 2.0 + 1.0, torch.sigmoid(y2) * 2.0 + 1.0
+        return torch.sigmoid(y) * 2.0 + 1.0, torch.sigmoid(y2) * 2.0 + 1.0, y + y2
     out, (p,) = compiled(f, x, w, b)
     ref = f(x, w, b)
     for o, r in zip(out, ref):

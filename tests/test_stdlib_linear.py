@@ -73,6 +73,14 @@ def test_persistent_tile_loop_covers_every_tile(m, n, k, programs):
     assert _rel(y, x.astype(np.float64) @ w.astype(np.float64).T) <= 1e-2
 
 
+def test_bias_at_any_k_on_the_interpreter():
+    """linear_any_bias: a bias where in_features % 8 != 0 (it raised before session 26)."""
+    rng = np.random.default_rng(12)
+    x, w, b = (rng.standard_normal(t).astype(BF16) for t in ((5, 36), (24, 36), (24,)))
+    ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
+    assert _rel(linear(x, w, b), ref) <= 1e-2
+
+
 def test_bad_arguments():
     x = np.zeros((2, 16), BF16)
     with pytest.raises(ValueError, match="weight"):

@@ -19,6 +19,8 @@ Options (torch.compile(..., options={...})):
   profile: bool   time every step (Step.seconds, Program.time_shares(); synchronizes on CUDA)
   arena: bool     (default True) intermediates in one lifetime-planned allocation per call (arena.py)
   verbose: bool   progress on stderr (the `tilex.backend` logger at INFO): lowering, kernel builds
+  epilogues: bool (default True) a fusion group after a linear becomes that GEMM's epilogue (epilogue.py);
+                  False keeps it a generated kernel of its own (A/B)
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ __all__ = ["tilex_backend", "Program", "StrictError", "OPTIONS"]
 
 log = logging.getLogger("tilex.backend")
 OPTIONS = {"strict": False, "programs": None, "memory": False, "report": None, "cuda_graphs": False,
-           "profile": False, "arena": True, "verbose": False}
+           "profile": False, "arena": True, "verbose": False, "epilogues": True}
 _GRAPHS = [0]  # graphs lowered in this process (names the reports)
 aten = torch.ops.aten
 
@@ -96,7 +98,7 @@ def tilex_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
 
     def fw_compiler(fgm: torch.fx.GraphModule, inputs):
         t0 = time.perf_counter()
-        prog = Program.lower(fgm, strict=bool(opts["strict"]))
+        prog = Program.lower(fgm, strict=bool(opts["strict"]), epilogues=bool(opts["epilogues"]))
         prog.measure_memory = bool(opts["memory"])
         prog.profile = bool(opts["profile"])
         if opts["arena"]:

@@ -201,7 +201,8 @@ def attach(prog, fgm, arch: str, chain) -> None:
     t1 = time.perf_counter()
     rec = load(fp)
     n_choices = choices.load()  # the model's earlier choices (tuning/): prewarm and call 1 evaluate none again
-    sources = {s.kernel.source for s in prog.steps if s.kind == "generated"}
+    sources = {s.kernel.source for s in prog.steps if s.kind == "generated"} | {
+        text for s in prog.steps if s.kind == "library" for _, text in s.match.sources}  # fused GEMMs
     cubins0 = _cubins()
     reused = prewarm(rec, sources) if rec is not None else 0
     # fingerprint_s: hashing the graph (its constants' bytes too); load_s: the record, the stored choices and the

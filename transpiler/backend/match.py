@@ -29,6 +29,7 @@ class Match:
     #                                            returns (root value, *their values)
     decides: tuple = ()         # indices of the args whose values (not only shapes) `check` reads on the host
     writes: int | None = None   # index of the arg the kernel writes in place and returns (no new memory)
+    sources: tuple = ()         # (kernel name, .tile text) of the generated kernels it may launch (epilogue.py)
 
 
 def _stdlib():

@@ -25,6 +25,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 
 from . import kernels, memory
+from .epilogue import FusedGemm, fold
 from .eager import call, eager as _eager, eager_nodes
 from .fusion import absorbed_nodes, group_nodes, member_inputs, scalar_node, transpose_outer_products
 from .generated import run_generated
@@ -143,7 +144,7 @@ class Program:
 
     # ----------------------------------------------------------------- lowering
     @classmethod
-    def lower(cls, gm: GraphModule, strict: bool = False) -> "Program":
+    def lower(cls, gm: GraphModule, strict: bool = False, epilogues: bool = True) -> "Program":
         graph = gm.graph
         if transpose_outer_products(graph):  # the rotary table written in the layout its cat reads
             gm.recompile()
@@ -155,6 +156,10 @@ class Program:
         covered |= absorbed
         excluded = folded | covered | set(by_root)
         groups = group_nodes(graph, excluded)
+        if epilogues and matches and groups:  # a group after a linear becomes its epilogue (epilogue.py)
+            matches, groups = _fold_epilogues(matches, groups)
+            by_root = {m.root: m for m in matches}
+            covered = set().union(*(m.interior | set(m.extra) for m in matches)) | absorbed
         owner = {}
         for g in groups:
             for n in g.nodes:
@@ -194,6 +199,9 @@ class Program:
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         out = next(n for n in graph.nodes if n.op == "output")
         prog = cls(gm, steps, placeholders, out.args[0], _last_uses(steps, out), strict=strict)
+        for m in matches:
+            if isinstance(m.call, FusedGemm):
+                m.call.launched = prog.launched
         eager = prog.fallbacks()
         if strict and eager:
             raise StrictError("tilex backend (strict=True): these nodes have no tilex kernel: "
@@ -363,6 +371,13 @@ class Program:
                 arena.check((node, *m.extra), outs)
         else:
             step.copies += run_generated(step, env, self.launched, arena)
+
+
+def _fold_epilogues(matches: list, groups: list) -> tuple[list, list]:
+    """epilogue.fold with a member counted as a group output when a library kernel or another step reads it."""
+    reads = {a for m in matches for a in m.args if isinstance(a, Node)}
+    owner = {n: g for g in groups for n in g.nodes}
+    return fold(matches, groups, lambda n: n in reads or any(owner.get(u) is not owner[n] for u in n.users))
 
 
 def _sm_count() -> int:

@@ -157,12 +157,9 @@ def generate(group: Group, name: str | None, used_outside) -> GeneratedKernel:
     inputs: list[Operand] = []
     seen: dict[Node, str] = {}
     plain_use: set = set()   # inputs read unshifted (everything but a cat's sources)
-    scalar_params: dict = {}  # (node, dtype) -> parameter name
+    scalar_params = scalar_parameters(group.nodes)  # (node, dtype) -> parameter name
     for n in group.nodes:
-        ordered = scalar_inputs(n)  # argument order: the parameters' names do not depend on hashing
-        for a in ordered:
-            scalar_params.setdefault((a, _scalar_dtype(n, a)), f"a{len(scalar_params)}")
-        host = set(ordered)
+        host = set(scalar_inputs(n))
         if cat_parts(n) is None:
             plain_use |= set(n.all_input_nodes) - host
         for a in member_inputs(n):
@@ -258,14 +255,8 @@ def generate(group: Group, name: str | None, used_outside) -> GeneratedKernel:
             masked = f"where(cols < {ncols}, {src}, {pad})"
             expr = (f"sum({masked}, axis=-1, keepdims=True) / {ncols}" if fn == "mean"
                     else f"{fn}({masked}, axis=-1, keepdims=True)")
-        elif template(n) == "cast":
-            dt = ops.DTYPES[tensor_meta(n).dtype]
-            src = names[n.args[0]]
-            expr = f"{src}.to({dt})"
-            if dt in ("bf16", "f16"):
-                expr += ".to(f32)"  # rounded to the dtype, carried in f32
         else:
-            expr = template(n).format(*(operand(a, n) for a in n.args))
+            expr = member_expr(n, names, operand)
         names[n] = f"t{k}"
         body.append(f"        t{k} = {expr}")
     for k, op in enumerate(outputs):
@@ -292,6 +283,27 @@ def generate(group: Group, name: str | None, used_outside) -> GeneratedKernel:
     cat_width = int(shape[-1]) if any(cat_parts(n) is not None for n in group.nodes) else None
     return GeneratedKernel(name, source, rank, tuple(inputs), tuple(outputs), group.has_reduction, targets, perm,
                            cat_width, tuple(shape), tuple((a, p, dt) for (a, dt), p in scalar_params.items()))
+
+
+def member_expr(n: Node, names: dict, operand) -> str:
+    """The tile expression of elementwise or cast member `n` (not a reduction, not a cat), in f32 for floats:
+    `names` maps the values it reads to their tile names, `operand(a, n)` names any other argument (a scalar
+    parameter, a literal). A cast to bf16 / f16 rounds to that dtype and carries the value on in f32."""
+    if template(n) == "cast":
+        dt = ops.DTYPES[tensor_meta(n).dtype]
+        expr = f"{names[n.args[0]]}.to({dt})"
+        return expr + ".to(f32)" if dt in ("bf16", "f16") else expr
+    return template(n).format(*(operand(a, n) for a in n.args))
+
+
+def scalar_parameters(nodes) -> dict:
+    """(graph value, dtype) -> parameter name `a{j}` for the scalar parameters members `nodes` read, in argument
+    order (the names do not depend on hashing)."""
+    params: dict = {}
+    for n in nodes:
+        for a in scalar_inputs(n):
+            params.setdefault((a, _scalar_dtype(n, a)), f"a{len(params)}")
+    return params
 
 
 def tile_config(m: int, n: int, has_reduction: bool) -> dict:

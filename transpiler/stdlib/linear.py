@@ -442,9 +442,8 @@ def linear(x, weight, bias=None):
             elif path in _WIDE:
                 kernel, cfg = _WIDE[path][1], dict(tiles, PROGRAMS=L.sm_count(x2))
         else:
-            kernel, cfg = "linear_any", dict(BM=64 if m > 16 else 16, BN=128 if m > 16 else 64, BK=32, STAGES=4)
-            if bias is not None:
-                raise ValueError(M.linear_bias_k(k))
+            kernel = "linear_any_bias" if bias is not None else "linear_any"
+            cfg = dict(BM=64 if m > 16 else 16, BN=128 if m > 16 else 64, BK=32, STAGES=4)
         mod = L.load("linear", kernel=kernel, T=dt, **cfg)
         args = (x2, weight, bias, y) if bias is not None else (x2, weight, y)
         L.run(mod, kernel, *args)

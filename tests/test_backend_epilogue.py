@@ -1,0 +1,329 @@
+"""GEMM epilogues (issue 19, "a group that follows a GEMM becomes its epilogue"): a fusion group reading a linear's
+product is folded into that GEMM (backend/epilogue.py), one generated kernel per way the product may run
+(tilex.stdlib.linear_epilogue picks: tc, swap, sum, apply). CPU: lowering (what folds, what does not), values
+against float64 and eager through the interpreter, each kernel text against NumPy, golden sources, nvcc builds,
+the path model; GPU: odd sizes on every path against torch, in eager and under CUDA graphs."""
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tilex.backend as B  # noqa: E402,F401  (registers "tilex")
+from tilex.backend import epilogue, kernels  # noqa: E402
+from tilex.pipeline import Options  # noqa: E402
+from tilex.stdlib import linear_epilogue as LE  # noqa: E402
+from tilex.translate import translate  # noqa: E402
+
+from test_golden import check_golden  # noqa: E402
+from test_nvcc import ARCHS  # noqa: E402
+
+GOLDEN = __import__("pathlib").Path(__file__).parent / "golden" / "backend"
+F = torch.nn.functional
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class GeluMLP(torch.nn.Module):
+    """fc1 (bias) -> gelu -> * 0.5 -> fc2 -> + residual: two products, each with an epilogue."""
+
+    def __init__(self, d, h, approximate="none"):
+        super().__init__()
+        self.fc1, self.fc2, self.approximate = torch.nn.Linear(d, h), torch.nn.Linear(h, d, bias=False), approximate
+
+    def forward(self, x, r):
+        return r + self.fc2(F.gelu(self.fc1(x), approximate=self.approximate) * 0.5)
+
+
+def _f64_mlp(m: GeluMLP, x, r):
+    d = lambda t: t.detach().double()  # noqa: E731
+    h = F.gelu(d(x) @ d(m.fc1.weight).T + d(m.fc1.bias), approximate=m.approximate) * 0.5
+    return d(r) + h @ d(m.fc2.weight).T
+
+
+def _compile(fn, **kw):
+    progs = []
+    return torch.compile(fn, backend="tilex", options={"programs": progs, "strict": True, **kw.pop("options", {})},
+                         **kw), progs
+
+
+def _fused(p):
+    return [s for s in p.steps if s.kind == "library" and s.match.sources]
+
+
+def _rel(a, ref):
+    return float((a.double() - ref).abs().max() / ref.abs().max())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_mlp_folds_both_epilogues(dtype, approximate):
+    g = torch.manual_seed(71)
+    m = GeluMLP(40, 72, approximate).to(dtype)
+    x, r = torch.randn(2, 7, 40, generator=g).to(dtype), torch.randn(2, 7, 40, generator=g).to(dtype)
+    cf, progs = _compile(m, dynamic=False)
+    with torch.no_grad():
+        got, eager = cf(x, r), m(x, r)
+    ref = _f64_mlp(m, x, r)
+    (p,) = progs
+    assert len(_fused(p)) == 2 and not [s for s in p.steps if s.kind == "generated"]
+    assert all(s.match.call.paths == {"tc": 1} for s in _fused(p))
+    if dtype is torch.float32:
+        assert _rel(got, ref) < 1e-5
+    else:  # the product is rounded to bf16 before its epilogue, as eager stores it
+        assert _rel(got, ref) <= 1.25 * _rel(eager, ref) + 1e-3
+
+
+def _cases():
+    def output_too(fc, x, r):  # the product is a graph output as well: stored, so not folded
+        y = fc(x)
+        return y, F.silu(y) + r
+
+    def reduction(fc, x, r):  # a row reduction of the product in the group: whole rows, not a GEMM's tiles
+        y = fc(x) * 2.0
+        return y - y.amax(dim=-1, keepdim=True) + r
+
+    def transposed(fc, x, r):  # read through a transpose: not a rows view of the product
+        return fc(x).transpose(0, 1) * r.transpose(0, 1)
+    return {"output_too": output_too, "reduction": reduction, "transposed": transposed}
+
+
+@pytest.mark.parametrize("case", sorted(_cases()))
+def test_groups_that_do_not_fold_still_compute_eagers_values(case):
+    fn = _cases()[case]
+    g = torch.manual_seed(72)
+    fc = torch.nn.Linear(24, 24)
+    x, r = torch.randn(5, 3, 24, generator=g), torch.randn(5, 3, 24, generator=g)
+    cf, progs = _compile(lambda x, r: fn(fc, x, r), dynamic=False)
+    with torch.no_grad():
+        got, ref = cf(x, r), fn(fc, x, r)
+    for a, b in zip(got if isinstance(got, tuple) else (got,), ref if isinstance(ref, tuple) else (ref,)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert not _fused(progs[0])
+
+
+def test_k_not_a_multiple_of_8_is_not_folded():
+    """(linear_any, and linear_any_bias for the bias: a Linear(36, 16) raised before session 26)"""
+    fc = torch.nn.Linear(36, 16)
+    cf, progs = _compile(lambda x: F.relu(fc(x)) * 3.0, dynamic=False)
+    x = torch.randn(4, 36, generator=torch.manual_seed(73))
+    with torch.no_grad():
+        torch.testing.assert_close(cf(x), F.relu(fc(x)) * 3.0, rtol=1e-5, atol=1e-5)
+    assert not _fused(progs[0])
+
+
+def _many_inputs(fc, x, res, col, vec, s: float):
+    """rows (res), a column (col [.., 1]), a vector over N (vec), a host float; two outputs read outside."""
+    p = fc(x)
+    a = F.gelu(p) * vec + res
+    b = p * col - s * a
+    return a, b.to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_epilogue_reads_rows_columns_vectors_and_scalars(dynamic):
+    g = torch.manual_seed(74)
+    fc = torch.nn.Linear(32, 48, bias=False)
+    vec = torch.randn(48, generator=g)
+    cf, progs = _compile(lambda *a: _many_inputs(fc, *a), dynamic=dynamic)
+    for t in (5, 9):
+        x, res, col = (torch.randn(3, t, 32, generator=g), torch.randn(3, t, 48, generator=g),
+                       torch.randn(3, t, 1, generator=g))
+        with torch.no_grad():
+            got, ref = cf(x, res, col, vec, 0.75), _many_inputs(fc, x, res, col, vec, 0.75)
+        torch.testing.assert_close(got[0], ref[0], rtol=1e-5, atol=1e-5)
+        assert got[1].dtype is torch.bfloat16
+        torch.testing.assert_close(got[1].float(), ref[1].float(), rtol=8e-3, atol=8e-3)
+    p = progs[-1]
+    (s,) = _fused(p)
+    assert len(s.match.extra) == 1 and not [x for x in p.steps if x.kind == "generated"]
+    if dynamic:
+        assert len(progs) == 1  # one program over both lengths: leading dims read from `res` at each call
+
+
+# ----------------------------------------------------------------- each kernel text against NumPy float64
+
+def _epi(dtype=torch.float32, bias=True):
+    """The Epilogue of gelu(x @ w.T + b) * vec + res, lowered on CPU."""
+    g = torch.manual_seed(75)
+    fc = torch.nn.Linear(32, 40, bias=bias).to(dtype)
+    vec = torch.randn(40, generator=g).to(dtype)
+    fn = lambda x, res: F.gelu(fc(x)) * vec + res  # noqa: E731
+    cf, progs = _compile(fn, dynamic=False)
+    x, res = torch.randn(6, 32, generator=g).to(dtype), torch.randn(6, 40, generator=g).to(dtype)
+    with torch.no_grad():
+        cf(x, res)
+    (s,) = _fused(progs[0])
+    return s.match.call.epi, fc, vec
+
+
+DEFINES = {"tc": dict(BM=16, BN=32, BK=64, STAGES=2, GROUP=8), "swap": dict(BN=64, BM=16, BK=32, STAGES=2),
+           "sum": dict(BM=4, BN=16), "apply": dict(BM=4, BN=16)}
+
+
+@pytest.mark.parametrize("path", epilogue.PATHS)
+def test_each_kernel_in_the_interpreter_matches_float64(path):
+    import math
+
+    erf = np.vectorize(math.erf)
+    epi, fc, vec = _epi()
+    rng = np.random.default_rng(76)
+    m, k, n = 11, 32, 40
+    x, res = rng.standard_normal((m, k), np.float32), rng.standard_normal((m, n), np.float32)
+    w, b = fc.weight.detach().numpy(), fc.bias.detach().numpy()
+    prod = x.astype(np.float64) @ w.T.astype(np.float64) + b
+    ref = 0.5 * prod * (1 + erf(prod / np.sqrt(2))) * vec.numpy() + res
+    y = np.zeros((m, n), np.float32)
+    head = {"tc": [x, w, b], "swap": [x, w, b], "apply": [prod.astype(np.float32)],
+            "sum": [np.stack([x[:, :16] @ w[:, :16].T, x[:, 16:] @ w[:, 16:].T]).astype(np.float32), b]}[path]
+    name, source = epi.sources[path]
+    kernels.module(source, tuple(sorted(DEFINES[path].items()))).interp(name, *head, vec.numpy(), res, y)
+    assert np.abs(y - ref).max() / np.abs(ref).max() < 1e-5
+
+
+@pytest.mark.parametrize("path", epilogue.PATHS)
+def test_epilogue_golden_tile(path, update_golden):
+    epi, _, _ = _epi(torch.bfloat16)
+    check_golden(GOLDEN / f"epilogue_gelu_{path}.tile", epi.sources[path][1], update_golden)
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("path", epilogue.PATHS)
+def test_epilogue_kernel_builds_with_nvcc(path, tmp_path, nvcc):
+    epi, _, _ = _epi(torch.bfloat16)
+    defines = {"tc": dict(BM=128, BN=128, BK=64, STAGES=4, GROUP=8), "swap": dict(BN=64, BM=16, BK=128, STAGES=6),
+               "sum": dict(BM=16, BN=256), "apply": dict(BM=16, BN=256)}[path]
+    t = translate(epi.sources[path][1], "<epilogue>", Options(defines=defines, arch="sm_90a"))
+    (tmp_path / "k.cu").write_text(t.cuda)
+    proc = subprocess.run([nvcc, *ARCHS["sm_90a"], "k.cu", "-o", "k.cubin"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# ----------------------------------------------------------------- the path model
+
+class _X:
+    """A stand-in GPU operand for linear_epilogue.choose (its SM count)."""
+
+
+@pytest.fixture
+def gpu_model(monkeypatch):
+    monkeypatch.setattr(LE.L, "sm_count", lambda x: 132)
+    monkeypatch.setattr(LE.L, "kind_of", lambda x: "torch")
+    LE._PLANS.clear()
+    yield monkeypatch
+    LE._PLANS.clear()
+
+
+def test_model_folds_into_one_pass_only_when_it_pays(gpu_model):
+    lin = LE._lin
+    tiles = dict(BM=128, BN=128, BK=64, STAGES=4)
+    gpu_model.setattr(lin, "_model_config", lambda *a: dict(tiles))
+    m, n, k = 4096, 4096, 4096
+    saved = 2 * m * n * 2 / LE.COPY_BYTES_PER_US + LE.LAUNCH_US
+    for t_tc, want in ((100.0 + saved - 1.0, "tc"), (100.0 + saved + 1.0, "apply")):
+        gpu_model.setattr(lin, "path_choice", lambda *a, t=t_tc: ("persistent", tiles, 1, {"tc": t, "persistent": 100.0}))
+        LE._PLANS.clear()
+        path, params, gain = LE.choose(_X(), "bf16", m, n, k, False)
+        assert path == want and (gain > 0) == (want == "tc")
+        if want == "tc":
+            assert params == dict(tiles, GROUP=8)
+    gpu_model.setattr(lin, "path_choice", lambda *a: ("tc", dict(tiles, BM=64), 1, {"tc": 5.0}))
+    LE._PLANS.clear()
+    assert LE.choose(_X(), "bf16", 300, 1000, 1024, True)[:2] == ("tc", dict(tiles, BM=64, GROUP=8))
+    gpu_model.setattr(lin, "path_choice", lambda *a: ("splitk", dict(tiles), 4, {"tc": 9.0, "splitk": 5.0}))
+    LE._PLANS.clear()
+    path, params, _ = LE.choose(_X(), "bf16", 100, 1000, 14336, False)
+    assert path == "sum" and params["S"] == 4 and params["PBM"] == 128
+
+
+def test_model_decode_paths(gpu_model):
+    lin = LE._lin
+    gpu_model.setattr(lin, "_swap_shares", lambda x2, dt, n, k: 1)
+    assert LE.choose(_X(), "bf16", 1, 5000, 1024, False)[0] == "swap"
+    gpu_model.setattr(lin, "_swap_shares", lambda x2, dt, n, k: 8)
+    LE._PLANS.clear()
+    path, params, _ = LE.choose(_X(), "bf16", 3, 512, 3584, False)
+    assert path == "sum" and params == dict(BM=4, BN=256)
+    LE._PLANS.clear()
+    assert LE.choose(_X(), "bf16", 40, 512, 4096, True)[0] == "sum"  # linear_splitk's rows (16 < M <= 64)
+    assert LE.choose(None, "bf16", 40, 512, 4096, True)[0] == "tc"   # the interpreter
+
+
+# ----------------------------------------------------------------------------------------------- GPU
+
+def _gpu_fn(fc, approximate):
+    return lambda x, r: F.gelu(fc(x), approximate=approximate) * 1.5 + r
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,k,n", [(1, 1024, 5000), (3, 3584, 512), (5, 1000, 3000), (40, 4096, 512),
+                                   (37, 512, 1000), (300, 1024, 1000), (1000, 2048, 2304), (4096, 1024, 4096)])
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_fused_gemm_on_cuda_against_torch(m, k, n, cuda_graphs):
+    g = torch.Generator(device="cuda").manual_seed(77)
+    fc = torch.nn.Linear(k, n, device="cuda", dtype=torch.bfloat16)
+    fn = _gpu_fn(fc, "tanh")
+    opts = {"cuda_graphs": True} if cuda_graphs else {}
+    cf, progs = _compile(fn, dynamic=False, options=opts)
+    for _ in range(3):  # new data each call (graph replays included)
+        x = torch.randn(m, k, device="cuda", generator=g, dtype=torch.bfloat16)
+        r = torch.randn(m, n, device="cuda", generator=g, dtype=torch.bfloat16)
+        with torch.no_grad():
+            got, eager = cf(x, r).clone(), fn(x, r)
+            ref = F.gelu(x.double() @ fc.weight.double().T + fc.bias.double(), approximate="tanh") * 1.5 + r.double()
+        assert got.shape == eager.shape
+        assert _rel(got, ref) <= 1.25 * _rel(eager, ref) + 2e-3, (_rel(got, ref), _rel(eager, ref))
+    (s,) = _fused(progs[0])
+    assert sum(s.match.call.paths.values()) >= 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ["apply", "sum", "swap", "tc"])
+def test_every_path_on_cuda(path, monkeypatch):
+    """Each kernel forced (the model picks one per shape): values against torch float64 at odd sizes."""
+    m, k, n = (7, 1000, 1000) if path in ("swap", "sum") else (333, 1000, 1000)
+    real = LE.choose
+    forced = {"apply": ("apply", dict(BM=16, BN=256), 0.0), "tc": ("tc", dict(BM=128, BN=128, BK=64, STAGES=4,
+                                                                                GROUP=8), 0.0),
+              "swap": ("swap", dict(BN=64, BM=16, BK=128, STAGES=6), 0.0),
+              "sum": ("sum", dict(BM=8, BN=256), 0.0)}[path]
+    monkeypatch.setattr(LE, "choose", lambda x2, *a: forced if x2 is not None else real(x2, *a))
+    if path == "sum":  # linear's decode partials
+        monkeypatch.setattr(LE._lin, "_swap_shares", lambda x2, dt, n, k: 4)
+    g = torch.Generator(device="cuda").manual_seed(78)
+    fc = torch.nn.Linear(k, n, device="cuda", dtype=torch.bfloat16)
+    fn = _gpu_fn(fc, "none")
+    cf, progs = _compile(fn, dynamic=False)
+    x = torch.randn(m, k, device="cuda", generator=g, dtype=torch.bfloat16)
+    r = torch.randn(m, n, device="cuda", generator=g, dtype=torch.bfloat16)
+    with torch.no_grad():
+        got, eager = cf(x, r), fn(x, r)
+    ref = F.gelu(x.double() @ fc.weight.double().T + fc.bias.double()) * 1.5 + r.double()
+    assert _rel(got, ref) <= 1.25 * _rel(eager, ref) + 2e-3
+    (s,) = _fused(progs[0])
+    assert s.match.call.paths == {path: 1}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 37, 300])
+def test_bias_at_k_not_a_multiple_of_8_on_cuda(m):
+    """linear_any_bias (no epilogue: K % 8 != 0) against torch."""
+    g = torch.Generator(device="cuda").manual_seed(79)
+    fc = torch.nn.Linear(36, 200, device="cuda", dtype=torch.bfloat16)
+    fn = lambda x: F.relu(fc(x)) * 3.0  # noqa: E731
+    cf, progs = _compile(fn, dynamic=False)
+    x = torch.randn(m, 36, device="cuda", generator=g, dtype=torch.bfloat16)
+    with torch.no_grad():
+        got, eager = cf(x), fn(x)
+    ref = F.relu(x.double() @ fc.weight.double().T + fc.bias.double()) * 3.0
+    assert _rel(got, ref) <= 1.25 * _rel(eager, ref) + 2e-3
+    assert not _fused(progs[0])
