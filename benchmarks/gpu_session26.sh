@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Session 26's device calls. Logs under $LOG, tarred into $OUT/logs.tgz after every step.
 #   OUT=out bash benchmarks/gpu_session26.sh epilogue   # ~400 s: the GEMM-epilogue GPU tests, then bench_epilogue.py
+#   OUT=out bash benchmarks/gpu_session26.sh bench      # ~300 s: bench_epilogue.py, then the per-kernel profile of
+#                                                       # the 7B-shaped prefill 1x512 (tilex vs Inductor)
 source "$(dirname "$0")/device_steps.sh"
 case "${1:-}" in
   epilogue)
@@ -8,5 +10,10 @@ case "${1:-}" in
     tail -15 "$LOG/tests.log"
     t bench "${BENCH_S:-200}" python3 benchmarks/bench_epilogue.py --total $(( ${BENCH_S:-200} - 60 )) --json "$LOG/epilogue.json"
     grep -A12 "^## summary" "$LOG/bench.log"; tail -3 "$LOG/bench.log" ;;
-  *) sed -n 2,4p "$0"; exit 2 ;;
+  bench)
+    t bench "${BENCH_S:-200}" python3 benchmarks/bench_epilogue.py --total $(( ${BENCH_S:-200} - 60 )) --json "$LOG/epilogue.json"
+    grep -A12 "^## summary" "$LOG/bench.log"
+    t prof "${PROF_S:-150}" python3 benchmarks/prof_backend_kernels.py --layers 2 --shapes 1x512 --budget $(( ${PROF_S:-150} - 20 )) --json "$LOG/prof.json"
+    grep -B2 -A30 "^## " "$LOG/prof.log" | head -120 ;;
+  *) sed -n 2,6p "$0"; exit 2 ;;
 esac
