@@ -82,6 +82,21 @@ def test_gelu_mlp_folds_both_epilogues(dtype, approximate):
         assert _rel(got, ref) <= 1.25 * _rel(eager, ref) + 1e-3
 
 
+def test_report_shows_the_fused_kernels(tmp_path):
+    m = GeluMLP(40, 72)
+    cf, progs = _compile(m, dynamic=False, options={"report": str(tmp_path)})
+    x = torch.randn(3, 40, generator=torch.manual_seed(70))
+    with torch.no_grad():
+        cf(x, x)
+    (page,) = tmp_path.glob("graph_*.html")
+    html = page.read_text()
+    for s in _fused(progs[0]):
+        for path, (name, _) in zip(epilogue.PATHS, s.match.sources):
+            assert name in html
+        assert s.match.kernel in html
+    assert "tile_xwt" in html and html.count("not launched") == 2 * 3  # swap, sum, apply of both GEMMs on CPU
+
+
 def _cases():
     def output_too(fc, x, r):  # the product is a graph output as well: stored, so not folded
         y = fc(x)

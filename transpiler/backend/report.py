@@ -60,6 +60,10 @@ def describe(prog, title: str = "") -> dict:
         if s.kind == "library":
             row["kernel"] = f"tilex.stdlib.{s.match.kernel}"
             step_of[s.match.root] = i
+            if s.match.sources:  # a fused GEMM (epilogue.py): its generated kernels, those launched with configs
+                row["kernel"] = s.match.kernel
+                row["generated"] = [{"name": name, "source": text, "configs": configs.get(text, [])}
+                                    for name, text in s.match.sources]
         elif s.kind == "generated":
             row["kernel"] = s.kernel.name
             row["source"] = s.kernel.source
@@ -222,6 +226,11 @@ def render(data: dict) -> str:
                       + (f"; {cfg}" if cfg else "") + f"</small><pre>{e(s['source'])}</pre>")
         elif s["kind"] == "library":
             kernel = f"<b>{e(s['kernel'])}</b>"
+            for gk in s.get("generated", []):  # a fused GEMM's kernels: launched ones with their configurations
+                cfg = "; ".join(", ".join(f"{k}={v}" for k, v in c["defines"].items())
+                                + f" <span class='pill {e(c['cache'])}'>{e(c['cache'])}</span>" for c in gk["configs"])
+                kernel += (f"<details{' open' if gk['configs'] else ''}><summary><code>{e(gk['name'])}</code> "
+                           f"<small>{cfg or 'not launched'}</small></summary><pre>{e(gk['source'])}</pre></details>")
             if s["fallbacks"]:
                 kernel += f" <small>({s['fallbacks']} call(s) declined to eager)</small>"
         ms = f"{1e3 * s['seconds'] / s['calls']:.3f}" if timed and s["calls"] else "not measured"
