@@ -342,3 +342,52 @@ def test_bias_at_k_not_a_multiple_of_8_on_cuda(m):
     ref = F.relu(x.double() @ fc.weight.double().T + fc.bias.double()) * 3.0
     assert _rel(got, ref) <= 1.25 * _rel(eager, ref) + 2e-3
     assert not _fused(progs[0])
+
+
+# ----------------------------------------------------------------- unmodified HF models with GELU MLPs
+
+def _hf_gelu_model(name: str, dtype=torch.float32, device="cpu"):
+    transformers = pytest.importorskip("transformers")
+    small = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                 max_position_embeddings=64)
+    if name == "gpt_neox":
+        cfg, cls = transformers.GPTNeoXConfig(**small, rotary_pct=0.25), transformers.GPTNeoXForCausalLM
+    else:
+        cfg, cls = transformers.PhiConfig(**small), transformers.PhiForCausalLM
+    torch.manual_seed(80)
+    return cls(cfg).eval().to(device=device, dtype=dtype)
+
+
+@pytest.mark.parametrize("name", ["phi"])
+def test_hf_gelu_model_folds_its_mlp_tails(name):
+    """transformers' own Phi (fc1 + gelu_new, fc2 + the residual adds): strict (no eager node), every MLP GEMM's
+    tail an epilogue, logits within 1e-4 of eager in f32."""
+    m = _hf_gelu_model(name)
+    ids = torch.randint(0, 128, (2, 11), generator=torch.manual_seed(81))
+    cf, progs = _compile(m, dynamic=False)
+    with torch.no_grad():
+        got, ref = cf(ids, use_cache=False).logits, m(ids, use_cache=False).logits
+    assert float((got - ref).abs().max() / ref.abs().max()) < 1e-4
+    (p,) = progs
+    assert len(_fused(p)) >= 2 * 2 and p.fallbacks() == []  # fc1's and fc2's tails in both layers
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["phi", "gpt_neox"])
+def test_hf_gelu_models_on_cuda(name):
+    """bf16 on the GPU: logits within 1.25x of eager bf16's error against f32, the MLP tails folded, and only tilex
+    kernels in the compiled forward's profile (kernel_kinds; copies aside)."""
+    from tilex.backend.kernel_kinds import foreign, profile_kernels
+
+    m32 = _hf_gelu_model(name, device="cuda")
+    m = _hf_gelu_model(name, torch.bfloat16, "cuda")
+    m.load_state_dict({k: v.to(torch.bfloat16) for k, v in m32.state_dict().items()})
+    ids = torch.randint(0, 128, (2, 37), device="cuda", generator=torch.Generator(device="cuda").manual_seed(82))
+    cf, progs = _compile(m, dynamic=False)
+    with torch.no_grad():
+        got, eager, ref = (f(ids, use_cache=False).logits.float() for f in (cf, m, m32))
+        kinds = profile_kernels(lambda: cf(ids, use_cache=False), 2)
+    err = lambda a: float((a - ref).abs().max() / ref.abs().max())  # noqa: E731
+    assert err(got) <= 1.25 * err(eager) + 1e-3, (err(got), err(eager))
+    assert len(_fused(progs[0])) >= 4 and progs[0].fallbacks() == []
+    assert foreign(kinds) == [], foreign(kinds)
