@@ -11,6 +11,8 @@ case "${1:-}" in
     t bench "${BENCH_S:-200}" python3 benchmarks/bench_epilogue.py --total $(( ${BENCH_S:-200} - 60 )) --json "$LOG/epilogue.json"
     grep -A12 "^## summary" "$LOG/bench.log"; tail -3 "$LOG/bench.log" ;;
   bench)
+    t hf "${HF_S:-90}" python3 -m pytest -q -n 2 -rfE -p no:cacheprovider -m gpu tests/test_backend_epilogue.py -k hf_gelu
+    tail -4 "$LOG/hf.log"
     t bench "${BENCH_S:-200}" python3 benchmarks/bench_epilogue.py --total $(( ${BENCH_S:-200} - 60 )) --json "$LOG/epilogue.json"
     grep -A12 "^## summary" "$LOG/bench.log"
     t prof "${PROF_S:-150}" python3 benchmarks/prof_backend_kernels.py --layers 2 --shapes 1x512 --budget $(( ${PROF_S:-150} - 20 )) --json "$LOG/prof.json"
