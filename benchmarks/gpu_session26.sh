@@ -15,6 +15,8 @@ case "${1:-}" in
     tail -4 "$LOG/hf.log"
     t bench "${BENCH_S:-200}" python3 benchmarks/bench_epilogue.py --total $(( ${BENCH_S:-200} - 60 )) --json "$LOG/epilogue.json"
     grep -A12 "^## summary" "$LOG/bench.log"
+    t sweep "${SWEEP_S:-60}" python3 benchmarks/sweep_gemm.py --only linear --shapes linear:512x3584x512,linear:100x896x9728,linear:4096x2048x2560 --budget-s $(( ${SWEEP_S:-60} - 15 )) --json "$LOG/sweep_bn32.json"
+    tail -6 "$LOG/sweep.log"
     t prof "${PROF_S:-150}" python3 benchmarks/prof_backend_kernels.py --layers 2 --shapes 1x512 --budget $(( ${PROF_S:-150} - 20 )) --json "$LOG/prof.json"
     grep -B2 -A30 "^## " "$LOG/prof.log" | head -120 ;;
   *) sed -n 2,6p "$0"; exit 2 ;;

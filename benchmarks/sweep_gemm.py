@@ -57,7 +57,8 @@ def linear_candidates(m: int, k: int, n: int) -> list[dict]:
     """Every (path, kernel, defines, S) the sweep times for linear at M x K x N."""
     out = []
     bms = (16, 64) if m <= 16 else (64, 128)
-    for bm, bn, st in itertools.product(bms, (64, 128, 256), (3, 4, 6)):
+    bns = (32, 64, 128, 256) if n <= 2048 else (64, 128, 256)  # 32-wide tiles: twice the programs of a narrow N
+    for bm, bn, st in itertools.product(bms, bns, (3, 4, 6)):
         out.append(dict(path="tc", kernel="linear", defines=dict(BM=bm, BN=bn, BK=64, STAGES=st)))
     if m > 16:
         for (bm, bn), st, per in itertools.product(((128, 256), (128, 128), (64, 256)), (4,), (1, 2)):
