@@ -390,7 +390,6 @@ BAD = [
     ("rms_norm", S.rms_norm, lambda r: (r(4, 6), r(5))),
     ("silu_and_mul", S.silu_and_mul, lambda r: (r(4, 7),)),
     ("linear", S.linear, lambda r: (r(3, 16), r(5, 12))),
-    ("linear", S.linear, lambda r: (r(3, 12), r(5, 12), r(5))),
     ("gated_mlp", S.gated_mlp, lambda r: (r(3, 12), r(5, 12), r(5, 12))),
     ("attention_prefill", S.attention_prefill, lambda r: (r(1, 4, 5, 16), r(1, 3, 5, 16), r(1, 3, 5, 16))),
     ("attention_prefill", S.attention_prefill, lambda r: (r(1, 2, 5, 24), r(1, 2, 5, 24), r(1, 2, 5, 24))),

@@ -96,10 +96,6 @@ def linear_weight(k, shape) -> str:
     return f"weight: expected shape [out, {k}] to match x's last dimension {k}, got {tuple(shape)}"
 
 
-def linear_bias_k(k) -> str:
-    return f"linear with a bias needs in_features % 8 == 0, got {k}"
-
-
 def qkv_weight(n, k, q_size, kv_size, shape) -> str:
     return (f"weight: expected shape ({n}, {k}) for q_size {q_size} + 2 * kv_size {kv_size} "
             f"and in_features {k}, got {tuple(shape)}")
