@@ -260,6 +260,25 @@ def test_model_folds_into_one_pass_only_when_it_pays(gpu_model):
     assert path == "sum" and params["S"] == 4 and params["PBM"] == 128
 
 
+def test_prewarm_resolves_the_kernel_each_fused_gemm_launches(gpu_model):
+    """epilogue.prewarm_jobs (Program.prepare on CUDA): one job per distinct (kernel, configuration, shape), each
+    resolving to a runtime kernel of the path the model picks for a GPU operand (translated here, on CPU)."""
+    m = GeluMLP(40, 72)
+    cf, progs = _compile(m, dynamic=False)
+    x = torch.randn(300, 40, generator=torch.manual_seed(69))
+    with torch.no_grad():
+        cf(x, x)
+    lin = LE._lin
+    gpu_model.setattr(lin, "path_choice", lambda *a: ("tc", dict(BM=64, BN=64, BK=64, STAGES=3), 1, {"tc": 1.0}))
+    jobs = epilogue.prewarm_jobs(progs[0].steps, _X())
+    names = {s.match.sources[0][0] for s in _fused(progs[0])}
+    assert len(jobs) == 2 and {label.split()[0] for label, _ in jobs} == names
+    assert sorted(label.split()[1:] for label, _ in jobs) == [["(tc)", "300x40x72"], ["(tc)", "300x72x40"]]
+    for _, resolve in jobs:
+        k = resolve()
+        assert hasattr(k, "cubin_for") and k.spec.name in names
+
+
 def test_model_decode_paths(gpu_model):
     lin = LE._lin
     gpu_model.setattr(lin, "_swap_shares", lambda x2, dt, n, k: 1)

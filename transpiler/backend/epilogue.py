@@ -279,6 +279,54 @@ def _lead(e: Epilogue, ins) -> tuple:
     return (-1,) if len(shape) == 2 else tuple(int(d) for d in shape[:-1])
 
 
+def prewarm_jobs(steps, like) -> list:
+    """(label, resolve) per distinct kernel the fused GEMMs of `steps` with static shapes will launch on `like`'s
+    device (the path linear_epilogue.choose picks there), for Program.prepare's build pool: resolve() translates and
+    returns the variant the launch will pick (prewarm.py's way). The sum and apply paths' library kernels are left to
+    their first launch."""
+    from ..stdlib import linear_epilogue as LE
+    from .prewarm import _Arg, _static
+
+    jobs, seen = [], set()
+    for s in steps:
+        if s.kind != "library" or not isinstance(s.match.call, FusedGemm):
+            continue
+        e = s.match.call.epi
+        x, w = _static(e.x), _static(e.w)
+        if x is None or w is None:
+            continue
+        (m, k), n = x, w[0]
+        dt = ops.DTYPES[tensor_meta(e.x).dtype]
+        path, params, _ = LE.choose(like, dt, m, n, k, e.bias is not None)
+        if path == "sum":
+            params = {"BM": params["BM"], "BN": params["BN"]}
+            head = [_Arg((1, m, n))]  # (the number of shares is not part of the variant)
+        else:
+            head = [_Arg((m, n))] if path == "apply" else [_Arg((m, k)), _Arg((n, k))]
+        if e.bias is not None and path != "apply":
+            head.append(_Arg((n,)))
+        ins = [_Arg((n,) if op.last == "N" else (1,)) if op.rows == "vec" else
+               _Arg((m, n if op.last == "N" else 1)) for op in e.inputs]
+        name, source = e.sources[path]
+        items = tuple(sorted(params.items()))
+        if (source, items, m, n, k) in seen:
+            continue
+        seen.add((source, items, m, n, k))
+        args = (*head, *ins, *(_Arg((m, n)) for _ in e.outputs))
+        scalars = {p: 0.0 if dt_ == "f32" else 0 for _, p, dt_ in e.scalars}
+        jobs.append((f"{name} ({path}) {m}x{n}x{k}", _resolver_of(source, items, name, args, scalars)))
+    return jobs
+
+
+def _resolver_of(source: str, items: tuple, name: str, args: tuple, scalars: dict):
+    def resolve():
+        from . import kernels
+
+        k = kernels.module(source, items).kernel(name)
+        return k.variant_for(*args, **scalars) if hasattr(k, "variant_for") else k
+    return resolve
+
+
 def fold(matches: list, groups: list, used_outside) -> tuple[list, list]:
     """Replace each linear match whose product feeds a fusible group (rules above) and that group by one match of
     the fused GEMM: (matches, groups) after folding."""

@@ -270,6 +270,12 @@ class Program:
                 library = prewarm.library_jobs(self.steps, _sm_count())
             except Exception as e:  # noqa: BLE001 - an optimization only
                 log.debug("tilex backend: library prewarm skipped: %s", e)
+            try:  # the fused GEMMs' generated kernels (epilogue.py), in the same pool
+                from .epilogue import prewarm_jobs
+
+                library = library + prewarm_jobs(self.steps, torch.empty(0, device="cuda"))
+            except Exception as e:  # noqa: BLE001 - an optimization only
+                log.debug("tilex backend: fused GEMM prewarm skipped: %s", e)
         stats = kernels.build_all(list(todo), cuda, workers, library)
         self.build_stats = {"generated_steps": steps, "distinct_kernels": len({k[0] for k in todo}),
                             "builds": len(todo), "seconds": round(time.perf_counter() - t0, 3), **stats}
