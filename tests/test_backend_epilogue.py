@@ -136,7 +136,9 @@ def test_k_not_a_multiple_of_8_is_not_folded():
 
 
 def _many_inputs(fc, x, res, col, vec, s: float):
-    """rows (res), a column (col [.., 1]), a vector over N (vec), a host float; two outputs read outside."""
+    """rows (res), a column (col [.., 1]), a vector over N (vec), a Python float (a constant, or under dynamic=True a
+    0-d tensor read as a one-element vector; scalar parameters: test_a_symbolic_size_read_at_two_dtypes); two
+    outputs read outside."""
     p = fc(x)
     a = F.gelu(p) * vec + res
     b = p * col - s * a
@@ -162,6 +164,56 @@ def test_epilogue_reads_rows_columns_vectors_and_scalars(dynamic):
     assert len(s.match.extra) == 1 and not [x for x in p.steps if x.kind == "generated"]
     if dynamic:
         assert len(progs) == 1  # one program over both lengths: leading dims read from `res` at each call
+
+
+def test_a_graph_output_never_takes_a_planned_region():
+    """The review's case: the fused GEMM's first output is a graph output (outside the memory plan), its second an
+    intermediate of the same dtype and size; later values reuse the intermediate's bytes. The graph output must not
+    have been put there (arena.providing hands no region to an allocation that could be either)."""
+    g = torch.manual_seed(83)
+    fc1, fc2, fc3 = torch.nn.Linear(32, 48), torch.nn.Linear(48, 48), torch.nn.Linear(48, 48)
+
+    def fn(x):
+        a = torch.relu(fc1(x))
+        b = a * 2.0
+        q = torch.softmax(fc2(b), -1)
+        return a, torch.softmax(fc3(q), -1)
+    cf, progs = _compile(fn, dynamic=False)
+    x = torch.randn(8, 32, generator=g)
+    with torch.no_grad():
+        for _ in range(2):
+            for a, b in zip(cf(x), fn(x)):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert _fused(progs[0])
+
+
+def test_a_symbolic_size_read_at_two_dtypes():
+    """The review's case: one SymInt read as i64 by an int member and as f32 by a float member: two parameters."""
+    fc = torch.nn.Linear(32, 48)
+
+    def fn(x, idx):
+        s = x.shape[0]
+        q = idx + s
+        return fc(x) * s + q, q
+    cf, progs = _compile(fn, dynamic=True)
+    g = torch.manual_seed(84)
+    for m in (5, 7, 9):
+        x, idx = torch.randn(m, 32, generator=g), torch.randint(0, 10, (m, 48), generator=g)
+        with torch.no_grad():
+            got, ref = cf(x, idx), fn(x, idx)
+        torch.testing.assert_close(got[0], ref[0], rtol=1e-5, atol=1e-4)
+        assert torch.equal(got[1], ref[1])
+    (s,) = _fused(progs[-1])
+    assert sorted(dt for _, _, dt in s.match.call.epi.scalars) == ["f32", "i64"]
+
+
+def test_an_empty_k_is_not_folded():
+    fc = torch.nn.Linear(0, 8)
+    cf, progs = _compile(lambda x: F.relu(fc(x)) * 2.0, dynamic=False)
+    x = torch.randn(4, 0)
+    with torch.no_grad():
+        torch.testing.assert_close(cf(x), F.relu(fc(x)) * 2.0)
+    assert not _fused(progs[0])
 
 
 # ----------------------------------------------------------------- each kernel text against NumPy float64

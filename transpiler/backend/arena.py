@@ -100,11 +100,15 @@ class CallArena:
         from ..stdlib import _launch as L
 
         nodes = nodes if isinstance(nodes, tuple) else (nodes,)
-        todo = [n for n in nodes if self.plan.by_value.get(n) is not None
-                and isinstance(n.meta.get("val"), torch.Tensor)]
+        tensors = [n for n in nodes if isinstance(n.meta.get("val"), torch.Tensor)]
+        todo = [n for n in tensors if self.plan.by_value.get(n) is not None]
         if not todo:
             yield
             return
+        # an output outside the plan (a graph output) of a dtype and size a planned one has: an allocation of that
+        # class may be either, so none of that class gets a region (a graph output in a planned region would be
+        # overwritten once the region's value dies)
+        unplanned = [(n.meta["val"].dtype, _static_nbytes(n.meta["val"])) for n in tensors if n not in todo]
 
         def provide(kind, shape, name):
             if kind not in ("torch", "numpy"):
@@ -117,6 +121,8 @@ class CallArena:
                 n = _itemsize(want)
                 for d in shape:
                     n *= int(d)
+                if any(u_dt == want and u_n in (None, n) for u_dt, u_n in unplanned):
+                    return None
                 r = self.region(node, n, want)
                 if r is None:
                     continue
@@ -157,6 +163,16 @@ class CallArena:
                                    "put it (an alias the plan does not know); run with options={'arena': False} "
                                    "and report this")
             self.owner.placed.add(node)
+
+
+def _static_nbytes(v: torch.Tensor) -> int | None:
+    """The bytes of a value of static shape; None for a symbolic one (any size)."""
+    if not all(isinstance(d, int) for d in v.shape):
+        return None
+    n = _itemsize(v.dtype)
+    for d in v.shape:
+        n *= d
+    return n
 
 
 def _itemsize(dtype: torch.dtype) -> int:

@@ -26,9 +26,9 @@ import torch
 from torch.fx import Node
 
 from . import ops
-from .fusion import Group, cat_parts, reduction, same_dim, tensor_meta
+from .fusion import Group, cat_parts, reduction, same_dim, scalar_inputs, tensor_meta
 from .match import VIEW_OPS, Match, _is
-from .tilegen import _classify, _kdtype, _out_rows, member_expr, scalar_parameters
+from .tilegen import _classify, _kdtype, _out_rows, _scalar_dtype, member_expr, scalar_parameters
 
 PATHS = ("tc", "swap", "sum", "apply")
 
@@ -76,6 +76,7 @@ def find(mt: Match, owner: dict, reads: set, used_outside) -> Epilogue | None:
     x, w, bias, _ = parts
     xm, pm = tensor_meta(x), tensor_meta(mt.root)
     if xm is None or pm is None or xm.dim() != 2 or not isinstance(xm.shape[1], int) or xm.shape[1] % 8 or \
+            xm.shape[1] == 0 or \
             xm.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         return None
     got = _views_to_group(mt.root, owner, reads)
@@ -135,11 +136,10 @@ def _body(epi: Epilogue, product: str) -> list:
         lines.append(f"    v{i} = {_read(i, op)}")
         names[op.node] = f"v{i}"
     params = {(a, dt): p for a, p, dt in epi.scalars}
-    by_node = {a: p for (a, _), p in params.items()}
 
-    def operand(a, member):
-        if isinstance(a, Node) and a in by_node:
-            return by_node[a]
+    def operand(a, member):  # a scalar parameter by the dtype this member reads it as (tilegen's rule)
+        if isinstance(a, Node) and a in scalar_inputs(member):
+            return params[(a, _scalar_dtype(member, a))]
         return names[a] if isinstance(a, Node) else ops.literal(a)
     for k, n in enumerate(epi.group.nodes):
         lines.append(f"    t{k} = {member_expr(n, names, operand)}")
@@ -221,15 +221,16 @@ class FusedGemm:
         self.epi = epi
         self.launched: set | None = None
         self.paths: dict = {}  # path -> calls, for reports and tests
+        self.copies = 0        # operands copied because they were not contiguous
 
     def __call__(self, x, w, bias, *rest):
-        from ..stdlib import _launch as L
         from ..stdlib import linear_epilogue as LE
         from . import kernels
         from .generated import _HOST_VALUE
 
         e = self.epi
         ins, scal = rest[:len(e.inputs)], rest[len(e.inputs):]
+        self.copies += sum(not t.is_contiguous() for t in (x, w, *ins))  # Step.copies (Program._run)
         x, w = x.contiguous(), w.contiguous()
         m, k = int(x.shape[0]), int(x.shape[1])
         n = int(w.shape[0])

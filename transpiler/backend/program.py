@@ -373,6 +373,8 @@ class Program:
                 for e, v in zip(m.extra, more):
                     env[e] = v
             env[node] = out
+            if isinstance(m.call, FusedGemm):
+                step.copies = m.call.copies
             if arena is not None:
                 arena.check((node, *m.extra), outs)
         else:

@@ -51,7 +51,8 @@ def _choose_gpu(x2, dt: str, m: int, n: int, k: int, bias: bool):
     if _lin._use_swap(m, k, True):
         if _lin._swap_shares(x2, dt, n, k) > 1:
             return "sum", sum_tiles, 0.0
-        return "swap", _lin._tuned("linear_swap", dt, m, n, k, _lin._swap_config(n)), 0.0
+        kernel = "linear_swap_bias" if bias else "linear_swap"  # a configuration `tilex tune` stored for it
+        return "swap", _lin._tuned(kernel, dt, m, n, k, _lin._swap_config(n)), 0.0
     if _lin._use_split_kernels(m, n, k):
         return "sum", sum_tiles, 0.0
     kernel = "linear_bias" if bias else "linear"
