@@ -60,12 +60,16 @@ def test_linear_addmm_mm_bmm():
     a3 = torch.randn(3, 5, 24, generator=g)
     b3 = torch.randn(3, 24, 8, generator=g)
 
-    def f(x, w, b, m, a3, b3):
-        return F.linear(x, w, b), F.linear(x, w), x @ m, torch.bmm(a3, b3)
-    out, (p,) = compiled(f, x, w, b, m, a3, b3)
-    for o, r in zip(out, f(x, w, b, m, a3, b3)):
+    mb = torch.randn(3, 8, 24, generator=g)
+    x30, m30, b30 = torch.randn(5, 30, generator=g), torch.randn(30, 19, generator=g), torch.randn(19, generator=g)
+
+    def f(x, w, b, m, a3, b3, mb, x30, m30, b30):  # x @ m and the bmms read their operands as stored (no m.T copy)
+        return (F.linear(x, w, b), F.linear(x, w), x @ m, torch.bmm(a3, b3), a3 @ mb.transpose(1, 2),
+                torch.addmm(b30, x30, m30))
+    out, (p,) = compiled(f, x, w, b, m, a3, b3, mb, x30, m30, b30)
+    for o, r in zip(out, f(x, w, b, m, a3, b3, mb, x30, m30, b30)):
         close(o, r, rtol=1e-4, atol=1e-4)
-    assert labels(p, "library") == ["linear", "linear", "linear", "linear (per batch)"]
+    assert labels(p, "library") == ["linear", "linear", "matmul", "bmm", "bmm", "matmul"]
     assert p.fallbacks() == []
 
 
@@ -487,7 +491,7 @@ def test_bmm_with_inner_size_one_is_elementwise():
     out, (p,) = compiled(f, inv, pos, a3, b3)
     for o, r in zip(out, f(inv, pos, a3, b3)):
         close(o, r, rtol=1e-5, atol=1e-5)
-    assert labels(p, "library") == ["linear (per batch)"]  # the K = 3 bmm
+    assert labels(p, "library") == ["bmm"]  # the K = 3 bmm
     assert any(s.kind == "generated" and "aten.bmm.default" in s.kernel.members for s in p.steps)
     assert p.fallbacks() == []
 

@@ -172,6 +172,8 @@ def make_cases(dev="cpu", seed=0):
     add("sample", (r(3, 37), 0.7, 1e-6, 5), {}, lambda x, t, p, s: x.to(f64).argmax(-1), 0.0, "sample-top1")
     add("linear", (r(2, 3, 16), r(9, 16), r(9)), {}, lambda x, w, b: x.to(f64) @ w.to(f64).T + b.to(f64), 1e-4)
     add("linear", (r(5, 13), r(6, 13)), {}, lambda x, w: x.to(f64) @ w.to(f64).T, 1e-4, "linear-k13")
+    add("matmul", (r(2, 3, 16), r(16, 24), r(24)), {}, lambda a, b, c: a.to(f64) @ b.to(f64) + c.to(f64), 1e-4)
+    add("bmm", (r(3, 5, 16), r(3, 16, 8)), {}, lambda a, b: a.to(f64) @ b.to(f64), 1e-4)
     add("linear_qkv", (r(5, 16), r(64, 16), 32, 16), {},
         lambda x, w, qs, kvs: tuple((x.to(f64) @ w.to(f64).T).split([qs, kvs, kvs], -1)), 1e-4)
     add("gated_mlp", (r(5, 16), r(24, 16), r(24, 16)), {},
@@ -390,6 +392,8 @@ BAD = [
     ("rms_norm", S.rms_norm, lambda r: (r(4, 6), r(5))),
     ("silu_and_mul", S.silu_and_mul, lambda r: (r(4, 7),)),
     ("linear", S.linear, lambda r: (r(3, 16), r(5, 12))),
+    ("matmul", S.matmul, lambda r: (r(3, 16), r(12, 4))),
+    ("bmm", S.bmm, lambda r: (r(2, 3, 16), r(3, 16, 4))),
     ("gated_mlp", S.gated_mlp, lambda r: (r(3, 12), r(5, 12), r(5, 12))),
     ("attention_prefill", S.attention_prefill, lambda r: (r(1, 4, 5, 16), r(1, 3, 5, 16), r(1, 3, 5, 16))),
     ("attention_prefill", S.attention_prefill, lambda r: (r(1, 2, 5, 24), r(1, 2, 5, 24), r(1, 2, 5, 24))),

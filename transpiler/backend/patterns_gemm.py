@@ -40,8 +40,8 @@ def match_linear(node: Node):
         return None
     x, w, bias, b = parts
     S = _stdlib()
-    if w is None:  # a plain product: the library takes [out, in] weights, so b.T is copied
-        return Match("linear", node, [x, b, bias], lambda x, b, bias: S.linear(x, _transposed(b), bias))
+    if w is None:  # a plain product x @ b (b [K, N]: GPT-2's Conv1D, user code): read as it is stored
+        return Match("matmul", node, [x, b, bias], lambda x, b, bias: S.matmul(x, b, bias))
     return Match("linear", node, [x, w, bias], lambda x, w, bias: S.linear(x, w, bias), {b})
 
 
@@ -55,23 +55,7 @@ def match_bmm(node: Node):
     if is_outer_product(node):  # K = 1: elementwise, a generated kernel (fusion.template)
         return None
     S = _stdlib()
-
-    def call(a, b):
-        from tilex.stdlib import _launch
-
-        out = _launch.empty(a, (a.shape[0], a.shape[1], b.shape[2]))
-        for i in range(a.shape[0]):
-            out[i] = S.linear(a[i], _transposed(b[i]))
-        return out
-    return Match("linear (per batch)", node, list(node.args[:2]), call)
-
-
-def _transposed(b):
-    """A contiguous copy of the 2-D array b.T (NumPy, CuPy or torch)."""
-    from tilex.stdlib import _launch
-
-    return _launch.contiguous(b.T)
-
+    return Match("bmm", node, list(node.args[:2]), lambda a, b: S.bmm(a, b))
 
 
 

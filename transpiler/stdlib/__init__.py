@@ -14,6 +14,7 @@ from .norms import fused_add_rms_norm, layer_norm, rms_norm
 from .rope import rope
 from .gated import gated_mlp
 from .linear import linear, linear_qkv
+from .matmul import bmm, matmul
 from .fused import linear_add_rms_norm, linear_qkv_rope_cache
 from .sampling import argmax, sample
 from .topk import topk
@@ -21,6 +22,6 @@ from .topk import topk
 __all__ = [
     "rms_norm", "fused_add_rms_norm", "layer_norm", "rope", "silu_and_mul", "gelu_and_mul",
     "softmax", "embedding", "kv_cache_write", "argmax", "sample",
-    "linear", "linear_qkv", "gated_mlp", "attention_prefill", "attention_decode",
+    "linear", "linear_qkv", "matmul", "bmm", "gated_mlp", "attention_prefill", "attention_decode",
     "linear_qkv_rope_cache", "linear_add_rms_norm", "topk",
 ]

@@ -96,6 +96,15 @@ def linear_weight(k, shape) -> str:
     return f"weight: expected shape [out, {k}] to match x's last dimension {k}, got {tuple(shape)}"
 
 
+def matmul_inner(k, shape) -> str:
+    return f"b: expected shape [{k}, N] to match a's last dimension {k}, got {tuple(shape)}"
+
+
+def bmm_shapes(a_shape, b_shape) -> str:
+    return (f"bmm: a is [B, M, K] and b [B, K, N] with the same B and K, got a {tuple(a_shape)} and "
+            f"b {tuple(b_shape)}")
+
+
 def qkv_weight(n, k, q_size, kv_size, shape) -> str:
     return (f"weight: expected shape ({n}, {k}) for q_size {q_size} + 2 * kv_size {kv_size} "
             f"and in_features {k}, got {tuple(shape)}")

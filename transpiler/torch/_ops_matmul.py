@@ -49,6 +49,40 @@ def _(x, weight, bias=None):
     return x.new_empty((*x.shape[:-1], n))
 
 
+@_op("matmul")
+def matmul(a: Tensor, b: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+    return call(S.matmul, a, b, bias)
+
+
+@matmul.register_fake
+def _(a, b, bias=None):
+    dt = C.check_float("a", a)
+    C.check_rank("b", b, ndim=2)
+    C.check_same_dtype("b", b, dt)
+    k = a.shape[-1]
+    C.require(b.shape[0] == k, lambda: M.matmul_inner(_shown(k), shown(b.shape)))
+    n = b.shape[1]
+    if bias is not None:
+        C.check_same_dtype("bias", bias, dt)
+        C.check_shape("bias", bias, (n,))
+    return a.new_empty((*a.shape[:-1], n))
+
+
+@_op("bmm")
+def bmm(a: Tensor, b: Tensor) -> Tensor:
+    return call(S.bmm, a, b)
+
+
+@bmm.register_fake
+def _(a, b):
+    dt = C.check_float("a", a, ndim=3)
+    C.check_rank("b", b, ndim=3)
+    C.check_same_dtype("b", b, dt)
+    C.require(b.shape[0] == a.shape[0] and b.shape[1] == a.shape[2],
+              lambda: M.bmm_shapes(shown(a.shape), shown(b.shape)))
+    return a.new_empty((a.shape[0], a.shape[1], b.shape[2]))
+
+
 def _fake_qkv(x, weight, q_size, kv_size, bias, x_ndim=None):
     """tilex.stdlib.linear._check_qkv: (dtype, m, k)."""
     dt = C.check_float("x", x, ndim=x_ndim)
