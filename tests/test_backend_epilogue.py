@@ -256,16 +256,54 @@ def test_each_kernel_in_the_interpreter_matches_float64(path):
     assert np.abs(y - ref).max() / np.abs(ref).max() < 1e-5
 
 
+def _epi_row_major(dtype=torch.float32):
+    """The Epilogue of gelu(addmm(c, x, m)) * 2 + res for a plain [K, N] operand m (GPT-2's Conv1D)."""
+    g = torch.manual_seed(85)
+    mat, c = torch.randn(32, 40, generator=g).to(dtype), torch.randn(40, generator=g).to(dtype)
+    fn = lambda x, res: F.gelu(torch.addmm(c, x, mat)) * 2.0 + res  # noqa: E731
+    cf, progs = _compile(fn, dynamic=False)
+    x, res = torch.randn(6, 32, generator=g).to(dtype), torch.randn(6, 40, generator=g).to(dtype)
+    with torch.no_grad():
+        got, ref = cf(x, res), fn(x, res)
+    tol = 1e-5 if dtype is torch.float32 else 2e-2
+    torch.testing.assert_close(got.float(), ref.float(), rtol=tol, atol=tol)
+    (s,) = _fused(progs[0])
+    assert s.match.kernel.startswith("matmul + epilogue") and s.match.call.paths == {"tc": 1}
+    return s.match.call.epi, mat, c
+
+
+def test_row_major_product_kernel_in_the_interpreter_matches_float64():
+    import math
+
+    erf = np.vectorize(math.erf)
+    epi, mat, c = _epi_row_major()
+    assert epi.row_major and sorted(epi.sources) == ["tc"]
+    rng = np.random.default_rng(86)
+    x, res = rng.standard_normal((11, 32), np.float32), rng.standard_normal((11, 40), np.float32)
+    prod = x.astype(np.float64) @ mat.numpy().astype(np.float64) + c.numpy()
+    ref = 0.5 * prod * (1 + erf(prod / np.sqrt(2))) * 2.0 + res
+    y = np.zeros((11, 40), np.float32)
+    name, source = epi.sources["tc"]
+    kernels.module(source, tuple(sorted(DEFINES["tc"].items()))).interp(name, x, mat.numpy(), c.numpy(), res, y)
+    assert np.abs(y - ref).max() / np.abs(ref).max() < 1e-5
+
+
 @pytest.mark.parametrize("path", epilogue.PATHS)
 def test_epilogue_golden_tile(path, update_golden):
     epi, _, _ = _epi(torch.bfloat16)
     check_golden(GOLDEN / f"epilogue_gelu_{path}.tile", epi.sources[path][1], update_golden)
 
 
+def test_row_major_epilogue_golden_tile(update_golden):
+    epi, _, _ = _epi_row_major(torch.bfloat16)
+    check_golden(GOLDEN / "epilogue_addmm_gelu_tc.tile", epi.sources["tc"][1], update_golden)
+
+
 @pytest.mark.nvcc
-@pytest.mark.parametrize("path", epilogue.PATHS)
+@pytest.mark.parametrize("path", [*epilogue.PATHS, "row_major"])
 def test_epilogue_kernel_builds_with_nvcc(path, tmp_path, nvcc):
-    epi, _, _ = _epi(torch.bfloat16)
+    epi, _, _ = _epi_row_major(torch.bfloat16) if path == "row_major" else _epi(torch.bfloat16)
+    path = "tc" if path == "row_major" else path
     defines = {"tc": dict(BM=128, BN=128, BK=64, STAGES=4, GROUP=8), "swap": dict(BN=64, BM=16, BK=128, STAGES=6),
                "sum": dict(BM=16, BN=256), "apply": dict(BM=16, BN=256)}[path]
     t = translate(epi.sources[path][1], "<epilogue>", Options(defines=defines, arch="sm_90a"))
@@ -423,16 +461,21 @@ def _hf_gelu_model(name: str, dtype=torch.float32, device="cpu"):
                  max_position_embeddings=64)
     if name == "gpt_neox":
         cfg, cls = transformers.GPTNeoXConfig(**small, rotary_pct=0.25), transformers.GPTNeoXForCausalLM
+    elif name == "gpt2":
+        cfg = transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=64, bos_token_id=0,
+                                      eos_token_id=0)
+        cls = transformers.GPT2LMHeadModel
     else:
         cfg, cls = transformers.PhiConfig(**small), transformers.PhiForCausalLM
     torch.manual_seed(80)
     return cls(cfg).eval().to(device=device, dtype=dtype)
 
 
-@pytest.mark.parametrize("name", ["phi"])
+@pytest.mark.parametrize("name", ["phi", "gpt2"])
 def test_hf_gelu_model_folds_its_mlp_tails(name):
-    """transformers' own Phi (fc1 + gelu_new, fc2 + the residual adds): strict (no eager node), every MLP GEMM's
-    tail an epilogue, logits within 1e-4 of eager in f32."""
+    """transformers' own Phi (fc1 + gelu_new, fc2 + the residual adds) and GPT-2 (Conv1D: addmm of a [K, N] weight,
+    c_fc + gelu_new, c_proj + the residual add): strict (no eager node), the MLP GEMMs' tails epilogues, logits
+    within 1e-4 of eager in f32."""
     m = _hf_gelu_model(name)
     ids = torch.randint(0, 128, (2, 11), generator=torch.manual_seed(81))
     cf, progs = _compile(m, dynamic=False)
@@ -444,7 +487,7 @@ def test_hf_gelu_model_folds_its_mlp_tails(name):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["phi", "gpt_neox"])
+@pytest.mark.parametrize("name", ["phi", "gpt_neox", "gpt2"])
 def test_hf_gelu_models_on_cuda(name):
     """bf16 on the GPU: logits within 1.25x of eager bf16's error against f32, the MLP tails folded, and only tilex
     kernels in the compiled forward's profile (kernel_kinds; copies aside)."""
@@ -462,3 +505,22 @@ def test_hf_gelu_models_on_cuda(name):
     assert err(got) <= 1.25 * err(eager) + 1e-3, (err(got), err(eager))
     assert len(_fused(progs[0])) >= 4 and progs[0].fallbacks() == []
     assert foreign(kinds) == [], foreign(kinds)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,k,n", [(1, 768, 3072), (37, 768, 2304), (512, 3072, 768), (300, 1000, 1000)])
+def test_row_major_fused_gemm_on_cuda(m, k, n):
+    """addmm of a plain [K, N] operand (GPT-2's Conv1D) with its epilogue: matmul.tile's tile_xw main loop."""
+    g = torch.Generator(device="cuda").manual_seed(87)
+    mat = torch.randn(k, n, device="cuda", generator=g, dtype=torch.bfloat16) / k ** 0.5
+    c = torch.randn(n, device="cuda", generator=g, dtype=torch.bfloat16)
+    fn = lambda x, r: F.gelu(torch.addmm(c, x, mat), approximate="tanh") * 1.5 + r  # noqa: E731
+    cf, progs = _compile(fn, dynamic=False)
+    x = torch.randn(m, k, device="cuda", generator=g, dtype=torch.bfloat16)
+    r = torch.randn(m, n, device="cuda", generator=g, dtype=torch.bfloat16)
+    with torch.no_grad():
+        got, eager = cf(x, r), fn(x, r)
+    ref = F.gelu(x.double() @ mat.double() + c.double(), approximate="tanh") * 1.5 + r.double()
+    assert _rel(got, ref) <= 1.25 * _rel(eager, ref) + 2e-3
+    (s,) = _fused(progs[0])
+    assert s.match.call.epi.row_major and s.match.call.paths == {"tc": 1}
