@@ -23,11 +23,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(__file__))
+from bench_backend import median_ms as _median_ms  # noqa: E402  (CUDA events around each call, median)
 
 DEFAULT = "1x2560x10240,16x2560x10240,512x2560x10240,2048x2560x10240,1x1024x4096,512x1024x4096"
 
@@ -39,21 +43,6 @@ class GeluMLP(torch.nn.Module):
 
     def forward(self, x):
         return x + self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
-
-
-def median_ms(fn, rep: int, warmup: int = 5) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rep):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
 
 
 def loop_ms(fn, n: int = 20) -> float:
@@ -121,7 +110,7 @@ def main(argv=None) -> int:
                 out = fn(x).clone()
                 row[f"{name}_first_s"] = round(time.perf_counter() - t0, 2)
                 row[f"{name}_err"] = rel(out, ref)
-                row[f"{name}_ms"] = median_ms(lambda: fn(x), args.rep)
+                row[f"{name}_ms"] = _median_ms(lambda: fn(x), "cuda", warmup=5, rep=args.rep)
                 row[f"{name}_loop_ms"] = loop_ms(lambda: fn(x))
                 table = profile_kernels(lambda: fn(x), 10)
                 row[f"{name}_kernel_us"] = round(sum(t for _, t in table.values()), 2)
