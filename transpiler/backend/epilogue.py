@@ -139,9 +139,8 @@ def _body(epi: Epilogue, product: str) -> list:
     t = ops.DTYPES[tensor_meta(epi.product).dtype]
     lines = [f"    p = ({product}).to({t}).to(f32)" if t != "f32" else f"    p = {product}"]
     names = {epi.read_as: "p"}
-    for i, op in enumerate(epi.inputs):
-        lines.append(f"    v{i} = {_read(i, op)}")
-        names[op.node] = f"v{i}"
+    for i, op in enumerate(epi.inputs):  # read where used: the load lands in its consumer's (the accumulator's)
+        names[op.node] = _read(i, op)     # layout, where a variable would be converted through shared memory
     params = {(a, dt): p for a, p, dt in epi.scalars}
 
     def operand(a, member):  # a scalar parameter by the dtype this member reads it as (tilegen's rule)
