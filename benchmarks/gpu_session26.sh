@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Session 26's device calls. Logs under $LOG, tarred into $OUT/logs.tgz after every step.
 #   OUT=out bash benchmarks/gpu_session26.sh epilogue   # ~400 s: the GEMM-epilogue GPU tests, then bench_epilogue.py
-#   OUT=out bash benchmarks/gpu_session26.sh bench      # ~300 s: bench_epilogue.py, then the per-kernel profile of
-#                                                       # the 7B-shaped prefill 1x512 (tilex vs Inductor)
+#   OUT=out bash benchmarks/gpu_session26.sh bench      # ~400 s: the HF GELU-model GPU tests, bench_epilogue.py,
+#                                                       # the 32-wide tile sweep, the per-kernel profile of the
+#                                                       # 7B-shaped prefill 1x512 (tilex vs Inductor)
+#   OUT=out bash benchmarks/gpu_session26.sh tests      # ~300 s: every GPU test of the files this session wrote or
+#                                                       # changed after call 3 (epilogues, matmul/bmm, backend)
 source "$(dirname "$0")/device_steps.sh"
 case "${1:-}" in
   epilogue)
@@ -19,5 +22,8 @@ case "${1:-}" in
     tail -6 "$LOG/sweep.log"
     t prof "${PROF_S:-150}" python3 benchmarks/prof_backend_kernels.py --layers 2 --shapes 1x512 --budget $(( ${PROF_S:-150} - 20 )) --json "$LOG/prof.json"
     grep -B2 -A30 "^## " "$LOG/prof.log" | head -120 ;;
-  *) sed -n 2,6p "$0"; exit 2 ;;
+  tests)
+    t tests "${TESTS_S:-280}" python3 -m pytest -q -n 8 -rfE -p no:cacheprovider -m gpu tests/test_backend_epilogue.py tests/test_stdlib_matmul.py tests/test_backend*.py tests/test_torch_ops_gpu.py
+    tail -15 "$LOG/tests.log" ;;
+  *) sed -n 2,10p "$0"; exit 2 ;;
 esac
