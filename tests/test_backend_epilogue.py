@@ -125,6 +125,24 @@ def test_groups_that_do_not_fold_still_compute_eagers_values(case):
     assert not _fused(progs[0])
 
 
+def test_symbolic_leading_dims_from_the_products_input():
+    """dynamic=True, a 3-D input and no other rows input: the outputs' leading dims come from x before its flatten;
+    one program over three lengths."""
+    fc = torch.nn.Linear(32, 48)
+    fn = lambda x: F.gelu(fc(x)) * 0.5  # noqa: E731
+    cf, progs = _compile(fn, dynamic=True)
+    g = torch.manual_seed(88)
+    for t in (5, 9, 3):
+        x = torch.randn(2, t, 32, generator=g)
+        with torch.no_grad():
+            got = cf(x)
+        assert got.shape == (2, t, 48)
+        torch.testing.assert_close(got, fn(x), rtol=1e-5, atol=1e-5)
+    assert len(progs) == 1
+    (s,) = _fused(progs[-1])
+    assert s.match.call.epi.shape_of is not None
+
+
 def test_k_not_a_multiple_of_8_is_not_folded():
     """(linear_any, and linear_any_bias for the bias: a Linear(36, 16) raised before session 26)"""
     fc = torch.nn.Linear(36, 16)

@@ -7,7 +7,7 @@ Rules (docs/backend.md, "GEMM epilogues"), checked at lowering:
 * the group has no row reduction and no cat, iterates over the product's own shape, and reads every other value
   as rows of that shape, a [..., 1] column, or a vector over the last dim (a bias-like weight) — no gather;
 * every group output is stored contiguously with the product's last dim; its leading dims are static, or rank 2,
-  or those of a rows input (read at each call).
+  or those of a rows input or of the product's input before it was flattened (read at each call).
 
 The product is rounded to its dtype before the epilogue reads it (as eager stores it), so folding changes no
 value. The kernels (one source each, named `fused_<hash>` after their text, so kernel_kinds counts them as
@@ -49,6 +49,7 @@ class Epilogue:
     lead_from: int | None  # index of the rows input whose leading dims the outputs take; None: static / rank 2
     sources: dict          # path -> (kernel name, .tile text)
     row_major: bool = False  # w is a plain [K, N] operand (a matmul match: x @ w), not a weight [N, K] viewed .T
+    shape_of: Node | None = None  # symbolic leading dims and no rows input: x's source before it was flattened
 
 
 def _views_to_group(product: Node, owner: dict, reads: set):
@@ -112,14 +113,20 @@ def find(mt: Match, owner: dict, reads: set, used_outside) -> Epilogue | None:
     if not outputs or any(_out_rows(n, len(g.shape)) != "rows" or _classify(n, g.shape).last != "N"
                           for n in outputs):
         return None
-    lead_from = None
+    lead_from, shape_of = None, None
     if not (len(g.shape) == 2 or all(isinstance(d, int) for d in g.shape)):
         lead_from = next((i for i, op in enumerate(inputs) if op.rows == "rows" and op.last == "N"
                           and tensor_meta(op.node).dim() == len(g.shape)), None)
-        if lead_from is None:
+        src = x.args[0] if _is(x, *VIEW_OPS) else None  # HF's hidden states [B, T, K] before the [B T, K] view
+        sm = tensor_meta(src) if src is not None else None
+        if lead_from is None and sm is not None and sm.dim() == len(g.shape) and \
+                all(map(same_dim, sm.shape[:-1], g.shape[:-1])):
+            shape_of = src
+        if lead_from is None and shape_of is None:
             return None  # symbolic leading dims nothing at run time shows
     scalars = tuple((a, p, dt) for (a, dt), p in scalar_params.items())
-    epi = Epilogue(x, w, bias, mt.root, read_as, g, tuple(inputs), outputs, scalars, lead_from, {}, row_major)
+    epi = Epilogue(x, w, bias, mt.root, read_as, g, tuple(inputs), outputs, scalars, lead_from, {}, row_major,
+                   shape_of)
     epi.sources.update(sources(epi))
     return epi
 
@@ -242,7 +249,8 @@ class FusedGemm:
         from .generated import _HOST_VALUE
 
         e = self.epi
-        ins, scal = rest[:len(e.inputs)], rest[len(e.inputs):]
+        ins, scal = rest[:len(e.inputs)], rest[len(e.inputs):len(e.inputs) + len(e.scalars)]
+        like = rest[-1] if e.shape_of is not None else None
         self.copies += sum(not t.is_contiguous() for t in (x, w, *ins))  # Step.copies (Program._run)
         x, w = x.contiguous(), w.contiguous()
         m, k = int(x.shape[0]), int(x.shape[1])
@@ -269,7 +277,7 @@ class FusedGemm:
             head = [LE.product(x, w, bias)]
         name, source = e.sources[path]
         kernels.launch_generated(source, name, params, [*head, *arrays, *outs], scalars, self.launched)
-        lead = _lead(e, ins)
+        lead = _lead(e, ins, like)
         res = tuple(o.reshape(*lead, n) for o in outs)
         return res if len(res) > 1 else res[0]
 
@@ -301,9 +309,12 @@ def _alloc(x: torch.Tensor, shape: tuple, dtype) -> torch.Tensor:
     return from_numpy(got) if got is not None else torch.empty(shape, dtype=dtype)
 
 
-def _lead(e: Epilogue, ins) -> tuple:
+def _lead(e: Epilogue, ins, like) -> tuple:
+    """The outputs' leading dims at this call."""
     if e.lead_from is not None:
         return tuple(ins[e.lead_from].shape[:-1])
+    if like is not None:
+        return tuple(like.shape[:-1])
     shape = e.group.shape
     return (-1,) if len(shape) == 2 else tuple(int(d) for d in shape[:-1])
 
@@ -372,7 +383,8 @@ def fold(matches: list, groups: list, used_outside) -> tuple[list, list]:
         while v is not epi.product:
             views.add(v)
             v = v.args[0]
-        args = [epi.x, epi.w, epi.bias, *(op.node for op in epi.inputs), *(a for a, _, _ in epi.scalars)]
+        args = [epi.x, epi.w, epi.bias, *(op.node for op in epi.inputs), *(a for a, _, _ in epi.scalars),
+                *([epi.shape_of] if epi.shape_of is not None else [])]
         out.append(Match(f"{mt.kernel} + epilogue ({epi.sources['tc'][0]})", epi.outputs[0], args, FusedGemm(epi),
                          mt.interior | {mt.root} | views | inside, native=True, extra=list(epi.outputs[1:]),
                          sources=tuple(epi.sources[p] for p in PATHS if p in epi.sources)))
