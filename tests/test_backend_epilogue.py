@@ -143,6 +143,19 @@ def test_symbolic_leading_dims_from_the_products_input():
     assert s.match.call.epi.shape_of is not None
 
 
+def test_an_addmm_bias_that_broadcasts_runs_in_eager():
+    """addmm(bias [1], x, m): the library kernels take a bias of [N] (the review's case raised ValueError)."""
+    g = torch.manual_seed(89)
+    bias, mat = torch.randn(1, generator=g), torch.randn(16, 24, generator=g)
+    fn = lambda x: F.relu(torch.addmm(bias, x, mat)) * 2.0  # noqa: E731
+    progs = []
+    cf = torch.compile(fn, backend="tilex", options={"programs": progs}, dynamic=False)
+    x = torch.randn(5, 16, generator=g)
+    with torch.no_grad():
+        torch.testing.assert_close(cf(x), fn(x), rtol=1e-5, atol=1e-5)
+    assert [t for _, t in progs[0].fallbacks()] == ["aten.addmm.default"] and not _fused(progs[0])
+
+
 def test_k_not_a_multiple_of_8_is_not_folded():
     """(linear_any, and linear_any_bias for the bias: a Linear(36, 16) raised before session 26)"""
     fc = torch.nn.Linear(36, 16)

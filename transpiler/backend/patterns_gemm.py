@@ -25,8 +25,9 @@ def _linear_parts(node: Node):
         x, b, bias = node.args[0], node.args[1], None
     elif _is(node, aten.addmm.default) and node.kwargs.get("beta", 1) == 1 and node.kwargs.get("alpha", 1) == 1:
         bias, x, b = node.args[:3]
-        if tensor_meta(bias) is None or tensor_meta(bias).dim() != 1:
-            return None
+        bm, om = tensor_meta(bias), tensor_meta(node)
+        if bm is None or bm.dim() != 1 or om is None or str(bm.shape[0]) != str(om.shape[-1]):
+            return None  # (a bias that broadcasts, [1]: eager's addmm; the kernels take [N])
     else:
         return None
     if not (_float(x) and _float(b)) or tensor_meta(x).dtype != tensor_meta(b).dtype:

@@ -127,8 +127,6 @@ def library_jobs(steps, sms: int) -> list:
                 key = ("epilogue", dt, m, n, k)
                 found = [] if key in seen else _epilogue_jobs(Lm, L, dt, m, n, k, sms)
             elif s.match.kernel == "linear":
-                if w[1] != k:  # a plain mm(x, b): the wrapper takes b.T
-                    n = w[1]
                 bias = len(a) > 2 and a[2] is not None
                 key = ("linear", dt, m, n, k, bias)
                 found = [] if key in seen else _linear_jobs(Lm, L, dt, m, n, k, bias, sms)

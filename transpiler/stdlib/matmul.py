@@ -69,14 +69,15 @@ def matmul(a, b, bias=None):
 
 def _transposed_in_place(b) -> bool:
     """b [B, K, N] is the transpose of a contiguous [B, N, K] (k.transpose(-1, -2)): read in place by bmm_nt."""
-    st = getattr(b, "stride", None)
-    if st is None:  # NumPy: strides in bytes
-        item = b.itemsize
-        s = tuple(x // item for x in b.strides)
-    else:
-        s = tuple(int(x) for x in b.stride())
-    bb, k, n = (int(d) for d in b.shape)
-    return k > 1 and n > 1 and s[1] == 1 and s[2] == k and (bb == 1 or s[0] == n * k)
+    if int(b.shape[1]) < 2 or int(b.shape[2]) < 2:
+        return False
+    wt = _swap_last(b)
+    return bool(wt.is_contiguous()) if hasattr(wt, "is_contiguous") else bool(wt.flags.c_contiguous)
+
+
+def _swap_last(b):
+    """b with its last two axes swapped: a view (torch, NumPy, CuPy)."""
+    return b.transpose(1, 2) if hasattr(b, "is_contiguous") else b.swapaxes(1, 2)
 
 
 @L.fastpath
@@ -96,8 +97,7 @@ def bmm(a, b):
     c = L.empty(a, (bb, m, n))
     gpu = L.kind_of(a) != "numpy"
     if k % 8 == 0 and _transposed_in_place(b):
-        wt = b.transpose(0, 2, 1) if not hasattr(b, "stride") else b.transpose(1, 2)  # [B, N, K], contiguous
-        kernel, args = "bmm_nt", (a, wt, c)
+        kernel, args = "bmm_nt", (a, _swap_last(b), c)  # [B, N, K], contiguous
     else:
         b = L.contiguous(b)
         kernel, args = ("bmm" if k % 8 == 0 and n % 8 == 0 else "bmm_any"), (a, b, c)
