@@ -143,3 +143,25 @@ def test_bmm_nt_of_one_batch_with_an_odd_batch_stride(poison):
     b = torch.as_strided(w, (1, 64, 90), (12345, 1, 64))   # the transpose of w, batch stride meaningless
     ref = a.double() @ b.double()
     assert float((bmm(a, b).double() - ref).abs().max() / ref.abs().max()) < 1e-2
+
+
+def test_backend_prewarm_resolves_the_product_kernels():
+    """prewarm.library_jobs (Program.prepare on CUDA) for static matmul / bmm steps: the kernel matmul.py will
+    launch, translated here (on CPU; the tiles the GPU model picks)."""
+    torch = pytest.importorskip("torch")
+    import tilex.backend  # noqa: F401  (registers "tilex")
+    from tilex.backend import prewarm
+
+    g = torch.Generator().manual_seed(7)
+    m, c = torch.randn(64, 48, generator=g), torch.randn(48, generator=g)
+    fn = lambda x, a, kk: (torch.addmm(c, x, m), torch.bmm(a, kk.transpose(1, 2)))  # noqa: E731
+    progs = []
+    cf = torch.compile(fn, backend="tilex", options={"programs": progs}, dynamic=False)
+    x, a, kk = torch.randn(20, 64, generator=g), torch.randn(3, 5, 32, generator=g), torch.randn(3, 40, 32, generator=g)
+    with torch.no_grad():
+        cf(x, a, kk)
+    jobs = prewarm.library_jobs(progs[0].steps, 132)
+    assert sorted(label for label, _ in jobs) == ["bmm_nt 3x5x40", "matmul_bias 20x48"]
+    for _, resolve in jobs:
+        k = resolve()
+        assert hasattr(k, "cubin_for")

@@ -73,6 +73,38 @@ def _epilogue_jobs(Lm, L, dt, m, n, k, sms: int) -> list:
     return [(L.load("linear", T=dt, **Lm._SPLITK), "linear_splitk", (x2, w, part))]
 
 
+def _product_jobs(L, kind: str, a: list, seen: set) -> list:
+    """The kernel tilex.stdlib.matmul / bmm will launch for a static `matmul` (a, b, bias) or `bmm` (a, b) step:
+    matmul.py's choice (the model's tiles for the TMA kernels; bmm_nt where b's layout is a transposed [B, N, K])."""
+    MM = sys.modules["tilex.stdlib.matmul"]
+    x, b = _static(a[0]), _static(a[1])
+    if x is None or b is None or 0 in x or 0 in b:
+        return []
+    dt = DTYPES[tensor_meta(a[0]).dtype]
+    if kind == "matmul":
+        m = 1
+        for d in x[:-1]:
+            m *= d
+        k, n = x[-1], b[1]
+        bias = len(a) > 2 and a[2] is not None
+        fast = k % 8 == 0 and n % 8 == 0
+        kernel = ("matmul" if fast else "matmul_any") + ("_bias" if bias else "")
+        shapes = ((m, k), (k, n), *(((n,),) if bias else ()), (m, n))
+        sizes = dict(M=m, N=n, K=k)
+    else:
+        (bb, m, k), n = x, b[2]
+        nt = k % 8 == 0 and MM._transposed_in_place(tensor_meta(a[1]))
+        kernel = "bmm_nt" if nt else "bmm" if k % 8 == 0 and n % 8 == 0 else "bmm_any"
+        shapes = ((bb, m, k), (bb, n, k) if nt else (bb, k, n), (bb, m, n))
+        sizes, fast = dict(B=bb, M=m, N=n, K=k), kernel != "bmm_any"
+    cfg = MM._tiles(kernel, dt, sizes, True) if fast else dict(MM._ANY, BM=16 if m <= 16 else 64)
+    key = (kernel, dt, tuple(sorted(cfg.items())), shapes)
+    if key in seen:
+        return []
+    seen.add(key)
+    return [(L.load("matmul", kernel=kernel, T=dt, **cfg), kernel, tuple(_Arg(sh) for sh in shapes))]
+
+
 def _gated_jobs(Lm, L, dt, m, n, k, sms: int) -> list:
     if k % 8 or not (m and n and k):
         return []
@@ -102,10 +134,16 @@ def library_jobs(steps, sms: int) -> list:
     jobs = []
     for s in steps:
         if s.kind != "library" or s.match.kernel not in ("linear", "gated_mlp", "attention_prefill",
-                                                          "linear_add_rms_norm"):
+                                                          "linear_add_rms_norm", "matmul", "bmm"):
             continue
         try:
             a = s.match.args
+            if s.match.kernel in ("matmul", "bmm"):
+                found = _product_jobs(L, s.match.kernel, a, seen)
+                for mod, kernel, args in found:
+                    jobs.append((f"{kernel} {'x'.join(str(int(d)) for d in args[-1].shape)}",
+                                 _resolver(mod, kernel, args)))
+                continue
             if s.match.kernel == "attention_prefill":
                 q = _static(a[0])
                 if q is None:
