@@ -20,6 +20,7 @@ generated; tilex.stdlib.linear_epilogue picks one per shape):
 from __future__ import annotations
 
 import hashlib
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -272,11 +273,11 @@ class FusedGemm:
             head = [x, w, *b]
         elif path == "sum":
             head = [LE.partials(x, w, dt, m, n, k, params), *b]
-            params = {"BM": params["BM"], "BN": params["BN"]}
         else:
             head = [LE.product(x, w, bias)]
         name, source = e.sources[path]
-        kernels.launch_generated(source, name, params, [*head, *arrays, *outs], scalars, self.launched)
+        kernels.launch_generated(source, name, _defines(path, params), [*head, *arrays, *outs], scalars,
+                                 self.launched)
         lead = _lead(e, ins, like)
         res = tuple(o.reshape(*lead, n) for o in outs)
         return res if len(res) > 1 else res[0]
@@ -285,16 +286,19 @@ class FusedGemm:
 def _path(e: Epilogue, x2, dt: str, m: int, n: int, k: int, bias: bool) -> tuple[str, dict]:
     """(path, compile-time parameters) for this call: linear_epilogue.choose, or for a row-major operand the tc
     kernel with matmul's tiles (x2 None: the interpreter)."""
-    import importlib
-
     from ..stdlib import linear_epilogue as LE
 
-    MM = importlib.import_module("tilex.stdlib.matmul")  # the module (the package's `matmul` is its function)
-    if e.row_major:
-        tiles = MM._tiles("matmul_bias" if bias else "matmul", dt, dict(M=m, N=n, K=k), x2 is not None)
+    if e.row_major:  # (the module: the package's `matmul` is its function; imported with the package)
+        _, tiles = sys.modules["tilex.stdlib.matmul"].matmul_plan(dt, m, n, k, bias, x2 is not None)
         return "tc", dict(tiles, GROUP=tiles.get("GROUP", 8))
     path, params, _ = LE.choose(x2, dt, m, n, k, bias)
     return path, params
+
+
+def _defines(path: str, params: dict) -> dict:
+    """The compile-time parameters of `path`'s kernel among `_path`'s (the sum kernel's tiles; the rest tell
+    linear_epilogue.partials how to split K)."""
+    return {"BM": params["BM"], "BN": params["BN"]} if path == "sum" else params
 
 
 def _alloc(x: torch.Tensor, shape: tuple, dtype) -> torch.Tensor:
@@ -337,8 +341,8 @@ def prewarm_jobs(steps, like) -> list:
         (m, k), n = x, (w[1] if e.row_major else w[0])
         dt = ops.DTYPES[tensor_meta(e.x).dtype]
         path, params = _path(e, like, dt, m, n, k, e.bias is not None)
+        params = _defines(path, params)
         if path == "sum":
-            params = {"BM": params["BM"], "BN": params["BN"]}
             head = [_Arg((1, m, n))]  # (the number of shares is not part of the variant)
         else:
             head = [_Arg((m, n))] if path == "apply" else [_Arg((m, k)), _Arg((k, n) if e.row_major else (n, k))]
@@ -366,11 +370,15 @@ def _resolver_of(source: str, items: tuple, name: str, args: tuple, scalars: dic
     return resolve
 
 
-def fold(matches: list, groups: list, used_outside) -> tuple[list, list]:
+def fold(matches: list, groups: list) -> tuple[list, list]:
     """Replace each linear match whose product feeds a fusible group (rules above) and that group by one match of
-    the fused GEMM: (matches, groups) after folding."""
+    the fused GEMM: (matches, groups) after folding. A member is a group output when a library kernel or a node
+    outside its group reads it (Program.lower's rule for generated groups)."""
     owner = {n: g for g in groups for n in g.nodes}
     reads = {a for m in matches for a in m.args if isinstance(a, Node)}
+
+    def used_outside(n) -> bool:
+        return n in reads or any(owner.get(u) is not owner[n] for u in n.users)
     out, gone = [], set()
     for mt in matches:
         epi = find(mt, owner, reads, used_outside) if mt.kernel in ("linear", "matmul") else None

@@ -87,17 +87,12 @@ def _product_jobs(L, kind: str, a: list, seen: set) -> list:
             m *= d
         k, n = x[-1], b[1]
         bias = len(a) > 2 and a[2] is not None
-        fast = k % 8 == 0 and n % 8 == 0
-        kernel = ("matmul" if fast else "matmul_any") + ("_bias" if bias else "")
+        kernel, cfg = MM.matmul_plan(dt, m, n, k, bias, True)
         shapes = ((m, k), (k, n), *(((n,),) if bias else ()), (m, n))
-        sizes = dict(M=m, N=n, K=k)
     else:
         (bb, m, k), n = x, b[2]
-        nt = k % 8 == 0 and MM._transposed_in_place(tensor_meta(a[1]))
-        kernel = "bmm_nt" if nt else "bmm" if k % 8 == 0 and n % 8 == 0 else "bmm_any"
-        shapes = ((bb, m, k), (bb, n, k) if nt else (bb, k, n), (bb, m, n))
-        sizes, fast = dict(B=bb, M=m, N=n, K=k), kernel != "bmm_any"
-    cfg = MM._tiles(kernel, dt, sizes, True) if fast else dict(MM._ANY, BM=16 if m <= 16 else 64)
+        kernel, cfg = MM.bmm_plan(dt, bb, m, n, k, MM._transposed_in_place(tensor_meta(a[1])), True)
+        shapes = ((bb, m, k), (bb, n, k) if kernel == "bmm_nt" else (bb, k, n), (bb, m, n))
     key = (kernel, dt, tuple(sorted(cfg.items())), shapes)
     if key in seen:
         return []

@@ -157,7 +157,7 @@ class Program:
         excluded = folded | covered | set(by_root)
         groups = group_nodes(graph, excluded)
         if epilogues and matches and groups:  # a group after a linear becomes its epilogue (epilogue.py)
-            matches, groups = _fold_epilogues(matches, groups)
+            matches, groups = fold(matches, groups)
             by_root = {m.root: m for m in matches}
             covered = set().union(*(m.interior | set(m.extra) for m in matches)) | absorbed
         owner = {}
@@ -379,13 +379,6 @@ class Program:
                 arena.check((node, *m.extra), outs)
         else:
             step.copies += run_generated(step, env, self.launched, arena)
-
-
-def _fold_epilogues(matches: list, groups: list) -> tuple[list, list]:
-    """epilogue.fold with a member counted as a group output when a library kernel or another step reads it."""
-    reads = {a for m in matches for a in m.args if isinstance(a, Node)}
-    owner = {n: g for g in groups for n in g.nodes}
-    return fold(matches, groups, lambda n: n in reads or any(owner.get(u) is not owner[n] for u in n.users))
 
 
 def _sm_count() -> int:

@@ -128,6 +128,13 @@ def _heatmap(arena: dict) -> str:
     return "".join(out)
 
 
+def _configs_html(configs: list) -> str:
+    """A kernel's launched configurations, each `NAME=VALUE, ...` with its cache verdict as a pill."""
+    e = html.escape
+    return "; ".join(", ".join(f"{k}={v}" for k, v in c["defines"].items())
+                     + f" <span class='pill {e(c['cache'])}'>{e(c['cache'])}</span>" for c in configs)
+
+
 def render(data: dict) -> str:
     """The report of a described Program (`describe`) as one self-contained HTML page."""
     e = html.escape
@@ -153,8 +160,7 @@ def render(data: dict) -> str:
     out.append("<h2>Kernels</h2><table><tr><th>step</th><th>kernel</th><th>ops</th><th>configuration, cache</th>"
                "<th>model source line</th></tr>")
     for i, s in kern:
-        cfg = "; ".join(", ".join(f"{k}={v}" for k, v in c["defines"].items())
-                        + f" <span class='pill {e(c['cache'])}'>{e(c['cache'])}</span>" for c in s.get("configs", []))
+        cfg = _configs_html(s.get("configs", []))
         line = next((n["line"] for n in s["nodes"] if n["line"]), "")
         out.append(f"<tr class='k{e(s['kind'])}'><td>{i}</td><td><b>{e(s['kernel'])}</b></td><td>{len(s['nodes'])}</td>"
                    f"<td>{cfg or ('library' if s['kind'] == 'library' else '')}</td><td><small>{e(line)}</small></td></tr>")
@@ -220,15 +226,13 @@ def render(data: dict) -> str:
                             for n in s["nodes"])
         kernel = e(s["label"])
         if s["kind"] == "generated":
-            cfg = "; ".join(", ".join(f"{k}={v}" for k, v in c["defines"].items())
-                            + f" <span class='pill {e(c['cache'])}'>{e(c['cache'])}</span>" for c in s.get("configs", []))
+            cfg = _configs_html(s.get("configs", []))
             kernel = (f"<b>{e(s['kernel'])}</b> <small>generated, {len(s['nodes'])} ops"
                       + (f"; {cfg}" if cfg else "") + f"</small><pre>{e(s['source'])}</pre>")
         elif s["kind"] == "library":
             kernel = f"<b>{e(s['kernel'])}</b>"
             for gk in s.get("generated", []):  # a fused GEMM's kernels: launched ones with their configurations
-                cfg = "; ".join(", ".join(f"{k}={v}" for k, v in c["defines"].items())
-                                + f" <span class='pill {e(c['cache'])}'>{e(c['cache'])}</span>" for c in gk["configs"])
+                cfg = _configs_html(gk["configs"])
                 kernel += (f"<details{' open' if gk['configs'] else ''}><summary><code>{e(gk['name'])}</code> "
                            f"<small>{cfg or 'not launched'}</small></summary><pre>{e(gk['source'])}</pre></details>")
             if s["fallbacks"]:

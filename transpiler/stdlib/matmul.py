@@ -33,6 +33,21 @@ def _tiles(kernel: str, dt: str, sizes: dict, gpu: bool) -> dict:
     return dict(hit)
 
 
+def matmul_plan(dt: str, m: int, n: int, k: int, bias: bool, gpu: bool) -> tuple[str, dict]:
+    """(kernel, tiles) `matmul` launches for [m, k] @ [k, n] (+ bias) (the backend's prewarm asks the same)."""
+    fast = k % 8 == 0 and n % 8 == 0
+    kernel = ("matmul" if fast else "matmul_any") + ("_bias" if bias else "")
+    return kernel, _tiles(kernel, dt, dict(M=m, N=n, K=k), gpu) if fast else dict(_ANY, BM=16 if m <= 16 else 64)
+
+
+def bmm_plan(dt: str, bb: int, m: int, n: int, k: int, b_transposed: bool, gpu: bool) -> tuple[str, dict]:
+    """(kernel, tiles) `bmm` launches; `b_transposed`: b is the transpose of a contiguous [B, N, K]."""
+    kernel = "bmm_nt" if k % 8 == 0 and b_transposed else "bmm" if k % 8 == 0 and n % 8 == 0 else "bmm_any"
+    if kernel == "bmm_any":
+        return kernel, dict(_ANY, BM=16 if m <= 16 else 64)
+    return kernel, _tiles(kernel, dt, dict(B=bb, M=m, N=n, K=k), gpu)
+
+
 @L.fastpath
 def matmul(a, b, bias=None):
     """c = a @ b (+ bias) for a [..., K] and b [K, N] (row-major, as torch.matmul / addmm take them); [..., N]."""
@@ -58,10 +73,7 @@ def matmul(a, b, bias=None):
             c[...] = bias
         return L.reshape(c, out_shape)
     c = L.empty(a2, (m, n))
-    gpu = L.kind_of(a2) != "numpy"
-    fast = k % 8 == 0 and n % 8 == 0
-    kernel = ("matmul" if fast else "matmul_any") + ("_bias" if bias is not None else "")
-    cfg = _tiles(kernel, dt, dict(M=m, N=n, K=k), gpu) if fast else dict(_ANY, BM=16 if m <= 16 else 64)
+    kernel, cfg = matmul_plan(dt, m, n, k, bias is not None, L.kind_of(a2) != "numpy")
     mod = L.load("matmul", kernel=kernel, T=dt, **cfg)
     L.run(mod, kernel, *((a2, b, bias, c) if bias is not None else (a2, b, c)))
     return L.reshape(c, out_shape)
@@ -95,13 +107,7 @@ def bmm(a, b):
         return L.full(a, (bb, m, n), 0.0)
     a = L.contiguous(a)
     c = L.empty(a, (bb, m, n))
-    gpu = L.kind_of(a) != "numpy"
-    if k % 8 == 0 and _transposed_in_place(b):
-        kernel, args = "bmm_nt", (a, _swap_last(b), c)  # [B, N, K], contiguous
-    else:
-        b = L.contiguous(b)
-        kernel, args = ("bmm" if k % 8 == 0 and n % 8 == 0 else "bmm_any"), (a, b, c)
-    cfg = _tiles(kernel, dt, dict(B=bb, M=m, N=n, K=k), gpu) if kernel != "bmm_any" else \
-        dict(_ANY, BM=16 if m <= 16 else 64)
+    kernel, cfg = bmm_plan(dt, bb, m, n, k, _transposed_in_place(b), L.kind_of(a) != "numpy")
+    args = (a, _swap_last(b), c) if kernel == "bmm_nt" else (a, L.contiguous(b), c)  # bmm_nt: b's [B, N, K] in place
     L.run(L.load("matmul", kernel=kernel, T=dt, **cfg), kernel, *args)
     return c
